@@ -1,0 +1,89 @@
+"""The one interface every device backend implements.
+
+Only this package knows how to place tensors, wait for a device, or read its memory: the rest
+of the harness talks to a ``Device``. A new backend is a new module registered in
+``attnsuite.devices``.
+"""
+from __future__ import annotations
+
+import os
+
+
+class DeviceUnavailable(RuntimeError):
+    """The requested device cannot run here; the message says what is missing, in one line."""
+
+
+class Device:
+    kind: str = ""
+    #: Environment variable that restricts which devices this process sees (None for cpu).
+    visibility_env: str | None = None
+
+    def __init__(self, index: int = 0):
+        self.index = index
+
+    # -- process set-up (class level: runs before torch or triton is imported) -------------
+    @classmethod
+    def prepare_environment(cls, environ=os.environ) -> None:
+        """Set the variables that must be in place before anything imports triton.
+
+        Accelerators run compiled kernels: an inherited ``TRITON_INTERPRET=1`` would silently
+        run their cases in the interpreter on the host, so it is dropped.
+        """
+        if environ.get("TRITON_INTERPRET") == "1":
+            environ.pop("TRITON_INTERPRET")
+
+    @classmethod
+    def check_available(cls) -> None:
+        """Raise DeviceUnavailable with a one-line reason when this device cannot be used."""
+
+    @classmethod
+    def visible_count(cls) -> int:
+        return 1
+
+    # -- per-process use ---------------------------------------------------------------------
+    def activate(self) -> None:
+        """Make this device current for the process (pinning an xdist worker to it)."""
+
+    @property
+    def torch_device(self):
+        import torch
+
+        return torch.device(self.kind, self.index) if self.kind != "cpu" else torch.device("cpu")
+
+    def place(self, tensor):
+        return tensor.to(self.torch_device)
+
+    def synchronize(self) -> None:
+        pass
+
+    def memory_stats(self) -> dict:
+        return {}
+
+    def reset_peak_memory(self) -> None:
+        pass
+
+    def empty_cache(self) -> None:
+        pass
+
+    def name(self) -> str:
+        return self.kind
+
+    def driver(self) -> str:
+        return ""
+
+    def label(self) -> str:
+        return self.kind if self.kind == "cpu" else f"{self.kind}:{self.index}"
+
+
+def worker_number(worker_id: str | None) -> int:
+    """'gw3' -> 3; no xdist (None or 'master') -> 0."""
+    if not worker_id or not worker_id.startswith("gw"):
+        return 0
+    return int(worker_id[2:])
+
+
+def pick_index(worker_id: str | None, visible: int) -> int:
+    """xdist worker gwN runs on visible device N mod visible (device 0 without xdist)."""
+    if visible < 1:
+        raise DeviceUnavailable("no device visible")
+    return worker_number(worker_id) % visible

@@ -1,0 +1,40 @@
+"""What a kernel family tells the harness: its cases, how to make inputs, how to call an
+implementation, and how to compute the reference. Each family lives in ``cases/<name>.py``."""
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from typing import Callable, Mapping, Sequence
+
+import torch
+
+from .case import Case
+
+Tensors = dict[str, torch.Tensor]
+OutputSpec = dict[str, tuple[tuple[int, ...], torch.dtype]]
+
+
+class Family(ABC):
+    name: str = ""
+    cases: Sequence[Case] = ()
+    #: Implementations by name; the first is the default (``--impl`` replaces it).
+    impls: Mapping[str, Callable] = {}
+
+    @abstractmethod
+    def make_inputs(self, case: Case, gen: torch.Generator) -> Tensors:
+        """Inputs on the CPU, drawn from ``gen`` only (the harness seeds it from the case id)."""
+
+    @abstractmethod
+    def output_specs(self, case: Case, inputs: Tensors) -> OutputSpec:
+        """Shape and dtype of every output the case checks (e.g. ``o`` and, if asked, ``lse``)."""
+
+    @abstractmethod
+    def call(self, impl: Callable, case: Case, inputs: Tensors, outputs: Tensors) -> Tensors:
+        """Run ``impl`` writing into ``outputs`` (NaN-filled); return the tensors it produced."""
+
+    @abstractmethod
+    def reference(self, case: Case, inputs: Tensors, compute_dtype: torch.dtype) -> Tensors:
+        """The same outputs computed by the plain PyTorch reference in ``compute_dtype``."""
+
+    def default_impl(self) -> tuple[str, Callable]:
+        name = next(iter(self.impls))
+        return name, self.impls[name]

@@ -1,0 +1,91 @@
+"""Known failures as strict, version-keyed expectations.
+
+An entry says: on these devices, with this compiler package in this version range, these
+cases fail at this stage with a message matching this pattern. A matching case is marked
+``xfail(strict=True)``; if it then *passes* (a fix upstream), the run fails with XPASS(strict)
+so the entry gets retired. A failure with a different stage or message is a plain failure:
+the ledger never hides a new bug behind an old one.
+"""
+from __future__ import annotations
+
+import functools
+import re
+from dataclasses import dataclass, field
+from importlib import metadata
+from typing import Any, Iterable, Mapping
+
+from packaging.specifiers import SpecifierSet
+from packaging.version import InvalidVersion, Version
+
+#: Distributions that provide the ``triton`` module; triton-ascend installs one named triton.
+COMPILER_PACKAGES = ("triton-ascend", "triton")
+
+
+@dataclass(frozen=True)
+class KnownFailure:
+    id: str
+    devices: tuple[str, ...]
+    package: str
+    versions: str
+    families: tuple[str, ...]
+    stage: str
+    match: str
+    reason: str
+    #: Case parameters the entry is limited to: name -> allowed values.
+    where: Mapping[str, tuple] = field(default_factory=dict)
+    #: Upstream tracker or porting_notes.md anchor.
+    reference: str = ""
+    #: The case id of the minimal probe that reproduces it.
+    probe: str = ""
+
+    def applies(self, case, device_kind: str, versions: Mapping[str, str]) -> bool:
+        if device_kind not in self.devices or case.family not in self.families:
+            return False
+        installed = versions.get(self.package)
+        if installed is None or not _in_range(installed, self.versions):
+            return False
+        return all(case.params.get(k) in allowed for k, allowed in self.where.items())
+
+    def explains(self, stage: str, message: str) -> bool:
+        return stage == self.stage and re.search(self.match, message) is not None
+
+    def describe(self) -> dict[str, Any]:
+        return {"id": self.id, "reason": self.reason, "versions": f"{self.package}{self.versions}",
+                "reference": self.reference, "probe": self.probe}
+
+
+class KnownFailureHit(Exception):
+    """Raised in place of a failure that a ledger entry explains; the xfail mark expects it."""
+
+    def __init__(self, entry: KnownFailure, stage: str, message: str):
+        super().__init__(f"[known failure {entry.id}] {message}")
+        self.entry = entry
+        self.stage = stage
+
+
+def _in_range(version: str, spec: str) -> bool:
+    try:
+        # Local and dev suffixes ("3.6.0+git1234") still belong to their release.
+        return Version(Version(version).base_version) in SpecifierSet(spec)
+    except InvalidVersion:
+        return False
+
+
+@functools.lru_cache(maxsize=1)
+def installed_versions() -> dict[str, str]:
+    found = {}
+    for dist in COMPILER_PACKAGES:
+        try:
+            found[dist] = metadata.version(dist)
+        except metadata.PackageNotFoundError:
+            pass
+    return found
+
+
+def lookup(entries: Iterable[KnownFailure], case, device_kind: str,
+           versions: Mapping[str, str] | None = None) -> KnownFailure | None:
+    versions = installed_versions() if versions is None else versions
+    for entry in entries:
+        if entry.applies(case, device_kind, versions):
+            return entry
+    return None

@@ -1,0 +1,333 @@
+"""The pytest plugin: options, device selection, case parametrization, per-case records and
+the end-of-session report. Hooks stay thin; the logic lives in the modules they call."""
+from __future__ import annotations
+
+import datetime as _dt
+import importlib
+import json
+import os
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+from . import outcome as _outcome
+from .case import PROFILES, select
+from .devices import BACKENDS, DeviceUnavailable, device_class, open_device
+from .records import RecordWriter, build_record, read_records
+
+STATE = pytest.StashKey["SessionState"]()
+CASE_INFO = pytest.StashKey[dict]()
+DEFAULT_LEDGER = "cases.known_failures"
+
+
+@dataclass
+class SessionState:
+    device_kind: str
+    profile: str
+    run_id: str
+    run_dir: Path
+    report_path: Path | None
+    worker: str
+    controller: bool
+    #: family -> (spec, callable) from --impl, loaded up front so a bad spec stops the run.
+    impl_overrides: dict[str, tuple[str, object]]
+    case_timeout: float
+    ledger_module: str
+    device: object = None
+    writer: RecordWriter | None = None
+    env: dict | None = None
+    pending: dict = field(default_factory=dict)
+
+    def env_fingerprint(self) -> dict:
+        if self.env is None:
+            from .environment import fingerprint
+
+            self.env = fingerprint(self.device)
+        return self.env
+
+    def ledger(self) -> list:
+        return list(getattr(importlib.import_module(self.ledger_module), "KNOWN_FAILURES", []))
+
+    def impl_for(self, family) -> tuple[str, object]:
+        return self.impl_overrides.get(family.name) or family.default_impl()
+
+    def repro(self, nodeid: str) -> str:
+        extra = "".join(f" --impl {fam}={spec}" for fam, (spec, _) in sorted(self.impl_overrides.items()))
+        return f"pytest '{nodeid}' --device {self.device_kind} --profile {self.profile}{extra}"
+
+
+def load_callable(spec: str):
+    module, _, attr = spec.partition(":")
+    if not module or not attr:
+        raise pytest.UsageError(f"--impl: expected FAMILY=package.module:callable, got {spec!r}")
+    try:
+        obj = importlib.import_module(module)
+        for part in attr.split("."):
+            obj = getattr(obj, part)
+    except (ImportError, AttributeError) as exc:
+        raise pytest.UsageError(f"--impl: cannot load {spec!r}: {exc}") from None
+    if not callable(obj):
+        raise pytest.UsageError(f"--impl: {spec!r} is not callable")
+    return obj
+
+
+def _parse_impls(values: list[str]) -> dict[str, tuple[str, object]]:
+    impls = {}
+    for value in values or []:
+        family, sep, spec = value.partition("=")
+        if not sep or not family:
+            raise pytest.UsageError(f"--impl: expected FAMILY=package.module:callable, got {value!r}")
+        impls[family] = (spec, load_callable(spec))
+    return impls
+
+
+# -- options and set-up -------------------------------------------------------------------------
+
+def pytest_addoption(parser):
+    group = parser.getgroup("attnsuite", "attention kernel conformance")
+    group.addoption("--device", choices=sorted(BACKENDS), default="cpu",
+                    help="where kernels run: cpu (Triton interpreter, default), cuda, npu")
+    group.addoption("--profile", choices=PROFILES, default=None,
+                    help="case set: quick (small shapes; default on cpu) or full (default elsewhere)")
+    group.addoption("--impl", action="append", default=[], metavar="FAMILY=MODULE:CALLABLE",
+                    help="run FAMILY's cases against this callable instead of the project's kernel")
+    group.addoption("--records-dir", default=None,
+                    help="where this run's JSONL records go (default reports/runs/<run id>)")
+    group.addoption("--report-html", default=None,
+                    help="report written at session end (default reports/index.html; 'none' to skip)")
+    group.addoption("--case-timeout", type=float, default=None,
+                    help="seconds before a hung case is stopped and recorded as timeout "
+                         "(default 900 on cpu, 300 elsewhere; needs pytest-timeout)")
+    parser.addini("attnsuite_ledger", "module holding KNOWN_FAILURES", default=DEFAULT_LEDGER)
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "conformance: a conformance case of a kernel family")
+    kind = config.getoption("device")
+    device_class(kind).prepare_environment()  # before anything imports triton
+
+    workerinput = getattr(config, "workerinput", None)
+    controller = workerinput is None and getattr(config.option, "dist", "no") != "no"
+    worker = workerinput["workerid"] if workerinput else ("controller" if controller else "main")
+    if workerinput and "attnsuite_run_id" in workerinput:
+        run_id, run_dir = workerinput["attnsuite_run_id"], Path(workerinput["attnsuite_run_dir"])
+    else:
+        run_id = f"{kind}-{_dt.datetime.now().strftime('%Y%m%d-%H%M%S')}-{os.getpid()}"
+        records = config.getoption("records_dir")
+        run_dir = Path(records) if records else config.rootpath / "reports" / "runs" / run_id
+    report = config.getoption("report_html")
+    report_path = None if report == "none" else Path(report or config.rootpath / "reports" / "index.html")
+    timeout = config.getoption("case_timeout") or (900.0 if kind == "cpu" else 300.0)
+
+    state = SessionState(
+        device_kind=kind, profile=config.getoption("profile") or ("quick" if kind == "cpu" else "full"),
+        run_id=run_id, run_dir=run_dir, report_path=report_path, worker=worker, controller=controller,
+        impl_overrides=_parse_impls(config.getoption("impl")), case_timeout=timeout,
+        ledger_module=config.getini("attnsuite_ledger"),
+    )
+    try:
+        if controller:
+            device_class(kind).check_available()  # fail once, before spawning workers
+        else:
+            state.device = open_device(kind, workerinput["workerid"] if workerinput else None)
+    except DeviceUnavailable as exc:
+        raise pytest.UsageError(str(exc)) from None
+    config.stash[STATE] = state
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_configure_node(node):
+    state = node.config.stash[STATE]
+    node.workerinput["attnsuite_run_id"] = state.run_id
+    node.workerinput["attnsuite_run_dir"] = str(state.run_dir)
+
+
+def pytest_report_header(config):
+    state = config.stash[STATE]
+    return [f"attnsuite: device={state.device_kind} profile={state.profile} records={state.run_dir}"]
+
+
+# -- collection -------------------------------------------------------------------------------
+
+def pytest_generate_tests(metafunc):
+    family = getattr(metafunc.module, "FAMILY", None)
+    if family is None or "case" not in metafunc.fixturenames:
+        return
+    state = metafunc.config.stash[STATE]
+    ledger = state.ledger()
+    from .ledger import KnownFailureHit, lookup
+
+    params = []
+    for case in select(family.cases, state.profile):
+        marks = [pytest.mark.conformance]
+        known = lookup(ledger, case, state.device_kind)
+        if known is not None:
+            marks.append(pytest.mark.xfail(strict=True, raises=KnownFailureHit,
+                                           reason=f"known failure {known.id}: {known.reason}"))
+        params.append(pytest.param(case, id=case.label, marks=marks))
+    metafunc.parametrize("case", params)
+
+
+def pytest_collection_modifyitems(config, items):
+    if not config.pluginmanager.hasplugin("timeout"):
+        return
+    timeout = config.stash[STATE].case_timeout
+    for item in items:
+        if item.get_closest_marker("conformance") and not item.get_closest_marker("timeout"):
+            item.add_marker(pytest.mark.timeout(timeout))
+
+
+# -- running a case ---------------------------------------------------------------------------
+
+class Conformance:
+    """What a conformance test calls: ``conformance.check(FAMILY, case)``."""
+
+    def __init__(self, item, state: SessionState):
+        self.item, self.state = item, state
+
+    def check(self, family, case):
+        from .ledger import lookup
+        from .runner import run_case
+
+        impl_name, impl = self.state.impl_for(family)
+        known = lookup(self.state.ledger(), case, self.state.device_kind)
+        info = self.item.stash[CASE_INFO]
+        info["impl"] = impl_name
+        info["known_failure"] = known.describe() if known else None
+        return run_case(family, case, self.state.device, impl, known, info["result_obj"])
+
+
+@pytest.fixture
+def conformance(request):
+    return Conformance(request.node, request.config.stash[STATE])
+
+
+def _now() -> str:
+    return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="milliseconds")
+
+
+def pytest_runtest_setup(item):
+    case = getattr(getattr(item, "callspec", None), "params", {}).get("case")
+    if case is None or not item.get_closest_marker("conformance"):
+        return
+    from .runner import CaseResult
+
+    state = item.config.stash[STATE]
+    item.stash[CASE_INFO] = {
+        "run_id": state.run_id, "case_id": case.id, "nodeid": item.nodeid, "family": case.family,
+        "params": dict(case.params), "profile": state.profile, "tags": sorted(case.tags),
+        "impl": None, "device": state.device_kind, "device_index": state.device.index,
+        "worker": state.worker, "env": state.env_fingerprint(), "repro": state.repro(item.nodeid),
+        "started_at": _now(), "result_obj": CaseResult(),
+    }
+
+
+@pytest.hookimpl(wrapper=True, tryfirst=True)
+def pytest_runtest_makereport(item, call):
+    report = yield
+    info = item.stash.get(CASE_INFO, None)
+    if info is not None:
+        payload = {k: v for k, v in info.items() if k != "result_obj"}
+        payload["result"] = info["result_obj"].as_payload()
+        payload["finished_at"] = _now()
+        exc = call.excinfo.value if call.excinfo is not None else None
+        payload["stage"] = getattr(exc, "stage", None)
+        # Round-trip through JSON: the payload crosses xdist's wire and ends in a JSON record.
+        payload = json.loads(json.dumps(payload, default=str))
+        report.user_properties.append((_outcome.PAYLOAD_KEY, payload))
+    return report
+
+
+def pytest_runtest_logreport(report):
+    state = _state_of(report)
+    if state is None:
+        return
+    if report.when == _outcome.CRASH_PHASE:
+        _write(state, {_outcome.CRASH_PHASE: report}, crash_info(state, report.nodeid))
+        return
+    if state.controller:
+        return  # workers write their own records
+    if not _outcome.payload(report):
+        return
+    phases = state.pending.setdefault(report.nodeid, {})
+    phases[report.when] = report
+    if report.when == "teardown":
+        del state.pending[report.nodeid]
+        info = next((_outcome.payload(r) for r in (phases.get("call"), phases.get("setup"), report)
+                     if r is not None and _outcome.payload(r)), {})
+        _write(state, phases, info)
+
+
+_CONFIG = {}
+
+
+def _state_of(report):
+    config = _CONFIG.get("config")
+    return config.stash.get(STATE, None) if config is not None else None
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_sessionstart(session):
+    _CONFIG["config"] = session.config
+
+
+def _write(state: SessionState, phases: dict, info: dict) -> None:
+    if state.writer is None:
+        state.writer = RecordWriter(state.run_dir, state.worker)
+    state.writer.write(build_record(phases, info, _outcome.classify(phases)))
+
+
+def crash_info(state: SessionState, nodeid: str) -> dict:
+    """What the controller knows of a case whose worker died: its id, family and parameters."""
+    match = re.search(r"::test_(\w+)\[(.*)\]$", nodeid)
+    family, label = (match.group(1), match.group(2)) if match else ("unknown", nodeid)
+    params = {}
+    try:
+        module = importlib.import_module(nodeid.split("::")[0].removesuffix(".py").replace("/", "."))
+        params = next(dict(c.params) for c in module.FAMILY.cases if c.label == label)
+    except Exception:  # best effort: the crash record stands without its parameters
+        pass
+    return {"run_id": state.run_id, "case_id": f"{family}[{label}]", "nodeid": nodeid, "family": family,
+            "params": params, "profile": state.profile, "device": state.device_kind, "worker": "controller",
+            "finished_at": _now(), "repro": state.repro(nodeid)}
+
+
+# -- end of session ---------------------------------------------------------------------------
+
+def pytest_sessionfinish(session):
+    state = session.config.stash.get(STATE, None)
+    if state is None:
+        return
+    if state.writer is not None:
+        state.writer.close()
+    if getattr(session.config, "workerinput", None) is not None or state.report_path is None:
+        return
+    if not state.run_dir.is_dir() or not any(state.run_dir.glob("*.jsonl")):
+        return
+    from .report import render_report
+
+    try:
+        render_report(read_records([state.run_dir]), state.report_path)
+    except Exception as exc:  # the records are safe on disk; the report can be re-rendered
+        session.config.stash[STATE].report_error = f"{type(exc).__name__}: {exc}"
+
+
+def pytest_terminal_summary(terminalreporter, config):
+    state = config.stash.get(STATE, None)
+    if state is None or not state.run_dir.is_dir() or not any(state.run_dir.glob("*.jsonl")):
+        return
+    from .summary import summary_lines
+
+    terminalreporter.section("attnsuite")
+    for line in summary_lines(read_records([state.run_dir])):
+        terminalreporter.write_line(line)
+    terminalreporter.write_line(f"records: {state.run_dir}")
+    error = getattr(state, "report_error", None)
+    if error:
+        terminalreporter.write_line(f"report NOT written ({error}); re-render with "
+                                    f"python -m attnsuite.report {state.run_dir}")
+    elif state.report_path is not None:
+        terminalreporter.write_line(f"report: {state.report_path}  "
+                                    f"(merge runs: python -m attnsuite.report reports/runs/*)")

@@ -1,0 +1,48 @@
+"""python -m attnsuite.report DIR_OR_JSONL [...] [-o reports/index.html] [--title TEXT]
+
+Reads the records of every given run directory or .jsonl file, keeps the latest record per
+(case, implementation, device), and writes one self-contained HTML page. Exits 2 when there
+is nothing to report; test failures in the records do not change the exit status.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+
+from attnsuite.records import read_records
+from attnsuite.records import merge_latest
+from attnsuite.report import DEFAULT_TITLE, render_report
+from attnsuite.report.sections import counts_summary
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m attnsuite.report",
+        description="Render conformance records (run directories or .jsonl files) as one HTML page.",
+    )
+    parser.add_argument("paths", nargs="+", metavar="DIR_OR_JSONL",
+                        help="run directories (searched recursively for *.jsonl) or .jsonl files")
+    parser.add_argument("-o", "--output", default="reports/index.html",
+                        help="where to write the page (default: %(default)s)")
+    parser.add_argument("--title", default=DEFAULT_TITLE, help="page title")
+    args = parser.parse_args(argv)
+
+    try:
+        records = read_records(args.paths)
+    except (FileNotFoundError, NotADirectoryError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    if not records:
+        print(f"error: no records found in {', '.join(args.paths)} "
+              f"(expected *.jsonl files with schema 1 records)", file=sys.stderr)
+        return 2
+
+    out = render_report(records, args.output, title=args.title)
+    merged = merge_latest(records)
+    print(out)
+    print(f"{len(merged)} cases ({len(records)} records read): {counts_summary(merged)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

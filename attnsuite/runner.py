@@ -1,0 +1,135 @@
+"""One conformance case, start to finish: case -> inputs -> implementation and reference ->
+comparison. Failures are raised as ``CaseFailure`` carrying the stage they happened in; the
+measurements made so far travel on ``CaseResult`` either way, so a failed case is recorded
+with its numbers."""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Callable
+
+import torch
+
+from . import tolerance
+from .ledger import KnownFailure, KnownFailureHit
+
+#: NaN-filled elements kept on both sides of every output buffer; a write that lands there
+#: is a write outside the outputs.
+GUARD_ELEMENTS = 4096
+
+
+class CaseFailure(AssertionError):
+    def __init__(self, stage: str, message: str):
+        super().__init__(message)
+        self.stage = stage
+
+
+@dataclass
+class CaseResult:
+    metrics: dict = field(default_factory=dict)
+    headroom: float | None = None
+    tolerance: dict | None = None
+    timings: dict = field(default_factory=dict)
+    memory: dict = field(default_factory=dict)
+
+    def as_payload(self) -> dict:
+        return {"metrics": self.metrics, "headroom": self.headroom, "tolerance": self.tolerance,
+                "timings": self.timings, "memory": self.memory}
+
+
+def classify_exception(exc: BaseException) -> str:
+    """The stage an exception raised by an implementation call belongs to."""
+    module = type(exc).__module__ or ""
+    name = type(exc).__name__
+    if module.startswith("triton") and ("Compilation" in name or "OutOfResources" in name):
+        return "compile"
+    if isinstance(exc, (ValueError, TypeError)):
+        return "validate"
+    return "launch"
+
+
+def guarded_nan_buffer(shape, dtype, device) -> tuple[torch.Tensor, torch.Tensor]:
+    """(view, storage): a NaN-filled output of ``shape`` inside a larger NaN-filled buffer."""
+    numel = 1
+    for s in shape:
+        numel *= s
+    storage = torch.full((numel + 2 * GUARD_ELEMENTS,), float("nan"), dtype=dtype, device=device)
+    return storage[GUARD_ELEMENTS:GUARD_ELEMENTS + numel].view(shape), storage
+
+
+def _guards_intact(storage: torch.Tensor) -> bool:
+    head, tail = storage[:GUARD_ELEMENTS], storage[-GUARD_ELEMENTS:]
+    return bool(torch.isnan(head).all()) and bool(torch.isnan(tail).all())
+
+
+def run_case(family, case, device, impl: Callable, known: KnownFailure | None = None,
+             result: CaseResult | None = None) -> CaseResult:
+    """Run and judge one case; raise CaseFailure (or KnownFailureHit) if it does not conform."""
+    result = CaseResult() if result is None else result
+    try:
+        _run(family, case, device, impl, result)
+    except CaseFailure as failure:
+        if known is not None and known.explains(failure.stage, str(failure)):
+            raise KnownFailureHit(known, failure.stage, str(failure)) from failure
+        raise
+    return result
+
+
+def _run(family, case, device, impl, result: CaseResult) -> None:
+    stage = "inputs"
+    try:
+        inputs = {k: device.place(v) for k, v in family.make_inputs(case, case.generator()).items()}
+        pristine = {k: v.clone() for k, v in inputs.items()}
+        buffers = {name: guarded_nan_buffer(shape, dtype, device.torch_device)
+                   for name, (shape, dtype) in family.output_specs(case, inputs).items()}
+        device.synchronize()
+        device.reset_peak_memory()
+
+        stage = "launch"
+        t0 = time.perf_counter()
+        try:
+            produced = family.call(impl, case, inputs, {n: view for n, (view, _) in buffers.items()})
+            device.synchronize()
+        except CaseFailure:
+            raise
+        except Exception as exc:
+            raise CaseFailure(classify_exception(exc), f"{type(exc).__name__}: {exc}") from exc
+        result.timings["first_call_s"] = time.perf_counter() - t0
+        result.memory = device.memory_stats()
+
+        stage = "reference"
+        ref = family.reference(case, inputs, torch.float64)
+        base = family.reference(case, inputs, case.dtype)
+    except CaseFailure:
+        raise
+    except Exception as exc:
+        raise CaseFailure(stage, f"{type(exc).__name__}: {exc}") from exc
+
+    problems = _judge(case, produced, ref, base, result)
+    for name, (_, storage) in buffers.items():
+        if not _guards_intact(storage):
+            problems.append(f"{name}: the implementation wrote outside its output buffer")
+    for name, before in pristine.items():
+        if not torch.equal(before, inputs[name]):
+            problems.append(f"input {name} was modified by the implementation")
+    if problems:
+        raise CaseFailure("numeric", "; ".join(problems))
+
+
+def _judge(case, produced, ref, base, result: CaseResult) -> list[str]:
+    problems = []
+    headrooms = []
+    for name in ref:
+        if name not in produced or produced[name] is None:
+            problems.append(f"{name}: the implementation returned no {name}")
+            continue
+        cmp = tolerance.compare(name, produced[name], ref[name], base[name], case.dtype)
+        result.metrics[name] = cmp.metrics()
+        headrooms.append(cmp.headroom)
+        if not cmp.ok:
+            problems.append(cmp.reason)
+    result.headroom = min(headrooms) if headrooms else None
+    result.tolerance = {"policy": tolerance.POLICY, "factor": tolerance.FACTOR,
+                        "unit_roundoff": tolerance.unit_roundoff(case.dtype),
+                        "floor": min((m["floor"] for m in result.metrics.values()), default=None)}
+    return problems

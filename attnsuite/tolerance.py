@@ -1,0 +1,111 @@
+"""The one pass/fail policy for every family.
+
+For each output tensor the harness has three versions of the same math on the same
+low-precision inputs:
+  * ``ref``  - the reference in float64 (the truth),
+  * ``base`` - the same reference run by plain PyTorch in the input dtype (what a careful
+               non-fused implementation achieves on this device),
+  * ``out``  - the implementation under test.
+The allowed error is ``FACTOR * max|base - ref| + floor`` with ``floor = u * max(1, max|ref|)``
+(``u`` the unit roundoff of the input dtype: fp16 2^-11, bf16 2^-8, fp32 2^-24). This is the
+FlashAttention test rule (at most twice the error of the plain implementation, plus a small
+floor) with the floor tied to the dtype instead of a fixed constant.
+
+Non-finite values: where the reference is finite the output must be finite (the harness
+pre-fills outputs with NaN, so an element the kernel never writes fails here); where the
+reference is +-inf (e.g. the LSE of an empty row) the output must be the same infinity.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+
+import torch
+
+FACTOR = 2.0
+POLICY = "2x-baseline+floor"
+
+UNIT_ROUNDOFF = {
+    torch.float16: 2.0**-11,
+    torch.bfloat16: 2.0**-8,
+    torch.float32: 2.0**-24,
+    torch.float64: 2.0**-53,
+}
+
+
+@dataclass
+class Comparison:
+    name: str
+    ok: bool
+    max_abs_err: float
+    baseline_err: float
+    allowed: float
+    headroom: float
+    floor: float
+    unit_roundoff: float
+    reason: str = ""
+
+    def metrics(self) -> dict:
+        d = asdict(self)
+        del d["name"], d["ok"], d["reason"]
+        return d
+
+
+def unit_roundoff(dtype: torch.dtype) -> float:
+    try:
+        return UNIT_ROUNDOFF[dtype]
+    except KeyError:
+        raise ValueError(f"no unit roundoff for {dtype}") from None
+
+
+def headroom(allowed: float, measured: float) -> float:
+    if measured == 0.0:
+        return math.inf
+    return allowed / measured
+
+
+def _first_index(mask: torch.Tensor) -> tuple:
+    return tuple(int(i) for i in torch.nonzero(mask)[0].tolist())
+
+
+def compare(name: str, out: torch.Tensor, ref: torch.Tensor, base: torch.Tensor,
+            input_dtype: torch.dtype) -> Comparison:
+    """Judge one output tensor; never raises for a numeric problem, returns the verdict."""
+    u = unit_roundoff(input_dtype)
+    if tuple(out.shape) != tuple(ref.shape):
+        return Comparison(name, False, math.nan, math.nan, math.nan, 0.0, math.nan, u,
+                          f"{name}: shape {list(out.shape)} != reference shape {list(ref.shape)}")
+    out64, ref64, base64 = (t.detach().to("cpu", torch.float64) for t in (out, ref, base))
+
+    ref_finite = torch.isfinite(ref64)
+    scale = float(ref64[ref_finite].abs().max()) if bool(ref_finite.any()) else 0.0
+    floor = u * max(1.0, scale)
+    base_err = _max_abs(base64, ref64, ref_finite & torch.isfinite(base64))
+    allowed = FACTOR * base_err + floor
+    err = _max_abs(out64, ref64, ref_finite & torch.isfinite(out64))
+
+    bad_finite = ref_finite & ~torch.isfinite(out64)
+    bad_inf = ~ref_finite & ~(out64 == ref64) & ~(torch.isnan(out64) & torch.isnan(ref64))
+    reason = ""
+    if bool(bad_finite.any()):
+        n = int(bad_finite.sum())
+        kind = "NaN" if bool(torch.isnan(out64[bad_finite]).any()) else "Inf"
+        reason = (f"{name}: {n} non-finite value(s) ({kind}) where the reference is finite, first at "
+                  f"{_first_index(bad_finite)} (NaN here can mean an element the kernel never wrote)")
+        err = math.inf
+    elif bool(bad_inf.any()):
+        idx = _first_index(bad_inf)
+        reason = (f"{name}: reference is {float(ref64[idx])} at {idx} but output is {float(out64[idx])}")
+        err = math.inf
+    elif err > allowed:
+        idx = _first_index((out64 - ref64).abs() == err) if err > 0 else ()
+        reason = (f"{name}: max abs err {err:.3e} > allowed {allowed:.3e} "
+                  f"(= {FACTOR:g} x baseline {base_err:.3e} + floor {floor:.3e}) at {idx}: "
+                  f"got {float(out64[idx]):.6g}, reference {float(ref64[idx]):.6g}")
+    return Comparison(name, reason == "", err, base_err, allowed, headroom(allowed, err), floor, u, reason)
+
+
+def _max_abs(a: torch.Tensor, b: torch.Tensor, where: torch.Tensor) -> float:
+    if not bool(where.any()):
+        return 0.0
+    return float((a[where] - b[where]).abs().max())

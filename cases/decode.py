@@ -1,0 +1,67 @@
+"""Dense decode (kernels.md section 3): one query token per sequence, q [B, Hq, 1, D],
+k/v [B, Hkv, S, D], GQA."""
+from __future__ import annotations
+
+import torch
+
+from attnsuite.case import grid, make_cases, unique
+from attnsuite.family import Family
+from kernels.decode import decode
+from references.attention import decode_reference
+
+from ._attention import heads, qkv
+
+
+def label(p) -> str:
+    return f"{p['dtype']}-{heads(p['B'], p['Hq'], p['Hkv'])}-S{p['S']}-D{p['D']}{'-lse' if p['lse'] else ''}"
+
+
+QUICK = (
+    # GQA 1, 4, 8 (and all heads on one KV head) x a single key, a ragged tile, several tiles.
+    [dict(dtype="fp16", B=2, Hq=hq, Hkv=hkv, S=s, D=64, lse=True)
+     for (hq, hkv) in ((4, 4), (8, 2), (8, 1)) for s in (1, 17, 300)]
+    + [dict(dtype="fp16", B=1, Hq=8, Hkv=2, S=s, D=d, lse=False) for d in (128, 256) for s in (33, 130)]
+    + [dict(dtype="bf16", B=2, Hq=8, Hkv=2, S=s, D=64, lse=True) for s in (17, 300)]
+)
+
+FULL = [
+    dict(dtype=p["dtype"], B=2, Hq=2 * p["G"], Hkv=2, S=p["S"], D=p["D"], lse=True)
+    for p in grid(dtype=("fp16", "bf16"), G=(1, 4, 8), S=(1, 17, 300, 1024, 4097), D=(64, 128, 256))
+]
+
+BENCH = (
+    # The origin's decode bench: q [8, 64, 1, 64], k [8, 16, 1024, 64].
+    [dict(dtype=dt, B=8, Hq=64, Hkv=16, S=1024, D=64, lse=False) for dt in ("fp16", "bf16")]
+    # Long context: B=1, Hq=32, Hkv=8, S=32000, D=128.
+    + [dict(dtype=dt, B=1, Hq=32, Hkv=8, S=32000, D=128, lse=True) for dt in ("fp16", "bf16")]
+)
+
+
+class Decode(Family):
+    name = "decode"
+    cases = unique(make_cases(name, label, QUICK)
+                   + make_cases(name, label, FULL, profile="full")
+                   + make_cases(name, label, BENCH, profile="full", tags=["bench"]))
+    impls = {"triton": decode}
+
+    def make_inputs(self, case, gen):
+        return qkv(gen, case["B"], case["Hq"], case["Hkv"], 1, case["S"], case["D"], case.dtype)
+
+    def output_specs(self, case, inputs):
+        B, Hq, _, D = inputs["q"].shape
+        specs = {"o": ((B, Hq, 1, D), case.dtype)}
+        if case["lse"]:
+            specs["lse"] = ((B, Hq, 1), torch.float32)
+        return specs
+
+    def call(self, impl, case, inputs, outputs):
+        o, lse = impl(inputs["q"], inputs["k"], inputs["v"], return_lse=case["lse"],
+                      out=outputs["o"], lse=outputs.get("lse"))
+        return {"o": o, "lse": lse} if case["lse"] else {"o": o}
+
+    def reference(self, case, inputs, compute_dtype):
+        o, lse = decode_reference(inputs["q"], inputs["k"], inputs["v"], compute_dtype=compute_dtype)
+        return {"o": o, "lse": lse} if case["lse"] else {"o": o}
+
+
+FAMILY = Decode()

@@ -1,0 +1,75 @@
+"""Dense prefill (kernels.md section 1): q [B, Hq, S, D], k/v [B, Hkv, S, D], causal or not,
+GQA, optional natural-log LSE."""
+from __future__ import annotations
+
+import torch
+
+from attnsuite.case import grid, make_cases, unique
+from attnsuite.family import Family
+from kernels.prefill import prefill
+from references.attention import prefill_reference
+
+from ._attention import heads, qkv
+
+
+def label(p) -> str:
+    mask = "causal" if p["causal"] else "noncausal"
+    lse = "-lse" if p["lse"] else ""
+    return f"{p['dtype']}-{heads(p['B'], p['Hq'], p['Hkv'])}-S{p['S']}-D{p['D']}-{mask}{lse}"
+
+
+def _gqa(B, Hkv, G):
+    return {"B": B, "Hq": Hkv * G, "Hkv": Hkv}
+
+
+QUICK = (
+    # GQA ratios 1, 4, 8 x block-multiple and ragged lengths x both masks, with LSE.
+    [dict(dtype="fp16", **_gqa(2, h, g), S=s, D=64, causal=c, lse=True)
+     for (h, g) in ((2, 1), (2, 4), (1, 8)) for s in (1, 17, 128) for c in (True, False)]
+    # Wider heads and the no-LSE path.
+    + [dict(dtype="fp16", **_gqa(1, 2, 4), S=s, D=d, causal=True, lse=False)
+       for d in (128, 256) for s in (1, 17, 64)]
+    # bf16: on cpu these meet the interpreter's bf16 tl.dot failure (known_failures.py).
+    + [dict(dtype="bf16", **_gqa(2, 2, 4), S=s, D=64, causal=c, lse=True) for s in (17,) for c in (True, False)]
+)
+
+FULL = [
+    dict(dtype=p["dtype"], **_gqa(2, 2, p["G"]), S=p["S"], D=p["D"], causal=p["causal"], lse=True)
+    for p in grid(dtype=("fp16", "bf16"), G=(1, 4, 8), S=(1, 17, 128, 1000), D=(64, 128, 256),
+                  causal=(True, False))
+]
+
+# The origin's bench shape: B=8, Hkv=16, G=4, S=1024, D=64, causal, fp16.
+BENCH = [dict(dtype=dt, **_gqa(8, 16, 4), S=1024, D=64, causal=True, lse=lse)
+         for dt in ("fp16", "bf16") for lse in (False, True)]
+
+
+class Prefill(Family):
+    name = "prefill"
+    cases = unique(make_cases(name, label, QUICK)
+                   + make_cases(name, label, FULL, profile="full")
+                   + make_cases(name, label, BENCH, profile="full", tags=["bench"]))
+    impls = {"triton": prefill}
+
+    def make_inputs(self, case, gen):
+        return qkv(gen, case["B"], case["Hq"], case["Hkv"], case["S"], case["S"], case["D"], case.dtype)
+
+    def output_specs(self, case, inputs):
+        B, Hq, S, D = inputs["q"].shape
+        specs = {"o": ((B, Hq, S, D), case.dtype)}
+        if case["lse"]:
+            specs["lse"] = ((B, Hq, S), torch.float32)
+        return specs
+
+    def call(self, impl, case, inputs, outputs):
+        o, lse = impl(inputs["q"], inputs["k"], inputs["v"], causal=case["causal"],
+                      return_lse=case["lse"], out=outputs["o"], lse=outputs.get("lse"))
+        return {"o": o, "lse": lse} if case["lse"] else {"o": o}
+
+    def reference(self, case, inputs, compute_dtype):
+        o, lse = prefill_reference(inputs["q"], inputs["k"], inputs["v"], causal=case["causal"],
+                                   compute_dtype=compute_dtype)
+        return {"o": o, "lse": lse} if case["lse"] else {"o": o}
+
+
+FAMILY = Prefill()

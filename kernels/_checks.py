@@ -1,0 +1,179 @@
+"""Input validation shared by every kernel wrapper, plus the small launch-plan record they return.
+
+Every check raises before any kernel launch, with a message that starts with the public function
+name and names the offending argument, e.g.
+``prefill: v must have shape [B, Hkv, S, D] = [2, 2, 17, 64], got [2, 3, 17, 64]``.
+Wrong Python type or dtype -> TypeError; wrong rank, shape, device, layout or value -> ValueError.
+
+Layout rule used by all kernels here: a tensor must be contiguous in its last dimension
+(``stride(-1) == 1``, or that dimension has size 1); every other stride is honoured as given.
+"""
+from __future__ import annotations
+
+import math
+import numbers
+import os
+from dataclasses import dataclass, field
+from typing import Any, Iterator, Optional, Sequence
+
+import torch
+
+FLOAT_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
+
+
+def is_interpret() -> bool:
+    """True when Triton runs kernels in its CPU interpreter (read at call time)."""
+    return os.environ.get("TRITON_INTERPRET") == "1"
+
+
+def next_pow2(n: int) -> int:
+    return 1 if n <= 1 else 1 << (int(n) - 1).bit_length()
+
+
+def _fmt_shape(shape: Sequence[Optional[int]]) -> str:
+    return "[" + ", ".join("*" if s is None else str(int(s)) for s in shape) + "]"
+
+
+def _fmt_dtype(dt: torch.dtype) -> str:
+    return str(dt).replace("torch.", "")
+
+
+def _fmt_dtypes(dtypes: Sequence[torch.dtype]) -> str:
+    if len(dtypes) == 1:
+        return _fmt_dtype(dtypes[0])
+    return "one of (" + ", ".join(_fmt_dtype(d) for d in dtypes) + ")"
+
+
+def check_tensor(fn: str, name: str, t: Any, *, rank: Optional[int] = None,
+                 dtypes: Optional[Sequence[torch.dtype]] = None, device: Optional[torch.device] = None,
+                 shape: Optional[Sequence[Optional[int]]] = None, dims: Optional[str] = None,
+                 like: Optional[str] = None, last_dim_contiguous: bool = True) -> torch.Tensor:
+    """Validate one tensor argument; returns it unchanged.
+
+    ``shape`` entries may be None (any size). ``dims`` names the axes for messages ("[B, Hq, S, D]").
+    ``like`` names the argument the dtype/device requirement comes from ("q"), for messages.
+    """
+    if not isinstance(t, torch.Tensor):
+        raise TypeError(f"{fn}: {name} must be a torch.Tensor, got {type(t).__name__}")
+    dims_txt = f" {dims}" if dims else ""
+    if rank is not None and t.dim() != rank:
+        raise ValueError(f"{fn}: {name} must have rank {rank}{dims_txt}, got rank {t.dim()} "
+                         f"with shape {_fmt_shape(t.shape)}")
+    if dtypes is not None and t.dtype not in tuple(dtypes):
+        src = f" (same as {like})" if like else ""
+        raise TypeError(f"{fn}: {name} must have dtype {_fmt_dtypes(tuple(dtypes))}{src}, "
+                        f"got {_fmt_dtype(t.dtype)}")
+    if device is not None and t.device != torch.device(device):
+        src = f" (same as {like})" if like else ""
+        raise ValueError(f"{fn}: {name} must be on device {torch.device(device)}{src}, got {t.device}")
+    if shape is not None:
+        ok = t.dim() == len(shape) and all(e is None or int(e) == a for e, a in zip(shape, t.shape))
+        if not ok:
+            eq = f"{dims} = " if dims else ""
+            raise ValueError(f"{fn}: {name} must have shape {eq}{_fmt_shape(shape)}, "
+                             f"got {_fmt_shape(t.shape)}")
+    if last_dim_contiguous and t.dim() > 0 and t.shape[-1] > 1 and t.stride(-1) != 1:
+        raise ValueError(f"{fn}: {name} must be contiguous in its last dimension (stride(-1) == 1), "
+                         f"got strides {tuple(t.stride())}")
+    return t
+
+
+def check_nonempty(fn: str, name: str, t: torch.Tensor, dims: Optional[str] = None) -> None:
+    if any(s == 0 for s in t.shape):
+        dims_txt = f" {dims}" if dims else ""
+        raise ValueError(f"{fn}: {name} must have every dimension >= 1{dims_txt}, "
+                         f"got {_fmt_shape(t.shape)}")
+
+
+def check_launchable(fn: str, name: str, t: torch.Tensor) -> None:
+    """A CPU tensor can only run under the Triton interpreter."""
+    if t.device.type == "cpu" and not is_interpret():
+        raise ValueError(f"{fn}: {name} is on cpu; Triton kernels need a GPU device "
+                         f"(or TRITON_INTERPRET=1 set before importing triton)")
+
+
+def check_gqa(fn: str, hq: int, hkv: int, q_name: str = "q", kv_name: str = "k/v") -> int:
+    """Return G = Hq // Hkv, or raise if Hq is not a multiple of Hkv."""
+    if hkv <= 0 or hq % hkv != 0:
+        raise ValueError(f"{fn}: the head count of {q_name} (Hq={hq}) must be a multiple of the "
+                         f"head count of {kv_name} (Hkv={hkv}), i.e. Hq % Hkv == 0")
+    return hq // hkv
+
+
+def check_flag(fn: str, name: str, value: Any) -> bool:
+    if not isinstance(value, bool):
+        raise TypeError(f"{fn}: {name} must be a bool, got {type(value).__name__}")
+    return value
+
+
+def check_scale(fn: str, scale: Any, head_dim: int, name: str = "scale") -> float:
+    """Return the softmax scale as a float (default 1/sqrt(head_dim))."""
+    if scale is None:
+        return 1.0 / math.sqrt(head_dim)
+    if isinstance(scale, bool) or not isinstance(scale, numbers.Real):
+        raise TypeError(f"{fn}: {name} must be a real number or None, got {type(scale).__name__}")
+    if not math.isfinite(float(scale)):
+        raise ValueError(f"{fn}: {name} must be finite, got {scale}")
+    return float(scale)
+
+
+def check_int_range(fn: str, name: str, value: Any, lo: int, hi: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise TypeError(f"{fn}: {name} must be an int, got {type(value).__name__}")
+    if not lo <= int(value) <= hi:
+        raise ValueError(f"{fn}: {name} must be in [{lo}, {hi}], got {value}")
+    return int(value)
+
+
+def _non_overlapping(t: torch.Tensor) -> bool:
+    # Sufficient condition: sorted by stride, each stride clears the span of the smaller ones.
+    span = 1
+    for stride, size in sorted((st, sz) for sz, st in zip(t.shape, t.stride()) if sz > 1):
+        if stride < span:
+            return False
+        span += stride * (size - 1)
+    return True
+
+
+def check_output(fn: str, name: str, t: Any, *, shape: Sequence[int], dtype: torch.dtype,
+                 device: torch.device, dims: Optional[str] = None,
+                 inputs: Optional[dict] = None) -> torch.Tensor:
+    """Validate a caller-provided output buffer: exact shape, dtype, device, writable layout.
+
+    ``inputs`` maps argument names to tensors the buffer must not share memory with (kernels read
+    those from other programs while this one writes).
+    """
+    check_tensor(fn, name, t, dtypes=(dtype,), device=device, shape=shape, dims=dims)
+    if not _non_overlapping(t):
+        raise ValueError(f"{fn}: {name} must not have overlapping elements (e.g. an expanded "
+                         f"view), got strides {tuple(t.stride())} for shape {_fmt_shape(t.shape)}")
+    for other_name, other in (inputs or {}).items():
+        if (isinstance(other, torch.Tensor) and other.device == t.device and t.numel() and other.numel()
+                and t.untyped_storage().data_ptr() == other.untyped_storage().data_ptr()):
+            raise ValueError(f"{fn}: {name} must not share memory with {other_name}")
+    return t
+
+
+@dataclass
+class LaunchPlan:
+    """One kernel launch, fully specified: ``kernel[grid](*args, **meta)``.
+
+    ``then`` chains a follow-up launch (e.g. a split-KV merge) that must run after this one.
+    A compile-only tier can compile every plan in ``chain()`` without launching.
+    """
+    kernel: Any
+    grid: tuple
+    args: tuple
+    meta: dict = field(default_factory=dict)
+    then: Optional["LaunchPlan"] = None
+
+    def chain(self) -> Iterator["LaunchPlan"]:
+        p: Optional[LaunchPlan] = self
+        while p is not None:
+            yield p
+            p = p.then
+
+
+def launch(plan: LaunchPlan) -> None:
+    for p in plan.chain():
+        p.kernel[p.grid](*p.args, **p.meta)

@@ -1,0 +1,239 @@
+"""Dense decode attention (one query token) in Triton, with GQA packing and optional split-KV.
+
+One program per (batch, KV head, KV split) loads the G = Hq / Hkv query heads that share the KV
+head as the M dimension of ``tl.dot`` (padded to >= 16 rows, masked), so K/V are read once per
+group instead of once per query head. When a split has more than one program per (batch, KV
+head), each writes a partial output and its LSE to fp32 scratch and a second kernel merges them.
+
+``decode`` validates, asks ``decode_plan`` for the launch (chain), then launches it.
+"""
+from __future__ import annotations
+
+from typing import Optional
+
+import torch
+import triton
+import triton.language as tl
+
+from ._checks import (FLOAT_DTYPES, LaunchPlan, check_flag, check_gqa, check_int_range,
+                      check_launchable, check_nonempty, check_output, check_scale, check_tensor,
+                      is_interpret, launch, next_pow2)
+
+LOG2E = 1.4426950408889634
+MAX_HEAD_DIM = 256
+# H100 has 132 SMs: split S until (batch x KV heads x splits) gives about two waves.
+TARGET_PROGRAMS = 256
+MIN_SPLIT_LEN = 512
+
+
+@triton.jit
+def _decode_fwd(
+    Q, K, V, O, LSE,
+    stride_qb, stride_qh,
+    stride_kb, stride_kh, stride_ks,
+    stride_vb, stride_vh, stride_vs,
+    stride_ob, stride_oh, stride_osplit,
+    stride_lb, stride_lh, stride_lsplit,
+    Hkv, S, D, G, SPLIT_LEN, qk_scale,
+    RETURN_LSE: tl.constexpr, DOT_PRECISION: tl.constexpr,
+    BLOCK_G: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
+):
+    pid_bk = tl.program_id(0)
+    split = tl.program_id(1)
+    b = (pid_bk // Hkv).to(tl.int64)
+    hk = (pid_bk % Hkv).to(tl.int64)
+    offs_g = tl.arange(0, BLOCK_G)
+    offs_n = tl.arange(0, BLOCK_N)
+    offs_d = tl.arange(0, BLOCK_D)
+    heads = hk * G + offs_g
+    d_ok = offs_d[None, :] < D
+    io_mask = (offs_g[:, None] < G) & d_ok
+
+    # Padding rows (g >= G) load zeros: finite scores, never stored.
+    q = tl.load(Q + b * stride_qb + heads[:, None] * stride_qh + offs_d[None, :], mask=io_mask, other=0.0)
+    k_base = K + b * stride_kb + hk * stride_kh
+    v_base = V + b * stride_vb + hk * stride_vh
+
+    # The planner makes every split non-empty, so the first tile has a visible key in every row.
+    start = split * SPLIT_LEN
+    end = tl.minimum(start + SPLIT_LEN, S)
+    m_i = tl.full([BLOCK_G], float("-inf"), dtype=tl.float32)
+    l_i = tl.zeros([BLOCK_G], dtype=tl.float32)
+    acc = tl.zeros([BLOCK_G, BLOCK_D], dtype=tl.float32)
+    for n in range(start, end, BLOCK_N):
+        cols = n + offs_n
+        kv_mask = (cols[:, None] < end) & d_ok
+        k = tl.load(k_base + cols[:, None] * stride_ks + offs_d[None, :], mask=kv_mask, other=0.0)
+        v = tl.load(v_base + cols[:, None] * stride_vs + offs_d[None, :], mask=kv_mask, other=0.0)
+        s = tl.dot(q, tl.trans(k), input_precision=DOT_PRECISION) * qk_scale  # base-2 units
+        s = tl.where(cols[None, :] < end, s, float("-inf"))
+        m_new = tl.maximum(m_i, tl.max(s, 1))
+        alpha = tl.exp2(m_i - m_new)
+        p = tl.exp2(s - m_new[:, None])
+        l_i = l_i * alpha + tl.sum(p, 1)
+        acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision=DOT_PRECISION)
+        m_i = m_new
+
+    o = acc / l_i[:, None]
+    tl.store(O + b * stride_ob + heads[:, None] * stride_oh + split * stride_osplit + offs_d[None, :],
+             o.to(O.dtype.element_ty), mask=io_mask)
+    if RETURN_LSE:
+        lse = (m_i + tl.log2(l_i)) * 0.6931471805599453  # natural log
+        tl.store(LSE + b * stride_lb + heads * stride_lh + split * stride_lsplit, lse, mask=offs_g < G)
+
+
+@triton.jit
+def _decode_merge(
+    OP, LP, O, LSE,
+    stride_pb, stride_ph, stride_ps,
+    stride_pl_b, stride_pl_h, stride_pl_s,
+    stride_ob, stride_oh,
+    stride_lb, stride_lh,
+    Hq, D, NUM_SPLITS,
+    RETURN_LSE: tl.constexpr, BLOCK_SPLITS: tl.constexpr, BLOCK_D: tl.constexpr,
+):
+    pid = tl.program_id(0)
+    b = (pid // Hq).to(tl.int64)
+    h = (pid % Hq).to(tl.int64)
+    offs_s = tl.arange(0, BLOCK_SPLITS)
+    offs_d = tl.arange(0, BLOCK_D)
+    s_ok = offs_s < NUM_SPLITS
+    d_ok = offs_d < D
+    # Each split holds its normalised output o_i and lse_i: o = sum_i e^(lse_i - m) o_i / sum_i e^(lse_i - m).
+    lse_p = tl.load(LP + b * stride_pl_b + h * stride_pl_h + offs_s * stride_pl_s, mask=s_ok, other=float("-inf"))
+    o_p = tl.load(OP + b * stride_pb + h * stride_ph + offs_s[:, None] * stride_ps + offs_d[None, :],
+                  mask=s_ok[:, None] & d_ok[None, :], other=0.0)
+    m = tl.max(lse_p, 0)
+    w = tl.exp(lse_p - m)
+    w_sum = tl.sum(w, 0)
+    o = tl.sum(o_p * w[:, None], 0) / w_sum
+    tl.store(O + b * stride_ob + h * stride_oh + offs_d, o.to(O.dtype.element_ty), mask=d_ok)
+    if RETURN_LSE:
+        tl.store(LSE + b * stride_lb + h * stride_lh, m + tl.log(w_sum))
+
+
+def _dot_precision(dtype: torch.dtype):
+    # fp32 inputs get true fp32 products (tf32 would cost ~1e-3 relative); 16-bit: backend default.
+    return "ieee" if dtype == torch.float32 else None
+
+
+def decode_config(B: int, Hkv: int, S: int, D: int, G: int, dtype: torch.dtype, interpret: bool,
+                  num_splits: Optional[int] = None) -> dict:
+    """Tiles, launch meta and the KV split: BLOCK_G, BLOCK_N, BLOCK_D, num_warps, num_stages,
+    SPLIT_LEN, NUM_SPLITS (every split non-empty)."""
+    block_d = max(16, next_pow2(D))
+    block_g = max(16, next_pow2(G))  # tl.dot needs M >= 16
+    if interpret:
+        # Few, large programs: the interpreter's cost grows with program count.
+        block_n, warps, stages = min(128, max(16, next_pow2(S))), 4, 1
+        auto_splits = triton.cdiv(S, MIN_SPLIT_LEN)  # still exercises the merge for S > 512
+    else:
+        if dtype.itemsize == 2:
+            block_n, warps, stages = (64, 4, 3) if block_d <= 128 else (32, 4, 2)
+        else:
+            block_n, warps, stages = (32, 4, 3) if block_d <= 128 else (16, 4, 2)
+        auto_splits = max(1, min(triton.cdiv(TARGET_PROGRAMS, B * Hkv), triton.cdiv(S, MIN_SPLIT_LEN)))
+    want = auto_splits if num_splits is None else num_splits
+    split_len = triton.cdiv(triton.cdiv(S, want), block_n) * block_n
+    return dict(BLOCK_G=block_g, BLOCK_N=block_n, BLOCK_D=block_d, num_warps=warps,
+                num_stages=stages, SPLIT_LEN=split_len, NUM_SPLITS=triton.cdiv(S, split_len))
+
+
+def decode_plan(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor,
+                lse: Optional[torch.Tensor], *, scale: float, num_splits: Optional[int] = None,
+                interpret: Optional[bool] = None) -> LaunchPlan:
+    """The launch chain for validated inputs and allocated outputs (``lse`` None: no LSE).
+
+    With more than one KV split, the plan allocates fp32 scratch for the partial results and its
+    ``then`` is the merge launch.
+    """
+    B, Hq, _, D = q.shape
+    Hkv, S = k.shape[1], k.shape[2]
+    G = Hq // Hkv
+    interpret = is_interpret() if interpret is None else interpret
+    cfg = decode_config(B, Hkv, S, D, G, q.dtype, interpret, num_splits)
+    splits = cfg.pop("NUM_SPLITS")
+    split_len = cfg.pop("SPLIT_LEN")
+    return_lse = lse is not None
+    if splits == 1:
+        o_dst, l_dst, write_lse = out, (lse if return_lse else out), return_lse
+        o_strides = (out.stride(0), out.stride(1), 0)
+        l_strides = (lse.stride(0), lse.stride(1), 0) if return_lse else (0, 0, 0)
+    else:
+        o_dst = torch.empty((B, Hq, splits, D), dtype=torch.float32, device=q.device)
+        l_dst = torch.empty((B, Hq, splits), dtype=torch.float32, device=q.device)
+        write_lse = True
+        o_strides, l_strides = o_dst.stride()[:3], l_dst.stride()
+    args = (q, k, v, o_dst, l_dst,
+            q.stride(0), q.stride(1),
+            k.stride(0), k.stride(1), k.stride(2),
+            v.stride(0), v.stride(1), v.stride(2),
+            *o_strides, *l_strides,
+            Hkv, S, D, G, split_len, float(scale) * LOG2E)
+    meta = dict(RETURN_LSE=write_lse, DOT_PRECISION=_dot_precision(q.dtype), **cfg)
+    plan = LaunchPlan(kernel=_decode_fwd, grid=(B * Hkv, splits), args=args, meta=meta)
+    if splits > 1:
+        merge_args = (o_dst, l_dst, out, lse if return_lse else out,
+                      *o_dst.stride()[:3], *l_dst.stride(),
+                      out.stride(0), out.stride(1),
+                      *((lse.stride(0), lse.stride(1)) if return_lse else (0, 0)),
+                      Hq, D, splits)
+        merge_meta = dict(RETURN_LSE=return_lse, BLOCK_SPLITS=next_pow2(splits),
+                          BLOCK_D=cfg["BLOCK_D"], num_warps=4, num_stages=1)
+        plan.then = LaunchPlan(kernel=_decode_merge, grid=(B * Hq,), args=merge_args, meta=merge_meta)
+    return plan
+
+
+def _validate(q, k, v, scale, return_lse, out, lse, num_splits) -> float:
+    fn = "decode"
+    check_tensor(fn, "q", q, rank=4, dims="[B, Hq, 1, D]", dtypes=FLOAT_DTYPES)
+    check_nonempty(fn, "q", q, "[B, Hq, 1, D]")
+    B, Hq, _, D = q.shape
+    check_tensor(fn, "q", q, shape=(B, Hq, 1, D), dims="[B, Hq, 1, D]")
+    if D > MAX_HEAD_DIM:
+        raise ValueError(f"{fn}: q head dim D must be <= {MAX_HEAD_DIM}, got {D}")
+    check_tensor(fn, "k", k, rank=4, dims="[B, Hkv, S, D]", dtypes=(q.dtype,), device=q.device, like="q")
+    check_nonempty(fn, "k", k, "[B, Hkv, S, D]")
+    Hkv, S = k.shape[1], k.shape[2]
+    kv_shape = (B, Hkv, S, D)
+    check_tensor(fn, "k", k, shape=kv_shape, dims="[B, Hkv, S, D]")
+    check_tensor(fn, "v", v, rank=4, dims="[B, Hkv, S, D]", dtypes=(q.dtype,), device=q.device,
+                 like="q", shape=kv_shape)
+    check_gqa(fn, Hq, Hkv)
+    check_flag(fn, "return_lse", return_lse)
+    scale = check_scale(fn, scale, D)
+    if num_splits is not None:
+        check_int_range(fn, "num_splits", num_splits, 1, S)
+    inputs = {"q": q, "k": k, "v": v}
+    if out is not None:
+        check_output(fn, "out", out, shape=(B, Hq, 1, D), dtype=q.dtype, device=q.device,
+                     dims="[B, Hq, 1, D]", inputs=inputs)
+    if lse is not None:
+        if not return_lse:
+            raise ValueError(f"{fn}: lse buffer given but return_lse=False")
+        check_output(fn, "lse", lse, shape=(B, Hq, 1), dtype=torch.float32, device=q.device,
+                     dims="[B, Hq, 1]", inputs=inputs)
+        if out is not None and lse.untyped_storage().data_ptr() == out.untyped_storage().data_ptr():
+            raise ValueError(f"{fn}: lse must not share memory with out")
+    check_launchable(fn, "q", q)
+    return scale
+
+
+def decode(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, scale: Optional[float] = None,
+           return_lse: bool = False, out: Optional[torch.Tensor] = None,
+           lse: Optional[torch.Tensor] = None, num_splits: Optional[int] = None,
+           ) -> tuple[torch.Tensor, Optional[torch.Tensor]]:
+    """One-token attention: q [B, Hq, 1, D], k/v [B, Hkv, S, D] -> (o [B, Hq, 1, D], lse [B, Hq, 1] | None).
+
+    Same dtype/GQA/scale/LSE/layout rules as ``prefill``. ``num_splits`` (optional, 1..S) asks for
+    that many KV splits (rounded so every split is non-empty); default: chosen by ``decode_config``.
+    """
+    scale = _validate(q, k, v, scale, return_lse, out, lse, num_splits)
+    B, Hq, _, D = q.shape
+    if out is None:
+        out = torch.empty_like(q, memory_format=torch.contiguous_format)
+    if return_lse and lse is None:
+        lse = torch.empty((B, Hq, 1), dtype=torch.float32, device=q.device)
+    plan = decode_plan(q, k, v, out, lse if return_lse else None, scale=scale, num_splits=num_splits)
+    launch(plan)
+    return out, (lse if return_lse else None)

@@ -1,0 +1,1 @@
+"""Plain, vectorized PyTorch references for every kernel family."""

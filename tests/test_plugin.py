@@ -1,0 +1,99 @@
+"""The plugin end to end, through real pytest runs in a subprocess."""
+import json
+
+import pytest
+
+DECODE_CASE = "cases/test_decode.py::test_decode[fp16-B2-Hq8-Hkv2-S17-D64-lse]"
+
+
+def test_quick_profile_under_xdist_passes_records_every_case_and_writes_the_report(run_suite):
+    run = run_suite("-n", "2")
+    assert run.returncode == 0, run.output[-3000:]
+    outcomes = run.outcomes()
+    assert set(outcomes.values()) <= {"pass", "xfail"}
+    assert {r["family"] for r in run.records} >= {"prefill", "decode", "probes"}
+    assert {r["worker"] for r in run.records} == {"gw0", "gw1"}
+    assert all(r["env"]["triton"] and r["env"]["torch"] for r in run.records)
+    for r in run.records:
+        if r["outcome"] == "pass":
+            assert r["headroom"] >= 1 and all(m["allowed"] > 0 for m in r["metrics"].values())
+        assert r["repro"].startswith("pytest '") and "--device cpu" in r["repro"]
+    xfails = [r for r in run.records if r["outcome"] == "xfail"]
+    assert xfails and all(r["known_failure"]["id"] == "interp_bf16_dot" for r in xfails)
+    html = run.report.read_text()
+    assert "decode" in html and "prefill" in html
+
+
+def test_a_case_reproduces_alone_with_its_repro_command(run_suite):
+    run = run_suite(DECODE_CASE)
+    (rec,) = run.records
+    assert rec["outcome"] == "pass" and rec["case_id"] == "decode[fp16-B2-Hq8-Hkv2-S17-D64-lse]"
+    again = run_suite(DECODE_CASE).records[0]
+    assert again["metrics"] == rec["metrics"]  # same inputs from the same id: same numbers
+
+
+def test_a_hung_case_is_stopped_and_recorded_as_timeout(run_suite):
+    run = run_suite(DECODE_CASE, "--impl", "decode=tests.planted:decode_hangs", "--case-timeout", "2")
+    (rec,) = run.records
+    assert rec["outcome"] == "timeout" and "Timeout" in rec["message"]
+
+
+def test_a_dead_worker_is_recorded_as_crash_and_the_run_goes_on(run_suite):
+    run = run_suite("cases/test_decode.py", "-n", "1", "-k", "S17 and fp16",
+                    "--impl", "decode=tests.planted:decode_crashes")
+    assert run.records, run.output[-2000:]
+    assert {r["outcome"] for r in run.records} == {"crash"}
+    assert len(run.records) == len({r["case_id"] for r in run.records}) >= 2  # went on past the first
+    assert all(r["params"].get("S") == 17 for r in run.records)
+    assert run.report.exists()
+
+
+def test_stale_ledger_entry_turns_into_a_strict_xpass(run_suite):
+    run = run_suite("cases/test_decode.py", "-k", "fp16 and S17", "-o", "attnsuite_ledger=tests.ledger_stale")
+    assert run.records and {r["outcome"] for r in run.records} == {"xpass"}
+    assert run.returncode == 1
+
+
+def test_ledger_does_not_hide_a_different_failure(run_suite):
+    run = run_suite(DECODE_CASE, "--impl", "decode=tests.planted:decode_wrong_kv_head",
+                    "-o", "attnsuite_ledger=tests.ledger_other_message")
+    (rec,) = run.records
+    assert rec["outcome"] == "fail" and rec["stage"] == "numeric"
+
+
+@pytest.mark.parametrize("device,missing", [("cuda", "no usable CUDA GPU"), ("npu", "torch_npu")])
+def test_unavailable_device_stops_at_once_with_one_line(run_suite, device, missing):
+    run = run_suite("--device", device)
+    assert run.returncode == 4
+    errors = [line for line in run.output.splitlines() if line.startswith("ERROR:")]
+    assert len(errors) == 1 and missing in errors[0] and f"--device {device}" in errors[0]
+    assert "Traceback" not in run.output and not run.records
+
+
+def test_unavailable_device_under_xdist_also_stops_before_spawning(run_suite):
+    run = run_suite("--device", "cuda", "-n", "2")
+    assert run.returncode == 4 and "no usable CUDA GPU" in run.output
+    assert "Traceback" not in run.output
+
+
+def test_bad_impl_spec_is_a_usage_error(run_suite):
+    run = run_suite(DECODE_CASE, "--impl", "decode=no.such.module:fn")
+    assert run.returncode == 4 and "--impl" in run.output
+
+
+def test_report_rerenders_and_merges_runs(run_suite, tmp_path):
+    import subprocess
+    import sys
+
+    from tests.conftest import ROOT
+
+    first = run_suite(DECODE_CASE)
+    second = run_suite("cases/test_prefill.py", "-k", "S17 and fp16 and D64")
+    dirs = [str(first.report.parent / "records"), str(second.report.parent / "records")]
+    out = tmp_path / "merged.html"
+    proc = subprocess.run([sys.executable, "-m", "attnsuite.report", *dirs, "-o", str(out)],
+                          cwd=ROOT, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    html = out.read_text()
+    assert "decode[fp16-B2-Hq8-Hkv2-S17-D64-lse]" in html and "prefill[fp16-B2-Hq2-Hkv2-S17-D64-causal-lse]" in html
+    assert json.loads(json.dumps(first.records[0]))["schema"] == 1
