@@ -19,3 +19,16 @@ def qkv(gen: torch.Generator, B: int, Hq: int, Hkv: int, Sq: int, Skv: int, D: i
 
 def heads(B: int, Hq: int, Hkv: int) -> str:
     return f"B{B}-Hq{Hq}-Hkv{Hkv}"
+
+
+def lse_if(case, o: torch.Tensor, lse) -> dict:
+    """The outputs a case checks: ``o``, plus ``lse`` when the case asks for it."""
+    return {"o": o, "lse": lse} if case["lse"] else {"o": o}
+
+
+def attention_outputs(case, o_shape: tuple, lse_shape: tuple) -> dict:
+    """Output specs: ``o`` in the case dtype, plus an fp32 ``lse`` when the case asks for it."""
+    specs = {"o": (tuple(o_shape), case.dtype)}
+    if case["lse"]:
+        specs["lse"] = (tuple(lse_shape), torch.float32)
+    return specs

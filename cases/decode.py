@@ -2,14 +2,12 @@
 k/v [B, Hkv, S, D], GQA."""
 from __future__ import annotations
 
-import torch
-
 from attnsuite.case import grid, make_cases, unique
 from attnsuite.family import Family
 from kernels.decode import decode
 from references.attention import decode_reference
 
-from ._attention import heads, qkv
+from ._attention import attention_outputs, heads, lse_if, qkv
 
 
 def label(p) -> str:
@@ -49,19 +47,16 @@ class Decode(Family):
 
     def output_specs(self, case, inputs):
         B, Hq, _, D = inputs["q"].shape
-        specs = {"o": ((B, Hq, 1, D), case.dtype)}
-        if case["lse"]:
-            specs["lse"] = ((B, Hq, 1), torch.float32)
-        return specs
+        return attention_outputs(case, (B, Hq, 1, D), (B, Hq, 1))
 
     def call(self, impl, case, inputs, outputs):
         o, lse = impl(inputs["q"], inputs["k"], inputs["v"], return_lse=case["lse"],
                       out=outputs["o"], lse=outputs.get("lse"))
-        return {"o": o, "lse": lse} if case["lse"] else {"o": o}
+        return lse_if(case, o, lse)
 
     def reference(self, case, inputs, compute_dtype):
         o, lse = decode_reference(inputs["q"], inputs["k"], inputs["v"], compute_dtype=compute_dtype)
-        return {"o": o, "lse": lse} if case["lse"] else {"o": o}
+        return lse_if(case, o, lse)
 
 
 FAMILY = Decode()

@@ -2,14 +2,12 @@
 GQA, optional natural-log LSE."""
 from __future__ import annotations
 
-import torch
-
 from attnsuite.case import grid, make_cases, unique
 from attnsuite.family import Family
 from kernels.prefill import prefill
 from references.attention import prefill_reference
 
-from ._attention import heads, qkv
+from ._attention import attention_outputs, heads, lse_if, qkv
 
 
 def label(p) -> str:
@@ -56,20 +54,17 @@ class Prefill(Family):
 
     def output_specs(self, case, inputs):
         B, Hq, S, D = inputs["q"].shape
-        specs = {"o": ((B, Hq, S, D), case.dtype)}
-        if case["lse"]:
-            specs["lse"] = ((B, Hq, S), torch.float32)
-        return specs
+        return attention_outputs(case, (B, Hq, S, D), (B, Hq, S))
 
     def call(self, impl, case, inputs, outputs):
         o, lse = impl(inputs["q"], inputs["k"], inputs["v"], causal=case["causal"],
                       return_lse=case["lse"], out=outputs["o"], lse=outputs.get("lse"))
-        return {"o": o, "lse": lse} if case["lse"] else {"o": o}
+        return lse_if(case, o, lse)
 
     def reference(self, case, inputs, compute_dtype):
         o, lse = prefill_reference(inputs["q"], inputs["k"], inputs["v"], causal=case["causal"],
                                    compute_dtype=compute_dtype)
-        return {"o": o, "lse": lse} if case["lse"] else {"o": o}
+        return lse_if(case, o, lse)
 
 
 FAMILY = Prefill()

@@ -20,6 +20,12 @@ import torch
 
 FLOAT_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 
+#: ``input_precision`` for every ``tl.dot``, always spelled out: "ieee" keeps fp32 products exact
+#: (tf32 costs ~1e-3 relative) and changes nothing for 16-bit operands, while leaving it None
+#: (the backend default) stops triton-ascend 3.2's frontend with "'NPUOptions' object has no
+#: attribute 'default_dot_input_precision'".
+DOT_INPUT_PRECISION = "ieee"
+
 
 def is_interpret() -> bool:
     """True when Triton runs kernels in its CPU interpreter (read at call time)."""
@@ -177,3 +183,42 @@ class LaunchPlan:
 def launch(plan: LaunchPlan) -> None:
     for p in plan.chain():
         p.kernel[p.grid](*p.args, **p.meta)
+
+
+# --- Index tensors (page tables, token lists): dtype/device/rank, then their contents. ---
+
+def check_index_tensor(fn: str, name: str, t: Any, *, device: torch.device, rank: int,
+                       shape: Optional[Sequence[Optional[int]]] = None, dims: Optional[str] = None,
+                       like: str = "q") -> torch.Tensor:
+    """An int32 index tensor on ``device`` with the given rank (and shape); returns it unchanged.
+
+    The message for a wrong dtype reads e.g. ``paged_decode: kv_page_indices must be int32, got int64``.
+    """
+    if not isinstance(t, torch.Tensor):
+        raise TypeError(f"{fn}: {name} must be a torch.Tensor, got {type(t).__name__}")
+    if t.dtype != torch.int32:
+        raise TypeError(f"{fn}: {name} must be int32, got {_fmt_dtype(t.dtype)}")
+    return check_tensor(fn, name, t, rank=rank, device=device, like=like, shape=shape, dims=dims)
+
+
+def check_values_in_range(fn: str, name: str, t: torch.Tensor, lo: Any, hi: Any, *,
+                          where: Optional[torch.Tensor] = None, what: str = "values",
+                          closed: bool = False) -> None:
+    """Data-dependent check (reads ``t``: a device sync): every element of ``t`` (only where
+    ``where`` is True, if given) lies in ``[lo, hi)`` (``[lo, hi]`` with ``closed``). ``lo``/``hi``
+    are numbers or tensors that broadcast against ``t``. The message names the first offending
+    element, its value and the bounds.
+    """
+    lo_t = torch.as_tensor(lo, device=t.device)
+    hi_t = torch.as_tensor(hi, device=t.device)
+    bad = (t < lo_t) | ((t > hi_t) if closed else (t >= hi_t))
+    if where is not None:
+        bad = bad & where
+    if not bool(bad.any()):
+        return
+    pos = tuple(int(i) for i in bad.nonzero()[0])
+    lo_v = lo_t.expand_as(t)[pos].item() if lo_t.dim() else lo_t.item()
+    hi_v = hi_t.expand_as(t)[pos].item() if hi_t.dim() else hi_t.item()
+    at = f" at index {list(pos)}" if t.dim() else ""
+    close = "]" if closed else ")"
+    raise ValueError(f"{fn}: {name} {what} must be in [{lo_v}, {hi_v}{close}, got {t[pos].item()}{at}")

@@ -15,7 +15,7 @@ import torch
 import triton
 import triton.language as tl
 
-from ._checks import (FLOAT_DTYPES, LaunchPlan, check_flag, check_gqa, check_int_range,
+from ._checks import (DOT_INPUT_PRECISION, FLOAT_DTYPES, LaunchPlan, check_flag, check_gqa, check_int_range,
                       check_launchable, check_nonempty, check_output, check_scale, check_tensor,
                       is_interpret, launch, next_pow2)
 
@@ -112,10 +112,6 @@ def _decode_merge(
         tl.store(LSE + b * stride_lb + h * stride_lh, m + tl.log(w_sum))
 
 
-def _dot_precision(dtype: torch.dtype):
-    # fp32 inputs get true fp32 products (tf32 would cost ~1e-3 relative); 16-bit: backend default.
-    return "ieee" if dtype == torch.float32 else None
-
 
 def decode_config(B: int, Hkv: int, S: int, D: int, G: int, dtype: torch.dtype, interpret: bool,
                   num_splits: Optional[int] = None) -> dict:
@@ -170,7 +166,7 @@ def decode_plan(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Te
             v.stride(0), v.stride(1), v.stride(2),
             *o_strides, *l_strides,
             Hkv, S, D, G, split_len, float(scale) * LOG2E)
-    meta = dict(RETURN_LSE=write_lse, DOT_PRECISION=_dot_precision(q.dtype), **cfg)
+    meta = dict(RETURN_LSE=write_lse, DOT_PRECISION=DOT_INPUT_PRECISION, **cfg)
     plan = LaunchPlan(kernel=_decode_fwd, grid=(B * Hkv, splits), args=args, meta=meta)
     if splits > 1:
         merge_args = (o_dst, l_dst, out, lse if return_lse else out,

@@ -12,7 +12,7 @@ import torch
 import triton
 import triton.language as tl
 
-from ._checks import (FLOAT_DTYPES, LaunchPlan, check_flag, check_gqa, check_launchable,
+from ._checks import (DOT_INPUT_PRECISION, FLOAT_DTYPES, LaunchPlan, check_flag, check_gqa, check_launchable,
                       check_nonempty, check_output, check_scale, check_tensor, is_interpret, launch,
                       next_pow2)
 
@@ -85,10 +85,6 @@ def _prefill_fwd(
         tl.store(LSE + b * stride_lb + h * stride_lh + offs_m, lse, mask=offs_m < S)
 
 
-def _dot_precision(dtype: torch.dtype):
-    # fp32 inputs get true fp32 products (tf32 would cost ~1e-3 relative); 16-bit: backend default.
-    return "ieee" if dtype == torch.float32 else None
-
 
 def prefill_config(S: int, D: int, dtype: torch.dtype, interpret: bool) -> dict:
     """Tile sizes and launch meta for one call: BLOCK_M, BLOCK_N, BLOCK_D, num_warps, num_stages."""
@@ -134,7 +130,7 @@ def prefill_plan(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.T
             out.stride(0), out.stride(1), out.stride(2),
             *lse_strides,
             Hq, S, D, Hq // Hkv, float(scale) * LOG2E)
-    meta = dict(CAUSAL=bool(causal), RETURN_LSE=return_lse, DOT_PRECISION=_dot_precision(q.dtype),
+    meta = dict(CAUSAL=bool(causal), RETURN_LSE=return_lse, DOT_PRECISION=DOT_INPUT_PRECISION,
                 **cfg)
     grid = (triton.cdiv(S, cfg["BLOCK_M"]), B * Hq)
     return LaunchPlan(kernel=_prefill_fwd, grid=grid, args=args, meta=meta)

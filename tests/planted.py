@@ -6,6 +6,8 @@ import math
 import os
 import time
 
+import torch
+
 from kernels.decode import decode
 from kernels.prefill import prefill
 
@@ -41,3 +43,37 @@ def decode_modifies_k(q, k, v, **kw):
     k.mul_(1.0)
     k[..., 0, 0] = math.pi
     return decode(q, k, v, **kw)
+
+
+def paged_decode_ignores_last_page_len(q, kv_cache, indptr, indices, last, **kw):
+    """Treats every last page as full: reads the stale tail of the last page."""
+    from kernels.paged_decode import paged_decode
+
+    page_size = kv_cache.shape[3] if kw.get("layout", "HND") == "HND" else kv_cache.shape[2]
+    full = torch.where(last > 0, torch.full_like(last, page_size), last)
+    return paged_decode(q, kv_cache, indptr, indices, full, **kw)
+
+
+def sparse_decode_drops_last_token(q, k, v, sparse_ind, sparse_nnz, **kw):
+    """Off by one at the end of each index row."""
+    from kernels.sparse_decode import sparse_decode
+
+    return sparse_decode(q, k, v, sparse_ind, (sparse_nnz - 1).clamp(min=0), **kw)
+
+
+def sparse_paged_decode_wrong_kv_head(q, kv_cache, indptr, indices, sparse_ind, sparse_nnz, **kw):
+    """Query head h reads KV head h % Hkv (the cache's heads tiled) instead of h // G."""
+    from kernels.sparse_paged_decode import sparse_paged_decode
+
+    axis = 2 if kw.get("layout", "HND") == "HND" else 3
+    reps = [1] * kv_cache.dim()
+    reps[axis] = q.shape[1] // kv_cache.shape[axis]
+    tiled = kv_cache.repeat(*reps)
+    return sparse_paged_decode(q, tiled, indptr, indices, sparse_ind, sparse_nnz, **kw)
+
+
+def magicpig_decode_swaps_k_and_l(q, kv_cache, indptr, indices, sparse_ind, sparse_nnz, K, L, **kw):
+    """The LSH parameters passed in the wrong order."""
+    from kernels.magicpig_decode import magicpig_decode
+
+    return magicpig_decode(q, kv_cache, indptr, indices, sparse_ind, sparse_nnz, L, K, **kw)

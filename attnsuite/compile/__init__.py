@@ -1,0 +1,49 @@
+"""Compile-only checks: compile every launch of a ``LaunchPlan`` for a target without running it.
+
+    from attnsuite.compile import compile_plan
+    outcomes = compile_plan(prefill_plan(q, k, v, o, None, causal=True, scale=s, interpret=False),
+                            "sm_90")          # or "sm_80", "Ascend910B2"
+
+Targets: "sm_NN" / "cuda:NN" need upstream Triton (3.6 - 3.9); "AscendXXX" / "npu:AscendXXX"
+need triton-ascend (see ``npu``). The two cannot share an environment: ``toolchain.installed()``
+says which one is here, and asking for the other raises ``ToolchainUnavailable``.
+
+Works whether or not ``TRITON_INTERPRET=1`` was set when the kernels were imported (see
+``jitfn``). Tensor arguments may live on the CPU: only their dtype and alignment matter.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from . import toolchain
+from .result import FAIL, PASS, CompileOutcome, trim_message
+from .toolchain import ToolchainUnavailable
+
+__all__ = ["CompileOutcome", "ToolchainUnavailable", "compile_plan", "compile_link", "target_kind",
+           "toolchain", "PASS", "FAIL", "trim_message"]
+
+
+def target_kind(target: str) -> str:
+    """"cuda" or "npu" for a target string; ValueError for anything else."""
+    from . import cuda, npu
+
+    if npu.is_npu_target(target):
+        return "npu"
+    cuda.parse_target(target)
+    return "cuda"
+
+
+def compile_link(link: Any, target: str, **options) -> CompileOutcome:
+    """Compile one launch (an object with ``kernel``, ``grid``, ``args``, ``meta``)."""
+    if target_kind(target) == "npu":
+        from . import npu
+        return npu.compile_link(link, target, **options)
+    from . import cuda
+    return cuda.compile_link(link, target, **options)
+
+
+def compile_plan(plan: Any, target: str, **options) -> list[CompileOutcome]:
+    """One CompileOutcome per link of ``plan.chain()``, in launch order. Compile failures are
+    outcomes, not exceptions; a missing toolchain raises ToolchainUnavailable."""
+    links = list(plan.chain()) if hasattr(plan, "chain") else [plan]
+    return [compile_link(link, target, **options) for link in links]

@@ -1,0 +1,33 @@
+"""Shared vocabulary of the sparse-token families: the selection parameters and their label."""
+from __future__ import annotations
+
+from . import _paged
+
+#: Keyword defaults of a token selection (see _paged.selection).
+SELECTION = dict(keep=0.2, order="shuffled", dup=False, empty=False, pad="-1", extra=0)
+
+
+def selection_label(p) -> str:
+    parts = [f"keep{p['keep']:g}", p["order"]]
+    if p["dup"]:
+        parts.append("dup")
+    if p["empty"]:
+        parts.append("empty")
+    if p["pad"] != "-1":
+        parts.append(f"pad_{p['pad']}")
+    if p["extra"]:
+        parts.append(f"Lmax+{p['extra']}")
+    return "-".join(parts)
+
+
+def select_tokens(gen, case, lengths):
+    return _paged.selection(gen, lengths, case["Hq"], case["keep"], order=case["order"],
+                            duplicates=case["dup"], empty_rows=case["empty"], pad=case["pad"],
+                            extra=case["extra"])
+
+
+#: Selection variants every sparse family runs in its quick profile.
+QUICK_SELECTIONS = [
+    dict(keep=0.01), dict(keep=0.05, order="sorted"), dict(keep=0.2), dict(keep=1.0),
+    dict(keep=0.2, dup=True), dict(keep=0.2, empty=True), dict(keep=0.2, pad="garbage", extra=7),
+]

@@ -1,0 +1,119 @@
+"""MagicPIG sampled decode (kernels.md section 7): sparse paged decode whose scores carry the
+LSH sampling correction ``-log(u)``, clamp form (see references/magicpig.py)."""
+from __future__ import annotations
+
+import torch
+
+from attnsuite.case import make_cases, unique
+from attnsuite.family import Family
+from kernels.magicpig_decode import magicpig_decode
+from references.magicpig import magicpig_decode_reference
+from references.paged import sparse_paged_decode_reference
+
+from . import sparse_paged_decode as spd
+from ._attention import attention_outputs, lse_if
+
+#: How K and L are drawn: the integers of the MagicPIG paper, the origin's float range, and a
+#: huge L that makes u == 1 for every key (the correction vanishes).
+LSH = {"int": "K10-L150", "float": "K_L_uniform1-6", "huge": "K1-L1e4"}
+
+
+def label(p) -> str:
+    cos = f"-cos_{p['cos']}" if p.get("cos") else ""
+    return f"{spd.label(p)}-{LSH[p['lsh']]}{cos}"
+
+
+def case(lsh="int", cos=None, **kw):
+    return dict(spd.case(**kw), lsh=lsh, cos=cos)
+
+
+QUICK = (
+    [case(lsh=lsh, keep=k) for lsh in ("int", "float") for k in (0.05, 0.3)]
+    + [case(lsh="int", keep=0.3, **variant) for variant in (dict(dup=True), dict(empty=True),
+                                                             dict(pad="garbage", extra=5))]
+    + [case(lsh="int", layout="NHD", placement="scattered", lengths=(0, 40, 17), keep=0.4),
+       case(lsh="float", Hq=4, Hkv=4, keep=0.2), case(lsh="int", D=128, Hq=8, Hkv=1, keep=0.2, lse=False),
+       case(lsh="int", dtype="bf16", keep=0.2)]
+    # Cosines near +1 and -1: keys parallel and anti-parallel to the query (G = 1).
+    + [case(lsh=lsh, cos="pm1", Hq=4, Hkv=4, keep=0.3) for lsh in ("int", "float")]
+    # Consistency: with u == 1 for all keys the result equals sparse paged decode.
+    + [case(lsh="huge", keep=0.3, vs="sparse_paged_decode")]
+)
+
+FULL = (
+    [case(dtype=dt, lsh=lsh, layout=lay, P=P, lengths=lens, Hq=2 * g, Hkv=2, D=d, keep=k,
+          placement="scattered")
+     for dt in ("fp16", "bf16") for lsh in ("int", "float") for lay in ("HND", "NHD")
+     for P, lens in ((16, (1, 3000)), (256, (4000, 700))) for g in (1, 4) for d in (64, 128, 256)
+     for k in (0.02, 0.2)]
+    + [case(dtype=dt, lsh=lsh, cos="pm1", Hq=4, Hkv=4, lengths=(2000, 500), keep=0.1)
+       for dt in ("fp16", "bf16") for lsh in ("int", "float")]
+    + [case(dtype=dt, lsh="huge", lengths=(3000, 1000), keep=0.1, vs="sparse_paged_decode")
+       for dt in ("fp16", "bf16")]
+)
+
+BENCH = [case(dtype=dt, lsh="int", P=256, placement="scattered", pool=1024, lengths=spd.BENCH_LENGTHS,
+              Hq=32, Hkv=8, D=256, keep=0.02, lse=False) for dt in ("fp16", "bf16")]
+
+
+def _lsh_params(gen, case, B, Hq):
+    if case["lsh"] == "int":
+        return torch.full((B, Hq), 10.0), torch.full((B, Hq), 150.0)
+    if case["lsh"] == "float":
+        return 1 + 5 * torch.rand((B, Hq), generator=gen), 1 + 5 * torch.rand((B, Hq), generator=gen)
+    return torch.full((B, Hq), 1.0), torch.full((B, Hq), 1e4)
+
+
+def _align_keys_with_queries(inputs, case):
+    """Make every selected key parallel (even slots) or anti-parallel (odd slots) to its query;
+    needs G == 1 so each KV head has one query."""
+    q, cache, ind, nnz = inputs["q"], inputs["kv_cache"], inputs["sparse_ind"], inputs["sparse_nnz"]
+    view = spd._paged.token_view(cache, case["layout"])  # [pages, 2, Hkv, P, D]
+    B, Hq, L_max = ind.shape
+    P = case["P"]
+    slot = torch.arange(L_max)
+    valid = slot[None, None, :] < nnz[:, :, None]
+    b = torch.arange(B)[:, None, None].expand(B, Hq, L_max)[valid]
+    h = torch.arange(Hq)[None, :, None].expand(B, Hq, L_max)[valid]
+    t = ind[valid].long()
+    page = inputs["kv_page_indices"][inputs["kv_page_indptr"][b].long() + t // P].long()
+    sign = torch.where(slot.expand(B, Hq, L_max)[valid] % 2 == 0, 2.0, -0.5).to(q.dtype)
+    view[page, 0, h, t % P] = q[b, h] * sign[:, None]
+
+
+class MagicPigDecode(Family):
+    name = "magicpig_decode"
+    cases = unique(make_cases(name, label, QUICK)
+                   + make_cases(name, label, FULL, profile="full")
+                   + make_cases(name, label, BENCH, profile="full", tags=["bench"]))
+    impls = {"triton": magicpig_decode}
+
+    def make_inputs(self, case, gen):
+        inputs = spd.make_sparse_paged_inputs(case, gen)
+        B, Hq, _ = inputs["q"].shape
+        inputs["K"], inputs["L"] = _lsh_params(gen, case, B, Hq)
+        if case["cos"] == "pm1":
+            _align_keys_with_queries(inputs, case)
+        return inputs
+
+    def output_specs(self, case, inputs):
+        B, Hq, D = inputs["q"].shape
+        return attention_outputs(case, (B, Hq, D), (B, Hq))
+
+    def call(self, impl, case, inputs, outputs):
+        o, lse = impl(*spd.paged_args(inputs), inputs["K"], inputs["L"], layout=case["layout"],
+                      kv_last_page_len=inputs["kv_last_page_len"], return_lse=case["lse"],
+                      out=outputs["o"], lse=outputs.get("lse"))
+        return lse_if(case, o, lse)
+
+    def reference(self, case, inputs, compute_dtype):
+        if case["vs"] == "sparse_paged_decode":
+            o, lse = sparse_paged_decode_reference(*spd.paged_args(inputs), layout=case["layout"],
+                                                   compute_dtype=compute_dtype)
+        else:
+            o, lse = magicpig_decode_reference(*spd.paged_args(inputs), inputs["K"], inputs["L"],
+                                               layout=case["layout"], compute_dtype=compute_dtype)
+        return lse_if(case, o, lse)
+
+
+FAMILY = MagicPigDecode()

@@ -1,0 +1,103 @@
+"""Paged decode (kernels.md section 4): one query token per sequence over a FlashInfer-style
+paged KV cache (HND or NHD), with a CSR page table and last_page_len."""
+from __future__ import annotations
+
+from attnsuite.case import make_cases, unique
+from attnsuite.family import Family
+from kernels.paged_decode import paged_decode
+from references.attention import decode_reference
+from references.paged import paged_decode_reference
+
+from . import _paged
+from ._attention import attention_outputs, lse_if, qkv, randn
+
+
+def label(p) -> str:
+    lengths = "_".join(map(str, p["lengths"]))
+    vs = f"-vs_{p['vs']}" if p.get("vs") else ""
+    return (f"{p['dtype']}-{p['layout']}-P{p['P']}-{p['placement']}-L{lengths}-"
+            f"Hq{p['Hq']}-Hkv{p['Hkv']}-D{p['D']}{'-lse' if p['lse'] else ''}{vs}")
+
+
+def case(dtype="fp16", layout="HND", P=16, placement="shuffled", lengths=(1, 16, 40), Hq=8, Hkv=2, D=64,
+         lse=True, vs=None, pool=None):
+    return dict(dtype=dtype, layout=layout, P=P, placement=placement, lengths=tuple(lengths), Hq=Hq,
+                Hkv=Hkv, D=D, lse=lse, vs=vs, pool=pool)
+
+
+QUICK = (
+    # Page sizes with one-page and many-page sequences, last_page_len 1 and page_size.
+    [case(P=1, lengths=(1, 7)), case(P=16, lengths=(1, 16, 40)), case(P=64, lengths=(64, 130)),
+     case(P=256, lengths=(3, 256), Hq=4, Hkv=4)]
+    # Both layouts x the three placements.
+    + [case(layout=lay, placement=pl, lengths=(17, 48)) for lay in ("HND", "NHD") for pl in _paged.PLACEMENTS]
+    # A zero-page sequence between normal ones.
+    + [case(lengths=(0, 33, 7)), case(layout="NHD", lengths=(21, 0), placement="scattered")]
+    # GQA 1, 4, 8 and head dims.
+    + [case(Hq=4, Hkv=4, lengths=(20, 9)), case(Hq=8, Hkv=1, lengths=(20, 9), lse=False),
+       case(D=128, lengths=(33,)), case(D=256, Hq=4, Hkv=1, lengths=(18,), P=16)]
+    + [case(dtype="bf16", lengths=(17, 48))]
+    # Consistency: one page per sequence holding the whole sequence equals dense decode.
+    + [case(P=64, lengths=(50, 50), placement="scattered", vs="decode")]
+)
+
+FULL = (
+    [case(dtype=dt, layout=lay, P=P, placement=pl, lengths=lens, Hq=Hkv * G, Hkv=Hkv, D=D)
+     for dt in ("fp16", "bf16") for lay in ("HND", "NHD")
+     for P, lens in ((1, (1, 300)), (16, (1, 16, 1000)), (64, (64, 4000, 0)), (256, (256, 3000, 1)))
+     for pl in ("shuffled", "scattered") for (Hkv, G) in ((2, 1), (2, 4), (1, 8)) for D in (64, 128, 256)
+     if not (D == 256 and G == 8)]
+    + [case(dtype=dt, P=P, lengths=(n, n), vs="decode", D=128) for dt in ("fp16", "bf16")
+       for P, n in ((256, 256), (256, 200), (64, 37))]
+)
+
+# The origin's bench: Hkv=8, G=4, D=256, page_size=256, 3 sequences of 270, 350, 321 pages with
+# last lengths 63, 22, 55, pages shuffled in a pool of 1024.
+BENCH_LENGTHS = (256 * 269 + 63, 256 * 349 + 22, 256 * 320 + 55)
+BENCH = [case(dtype=dt, P=256, placement="scattered", pool=1024, lengths=BENCH_LENGTHS, Hq=32, Hkv=8, D=256,
+              lse=False) for dt in ("fp16", "bf16")]
+
+
+class PagedDecode(Family):
+    name = "paged_decode"
+    cases = unique(make_cases(name, label, QUICK)
+                   + make_cases(name, label, FULL, profile="full")
+                   + make_cases(name, label, BENCH, profile="full", tags=["bench"]))
+    impls = {"triton": paged_decode}
+
+    def make_inputs(self, case, gen):
+        lengths, P = case["lengths"], case["P"]
+        indptr, indices, last, num_pages = _paged.page_table(gen, lengths, P, case["placement"], case["pool"])
+        if case["vs"] == "decode":
+            dense = qkv(gen, len(lengths), case["Hq"], case["Hkv"], 1, lengths[0], case["D"], case.dtype)
+            cache = _paged.dense_to_cache(dense["k"], dense["v"], P, case["layout"], indices, num_pages)
+            return {"q": dense["q"][:, :, 0], "kv_cache": cache, "kv_page_indptr": indptr,
+                    "kv_page_indices": indices, "kv_last_page_len": last, "k_dense": dense["k"],
+                    "v_dense": dense["v"]}
+        cache = _paged.paged_cache(gen, lengths, P, case["Hkv"], case["D"], case.dtype, case["layout"],
+                                   indptr, indices, num_pages)
+        return {"q": randn(gen, (len(lengths), case["Hq"], case["D"]), case.dtype), "kv_cache": cache,
+                "kv_page_indptr": indptr, "kv_page_indices": indices, "kv_last_page_len": last}
+
+    def output_specs(self, case, inputs):
+        B, Hq, D = inputs["q"].shape
+        return attention_outputs(case, (B, Hq, D), (B, Hq))
+
+    def call(self, impl, case, inputs, outputs):
+        o, lse = impl(inputs["q"], inputs["kv_cache"], inputs["kv_page_indptr"], inputs["kv_page_indices"],
+                      inputs["kv_last_page_len"], layout=case["layout"], return_lse=case["lse"],
+                      out=outputs["o"], lse=outputs.get("lse"))
+        return lse_if(case, o, lse)
+
+    def reference(self, case, inputs, compute_dtype):
+        if case["vs"] == "decode":
+            o, lse = decode_reference(inputs["q"][:, :, None], inputs["k_dense"], inputs["v_dense"],
+                                      compute_dtype=compute_dtype)
+            return lse_if(case, o[:, :, 0], lse[:, :, 0])
+        o, lse = paged_decode_reference(inputs["q"], inputs["kv_cache"], inputs["kv_page_indptr"],
+                                        inputs["kv_page_indices"], inputs["kv_last_page_len"],
+                                        layout=case["layout"], compute_dtype=compute_dtype)
+        return lse_if(case, o, lse)
+
+
+FAMILY = PagedDecode()

@@ -1,0 +1,77 @@
+"""Sparse-token decode over contiguous KV (kernels.md section 5): each query head attends its
+own multiset of token positions, given as padded index rows and counts."""
+from __future__ import annotations
+
+from attnsuite.case import make_cases, unique
+from attnsuite.family import Family
+from kernels.sparse_decode import sparse_decode
+from references.attention import decode_reference
+from references.sparse import sparse_decode_reference
+
+from ._attention import attention_outputs, heads, lse_if, qkv
+from ._sparse import QUICK_SELECTIONS, SELECTION, select_tokens, selection_label
+
+
+def label(p) -> str:
+    vs = f"-vs_{p['vs']}" if p.get("vs") else ""
+    return (f"{p['dtype']}-{heads(p['B'], p['Hq'], p['Hkv'])}-S{p['S']}-D{p['D']}-"
+            f"{selection_label(p)}{'-lse' if p['lse'] else ''}{vs}")
+
+
+def case(dtype="fp16", B=2, Hq=8, Hkv=2, S=200, D=64, lse=True, vs=None, **selection):
+    return dict(dtype=dtype, B=B, Hq=Hq, Hkv=Hkv, S=S, D=D, lse=lse, vs=vs, **{**SELECTION, **selection})
+
+
+QUICK = (
+    [case(**sel) for sel in QUICK_SELECTIONS]
+    + [case(Hq=4, Hkv=4, keep=0.1), case(Hq=8, Hkv=1, keep=0.1, lse=False), case(D=128, S=150, keep=0.3),
+       case(D=256, B=1, Hq=4, Hkv=1, S=70, keep=0.5), case(dtype="bf16", keep=0.2)]
+    # Consistency: every token selected once (in shuffled order) equals dense decode.
+    + [case(keep=1.0, vs="decode"), case(keep=1.0, order="sorted", Hq=4, Hkv=1, S=77, vs="decode")]
+)
+
+FULL = (
+    [case(dtype=dt, Hq=2 * g, Hkv=2, S=s, D=d, keep=k)
+     for dt in ("fp16", "bf16") for g in (1, 4, 8) for s in (1000, 4097) for d in (64, 128, 256)
+     for k in (0.01, 0.02, 0.05, 0.2, 1.0)]
+    + [case(dtype=dt, S=4097, keep=0.05, **variant) for dt in ("fp16", "bf16")
+       for variant in (dict(dup=True), dict(empty=True), dict(pad="garbage", extra=100))]
+    + [case(dtype=dt, S=5000, D=128, keep=1.0, vs="decode") for dt in ("fp16", "bf16")]
+)
+
+# The origin's bench: q [1, 32, 1, 128], k [1, 8, 32000, 128], kept 2% (and the D=256, B=4 one).
+BENCH = [case(dtype=dt, B=B, Hq=32, Hkv=8, S=32000, D=D, keep=0.02, lse=False)
+         for dt in ("fp16", "bf16") for (B, D) in ((1, 128), (4, 256))]
+
+
+class SparseDecode(Family):
+    name = "sparse_decode"
+    cases = unique(make_cases(name, label, QUICK)
+                   + make_cases(name, label, FULL, profile="full")
+                   + make_cases(name, label, BENCH, profile="full", tags=["bench"]))
+    impls = {"triton": sparse_decode}
+
+    def make_inputs(self, case, gen):
+        inputs = qkv(gen, case["B"], case["Hq"], case["Hkv"], 1, case["S"], case["D"], case.dtype)
+        ind, nnz = select_tokens(gen, case, [case["S"]] * case["B"])
+        return {**inputs, "sparse_ind": ind, "sparse_nnz": nnz}
+
+    def output_specs(self, case, inputs):
+        B, Hq, _, D = inputs["q"].shape
+        return attention_outputs(case, (B, Hq, 1, D), (B, Hq, 1))
+
+    def call(self, impl, case, inputs, outputs):
+        o, lse = impl(inputs["q"], inputs["k"], inputs["v"], inputs["sparse_ind"], inputs["sparse_nnz"],
+                      return_lse=case["lse"], out=outputs["o"], lse=outputs.get("lse"))
+        return lse_if(case, o, lse)
+
+    def reference(self, case, inputs, compute_dtype):
+        if case["vs"] == "decode":
+            o, lse = decode_reference(inputs["q"], inputs["k"], inputs["v"], compute_dtype=compute_dtype)
+        else:
+            o, lse = sparse_decode_reference(inputs["q"], inputs["k"], inputs["v"], inputs["sparse_ind"],
+                                             inputs["sparse_nnz"], compute_dtype=compute_dtype)
+        return lse_if(case, o, lse)
+
+
+FAMILY = SparseDecode()

@@ -1,0 +1,100 @@
+"""Sparse-token decode over a paged KV cache (kernels.md section 6): index rows hold logical
+token positions of each sequence, resolved through the page table."""
+from __future__ import annotations
+
+from attnsuite.case import make_cases, unique
+from attnsuite.family import Family
+from kernels.sparse_paged_decode import sparse_paged_decode
+from references.paged import paged_decode_reference, sparse_paged_decode_reference
+
+from . import _paged
+from ._attention import attention_outputs, lse_if, randn
+from ._sparse import QUICK_SELECTIONS, SELECTION, select_tokens, selection_label
+
+
+def label(p) -> str:
+    lengths = "_".join(map(str, p["lengths"]))
+    vs = f"-vs_{p['vs']}" if p.get("vs") else ""
+    return (f"{p['dtype']}-{p['layout']}-P{p['P']}-{p['placement']}-L{lengths}-Hq{p['Hq']}-Hkv{p['Hkv']}-"
+            f"D{p['D']}-{selection_label(p)}{'-lse' if p['lse'] else ''}{vs}")
+
+
+def case(dtype="fp16", layout="HND", P=16, placement="shuffled", lengths=(90, 200), Hq=8, Hkv=2, D=64,
+         lse=True, vs=None, pool=None, **selection):
+    return dict(dtype=dtype, layout=layout, P=P, placement=placement, lengths=tuple(lengths), Hq=Hq, Hkv=Hkv,
+                D=D, lse=lse, vs=vs, pool=pool, **{**SELECTION, **selection})
+
+
+QUICK = (
+    [case(**sel) for sel in QUICK_SELECTIONS]
+    + [case(layout="NHD", placement=pl, keep=0.2) for pl in _paged.PLACEMENTS]
+    + [case(P=1, lengths=(1, 30), keep=0.3), case(P=64, lengths=(64, 130), keep=0.1),
+       case(P=256, lengths=(300,), Hq=4, Hkv=4, keep=0.1)]
+    + [case(lengths=(0, 70, 5), keep=0.3), case(Hq=4, Hkv=4, keep=0.1), case(Hq=8, Hkv=1, keep=0.1, lse=False),
+       case(D=128, keep=0.2), case(D=256, Hq=4, Hkv=1, lengths=(60,), keep=0.5), case(dtype="bf16")]
+    # Consistency: every token selected once equals paged decode over the same cache.
+    + [case(keep=1.0, vs="paged_decode"), case(layout="NHD", keep=1.0, lengths=(0, 33, 16), vs="paged_decode")]
+)
+
+FULL = (
+    [case(dtype=dt, layout=lay, P=P, lengths=lens, Hq=2 * g, Hkv=2, D=d, keep=k, placement="scattered")
+     for dt in ("fp16", "bf16") for lay in ("HND", "NHD") for P, lens in ((16, (1, 3000)), (256, (4000, 700)))
+     for g in (1, 4, 8) for d in (64, 128, 256) for k in (0.02, 0.2, 1.0)]
+    + [case(dtype=dt, P=16, lengths=(3000, 0, 2000), keep=0.05, **variant) for dt in ("fp16", "bf16")
+       for variant in (dict(dup=True), dict(empty=True), dict(pad="garbage", extra=100))]
+    + [case(dtype=dt, P=64, lengths=(3000, 1000), keep=1.0, vs="paged_decode") for dt in ("fp16", "bf16")]
+)
+
+# The origin's headline bench: the paged bench cache (kernels.md section 4) at kept 2%, 4%, 5%.
+BENCH_LENGTHS = (256 * 269 + 63, 256 * 349 + 22, 256 * 320 + 55)
+BENCH = [case(dtype=dt, P=256, placement="scattered", pool=1024, lengths=BENCH_LENGTHS, Hq=32, Hkv=8, D=256,
+              keep=k, lse=False) for dt in ("fp16", "bf16") for k in (0.02, 0.04, 0.05)]
+
+
+def make_sparse_paged_inputs(case, gen) -> dict:
+    lengths, P = case["lengths"], case["P"]
+    indptr, indices, last, num_pages = _paged.page_table(gen, lengths, P, case["placement"], case["pool"])
+    cache = _paged.paged_cache(gen, lengths, P, case["Hkv"], case["D"], case.dtype, case["layout"],
+                               indptr, indices, num_pages)
+    q = randn(gen, (len(lengths), case["Hq"], case["D"]), case.dtype)
+    ind, nnz = select_tokens(gen, case, lengths)
+    return {"q": q, "kv_cache": cache, "kv_page_indptr": indptr, "kv_page_indices": indices,
+            "kv_last_page_len": last, "sparse_ind": ind, "sparse_nnz": nnz}
+
+
+def paged_args(inputs) -> tuple:
+    return (inputs["q"], inputs["kv_cache"], inputs["kv_page_indptr"], inputs["kv_page_indices"],
+            inputs["sparse_ind"], inputs["sparse_nnz"])
+
+
+class SparsePagedDecode(Family):
+    name = "sparse_paged_decode"
+    cases = unique(make_cases(name, label, QUICK)
+                   + make_cases(name, label, FULL, profile="full")
+                   + make_cases(name, label, BENCH, profile="full", tags=["bench"]))
+    impls = {"triton": sparse_paged_decode}
+
+    def make_inputs(self, case, gen):
+        return make_sparse_paged_inputs(case, gen)
+
+    def output_specs(self, case, inputs):
+        B, Hq, D = inputs["q"].shape
+        return attention_outputs(case, (B, Hq, D), (B, Hq))
+
+    def call(self, impl, case, inputs, outputs):
+        o, lse = impl(*paged_args(inputs), layout=case["layout"], kv_last_page_len=inputs["kv_last_page_len"],
+                      return_lse=case["lse"], out=outputs["o"], lse=outputs.get("lse"))
+        return lse_if(case, o, lse)
+
+    def reference(self, case, inputs, compute_dtype):
+        if case["vs"] == "paged_decode":
+            o, lse = paged_decode_reference(inputs["q"], inputs["kv_cache"], inputs["kv_page_indptr"],
+                                            inputs["kv_page_indices"], inputs["kv_last_page_len"],
+                                            layout=case["layout"], compute_dtype=compute_dtype)
+        else:
+            o, lse = sparse_paged_decode_reference(*paged_args(inputs), layout=case["layout"],
+                                                   compute_dtype=compute_dtype)
+        return lse_if(case, o, lse)
+
+
+FAMILY = SparsePagedDecode()

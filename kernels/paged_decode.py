@@ -1,0 +1,229 @@
+"""Paged-KV decode attention (kernels.md section 4) in Triton, FlashInfer's CSR page table.
+
+One program per (batch, KV head, page split) packs the G = Hq / Hkv query heads of that KV head as
+the rows of ``tl.dot`` (padded to >= 16, masked), so K/V pages are read once per group. The
+program walks its pages with one scalar page-id load per page, then the page in BLOCK_N-slot
+chunks; the valid-token mask is arithmetic (``p * PAGE_SIZE + slot < seq_len``), never an ``if``
+inside the loop. Long sequences are split over pages; each split writes a normalised partial
+output and its LSE, and ``_paged.merge_plan`` combines them. Zero-page sequences (and empty
+splits) give o = 0, lse = -inf.
+
+``paged_decode`` validates, asks ``paged_decode_plan`` for the launch (chain), then launches it.
+"""
+from __future__ import annotations
+
+from typing import Optional
+
+import torch
+import triton
+import triton.language as tl
+
+from ._checks import (DOT_INPUT_PRECISION, LaunchPlan, check_flag, check_gqa, check_int_range,
+                      check_launchable, check_scale, is_interpret, launch, next_pow2)
+from ._paged import (check_index_values, check_layout, check_outputs, check_page_table,
+                     check_paged_kv, check_q, kv_dims, kv_strides, merge_plan, split_scratch)
+
+LOG2E = 1.4426950408889634
+MAX_HEAD_DIM = 256
+# H100: 132 SMs; split the pages until (batch x KV heads x splits) gives about two waves.
+TARGET_PROGRAMS = 256
+MIN_SPLIT_TOKENS = 512
+
+
+@triton.jit
+def _paged_decode_fwd(
+    Q, KV, PAGE_INDPTR, PAGE_INDICES, LAST_LEN, O, LSE,
+    stride_qb, stride_qh,
+    stride_page, stride_kv, stride_head, stride_slot,
+    stride_ob, stride_oh, stride_osplit,
+    stride_lb, stride_lh, stride_lsplit,
+    Hkv, D, G, PAGES_PER_SPLIT, qk_scale,
+    PAGE_SIZE: tl.constexpr, RETURN_LSE: tl.constexpr, DOT_PRECISION: tl.constexpr,
+    BLOCK_G: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
+):
+    pid_bk = tl.program_id(0)
+    split = tl.program_id(1)
+    b = pid_bk // Hkv
+    hk = (pid_bk % Hkv).to(tl.int64)
+    offs_g = tl.arange(0, BLOCK_G)
+    offs_n = tl.arange(0, BLOCK_N)
+    offs_d = tl.arange(0, BLOCK_D)
+    heads = hk * G + offs_g
+    d_ok = offs_d[None, :] < D
+    io_mask = (offs_g[:, None] < G) & d_ok
+    b64 = b.to(tl.int64)
+
+    # Padding rows (g >= G) load zeros: finite scores, never stored.
+    q = tl.load(Q + b64 * stride_qb + heads[:, None] * stride_qh + offs_d[None, :], mask=io_mask,
+                other=0.0)
+
+    page_lo = tl.load(PAGE_INDPTR + b)
+    n_pages = tl.load(PAGE_INDPTR + b + 1) - page_lo
+    # Only read when the sequence has pages (the loop below is empty otherwise).
+    seq_len = (n_pages - 1) * PAGE_SIZE + tl.load(LAST_LEN + b)
+    p_start = split * PAGES_PER_SPLIT
+    p_end = tl.minimum(p_start + PAGES_PER_SPLIT, n_pages)
+
+    # Scores in base 2 (qk_scale has log2(e) folded in). The running max is replaced by 0 while it
+    # is still -inf, so a fully masked chunk or an empty split never produces NaN.
+    m_i = tl.full([BLOCK_G], float("-inf"), dtype=tl.float32)
+    l_i = tl.zeros([BLOCK_G], dtype=tl.float32)
+    acc = tl.zeros([BLOCK_G, BLOCK_D], dtype=tl.float32)
+    for p in range(p_start, p_end):
+        # Scalar page-id load per page; int64 base: pages * 2 * Hkv * page_size * D can pass 2**31.
+        page = tl.load(PAGE_INDICES + page_lo + p).to(tl.int64)
+        k_base = KV + page * stride_page + hk * stride_head
+        for c in range(0, PAGE_SIZE, BLOCK_N):
+            slot = c + offs_n
+            tok_ok = (slot < PAGE_SIZE) & (p * PAGE_SIZE + slot < seq_len)
+            kv_mask = tok_ok[:, None] & d_ok
+            kv_off = slot[:, None] * stride_slot + offs_d[None, :]
+            k = tl.load(k_base + kv_off, mask=kv_mask, other=0.0)
+            v = tl.load(k_base + stride_kv + kv_off, mask=kv_mask, other=0.0)
+            s = tl.dot(q, tl.trans(k), input_precision=DOT_PRECISION) * qk_scale
+            s = tl.where(tok_ok[None, :], s, float("-inf"))
+            m_new = tl.maximum(m_i, tl.max(s, 1))
+            m_use = tl.where(m_new == float("-inf"), 0.0, m_new)
+            alpha = tl.exp2(m_i - m_use)
+            pr = tl.exp2(s - m_use[:, None])
+            l_i = l_i * alpha + tl.sum(pr, 1)
+            acc = acc * alpha[:, None] + tl.dot(pr.to(v.dtype), v, input_precision=DOT_PRECISION)
+            m_i = m_new
+
+    nonempty = l_i > 0
+    o = acc / tl.where(nonempty, l_i, 1.0)[:, None]
+    tl.store(O + b64 * stride_ob + heads[:, None] * stride_oh + split * stride_osplit + offs_d[None, :],
+             o.to(O.dtype.element_ty), mask=io_mask)
+    if RETURN_LSE:
+        lse = tl.where(nonempty, (m_i + tl.log2(tl.where(nonempty, l_i, 1.0))) * 0.6931471805599453,
+                       float("-inf"))
+        tl.store(LSE + b64 * stride_lb + heads * stride_lh + split * stride_lsplit, lse,
+                 mask=offs_g < G)
+
+
+def paged_decode_config(B: int, Hkv: int, G: int, D: int, page_size: int, max_pages: int,
+                        dtype: torch.dtype, interpret: bool, num_splits: Optional[int] = None) -> dict:
+    """Tiles, launch meta and the page split: BLOCK_G, BLOCK_N, BLOCK_D, num_warps, num_stages,
+    PAGES_PER_SPLIT, NUM_SPLITS.
+
+    BLOCK_N is the chunk of one page handled per step (>= 16 for ``tl.dot``; a page smaller than
+    16 slots leaves the rest of the chunk masked).
+    """
+    block_d = max(16, next_pow2(D))
+    block_g = max(16, next_pow2(G))  # tl.dot needs M >= 16
+    page_n = max(16, next_pow2(page_size))
+    if interpret:
+        # Few, large programs: the interpreter's cost grows with program and step count.
+        block_n, warps, stages = min(128, page_n), 4, 1
+        auto_splits = triton.cdiv(max_pages * page_size, MIN_SPLIT_TOKENS)
+    else:
+        # H200, bench shape (fp16, D=256, page 256): BLOCK_N 64, 4 warps, 2 stages reads K/V at
+        # ~4.2 TB/s; BLOCK_N 32 with 2 stages ~3.7.
+        if dtype.itemsize == 2:
+            block_n, warps, stages = (64, 4, 3) if block_d <= 128 else (64, 4, 2)
+        else:
+            block_n, warps, stages = (32, 4, 3) if block_d <= 128 else (32, 4, 2)
+        block_n = min(block_n, page_n)
+        auto_splits = min(triton.cdiv(TARGET_PROGRAMS, B * Hkv),
+                          triton.cdiv(max_pages * page_size, MIN_SPLIT_TOKENS))
+    want = max(1, auto_splits if num_splits is None else num_splits)
+    pages_per_split = max(1, triton.cdiv(max_pages, want))
+    splits = max(1, triton.cdiv(max_pages, pages_per_split))
+    return dict(BLOCK_G=block_g, BLOCK_N=block_n, BLOCK_D=block_d, num_warps=warps,
+                num_stages=stages, PAGES_PER_SPLIT=pages_per_split, NUM_SPLITS=splits)
+
+
+def paged_decode_plan(q: torch.Tensor, kv_cache: torch.Tensor, kv_page_indptr: torch.Tensor,
+                      kv_page_indices: torch.Tensor, kv_last_page_len: torch.Tensor,
+                      out: torch.Tensor, lse: Optional[torch.Tensor], *, layout: str, scale: float,
+                      num_splits: Optional[int] = None, max_pages: Optional[int] = None,
+                      interpret: Optional[bool] = None) -> LaunchPlan:
+    """The launch chain for validated inputs and allocated outputs (``lse`` None: no LSE).
+
+    ``max_pages`` (the most pages of any sequence) sizes the page split; if None it is read from
+    ``kv_page_indptr`` (one device sync). With more than one split the plan allocates fp32
+    scratch and its ``then`` is the merge launch.
+    """
+    B, Hq, D = q.shape
+    _, Hkv, page_size, _ = kv_dims(kv_cache, layout)
+    stride_page, stride_kv, stride_head, stride_slot = kv_strides(kv_cache, layout)
+    G = Hq // Hkv
+    if max_pages is None:
+        max_pages = max(0, int((kv_page_indptr[1:] - kv_page_indptr[:-1]).max()))
+    interpret = is_interpret() if interpret is None else interpret
+    cfg = paged_decode_config(B, Hkv, G, D, page_size, max_pages, q.dtype, interpret, num_splits)
+    splits = cfg.pop("NUM_SPLITS")
+    pages_per_split = cfg.pop("PAGES_PER_SPLIT")
+    return_lse = lse is not None
+    if splits == 1:
+        o_dst, l_dst, write_lse = out, (lse if return_lse else out), return_lse
+        o_strides = (out.stride(0), out.stride(1), 0)
+        l_strides = (lse.stride(0), lse.stride(1), 0) if return_lse else (0, 0, 0)
+    else:
+        o_dst, l_dst = split_scratch(B, Hq, splits, D, q.device)
+        write_lse = True
+        o_strides, l_strides = o_dst.stride()[:3], l_dst.stride()
+    args = (q, kv_cache, kv_page_indptr, kv_page_indices, kv_last_page_len, o_dst, l_dst,
+            q.stride(0), q.stride(1),
+            stride_page, stride_kv, stride_head, stride_slot,
+            *o_strides, *l_strides,
+            Hkv, D, G, pages_per_split, float(scale) * LOG2E)
+    meta = dict(PAGE_SIZE=page_size, RETURN_LSE=write_lse, DOT_PRECISION=DOT_INPUT_PRECISION,
+                **cfg)
+    plan = LaunchPlan(kernel=_paged_decode_fwd, grid=(B * Hkv, splits), args=args, meta=meta)
+    if splits > 1:
+        plan.then = merge_plan(o_dst, l_dst, out, lse if return_lse else None, cfg["BLOCK_D"])
+    return plan
+
+
+def _validate(q, kv_cache, kv_page_indptr, kv_page_indices, kv_last_page_len, layout, scale,
+              return_lse, out, lse, num_splits, check_indices) -> tuple[float, Optional[int]]:
+    """All checks; returns (scale, max pages of any sequence or None if the data was not read)."""
+    fn = "paged_decode"
+    B, Hq, D = check_q(fn, q, MAX_HEAD_DIM)
+    check_layout(fn, layout)
+    num_pages, Hkv, page_size = check_paged_kv(fn, q, kv_cache, layout)
+    check_gqa(fn, Hq, Hkv, kv_name="kv_cache")
+    check_flag(fn, "return_lse", return_lse)
+    check_flag(fn, "check_indices", check_indices)
+    scale = check_scale(fn, scale, D)
+    if num_splits is not None:
+        check_int_range(fn, "num_splits", num_splits, 1, 2**31 - 1)
+    check_page_table(fn, B, q.device, kv_page_indptr, kv_page_indices, kv_last_page_len)
+    inputs = {"q": q, "kv_cache": kv_cache, "kv_page_indptr": kv_page_indptr,
+              "kv_page_indices": kv_page_indices, "kv_last_page_len": kv_last_page_len}
+    check_outputs(fn, out, lse, return_lse, B, Hq, D, q, inputs)
+    check_launchable(fn, "q", q)
+    max_pages = None
+    if check_indices:  # data-dependent (reads the page table: one device sync), after the rest
+        max_pages = check_index_values(fn, num_pages, page_size, kv_page_indptr, kv_page_indices,
+                                       kv_last_page_len)
+    return scale, max_pages
+
+
+def paged_decode(q: torch.Tensor, kv_cache: torch.Tensor, kv_page_indptr: torch.Tensor,
+                 kv_page_indices: torch.Tensor, kv_last_page_len: torch.Tensor, *,
+                 layout: str = "HND", scale: Optional[float] = None, return_lse: bool = False,
+                 out: Optional[torch.Tensor] = None, lse: Optional[torch.Tensor] = None,
+                 num_splits: Optional[int] = None, check_indices: bool = True,
+                 ) -> tuple[torch.Tensor, Optional[torch.Tensor]]:
+    """Decode over a paged KV cache: q [B, Hq, D] -> (o [B, Hq, D], lse [B, Hq] fp32 | None).
+
+    kv_cache [P, 2, Hkv, page_size, D] ("HND") or [P, 2, page_size, Hkv, D] ("NHD"), same dtype
+    and device as q; kv_page_indptr [B+1], kv_page_indices [indptr[B]], kv_last_page_len [B], all
+    int32. Sequence b has L_b = page_size * (pages_b - 1) + last_b tokens (0 with no pages: o = 0,
+    lse = -inf). ``num_splits`` (optional) asks for that many page splits per sequence;
+    ``check_indices=False`` skips the data-dependent checks of the page table.
+    """
+    scale, max_pages = _validate(q, kv_cache, kv_page_indptr, kv_page_indices, kv_last_page_len,
+                                 layout, scale, return_lse, out, lse, num_splits, check_indices)
+    B, Hq, D = q.shape
+    if out is None:
+        out = torch.empty((B, Hq, D), dtype=q.dtype, device=q.device)
+    if return_lse and lse is None:
+        lse = torch.empty((B, Hq), dtype=torch.float32, device=q.device)
+    plan = paged_decode_plan(q, kv_cache, kv_page_indptr, kv_page_indices, kv_last_page_len, out,
+                             lse if return_lse else None, layout=layout, scale=scale,
+                             num_splits=num_splits, max_pages=max_pages)
+    launch(plan)
+    return out, (lse if return_lse else None)

@@ -1,0 +1,282 @@
+"""Sparse-token decode over contiguous KV in Triton (spec/kernels.md section 5).
+
+Each (batch b, query head h) attends its own multiset of token positions
+``sparse_ind[b, h, :sparse_nnz[b, h]]`` of KV head ``h // G``. One program per (b, h) and split of
+the index list gathers BLOCK_N whole K/V rows at a time (row gathers ``tok[:, None] * stride +
+arange(D)``), scores them with an elementwise product and a sum over D (one query row: no
+``tl.dot``, so no bf16-dot issue under the interpreter) and keeps an online softmax in fp32.
+The loop runs only over the first ``nnz`` entries; a row with ``nnz == 0`` writes o = 0 and
+lse = -inf. With more than one split, every split writes its normalised partial output and LSE
+to fp32 scratch and a second kernel merges them (empty splits carry lse = -inf).
+
+Portable subset only: no block pointers or descriptors, no libdevice math, no Python globals in
+kernels, arithmetic tail masks, int64 base offsets.
+
+``sparse_decode`` validates everything (including the index contents), asks ``sparse_decode_plan``
+for the launch chain, then launches it.
+"""
+from __future__ import annotations
+
+from typing import Optional
+
+import torch
+import triton
+import triton.language as tl
+
+from ._checks import (FLOAT_DTYPES, LaunchPlan, check_flag, check_gqa, check_index_tensor,
+                      check_int_range, check_launchable, check_nonempty, check_output, check_scale,
+                      check_tensor, check_values_in_range, is_interpret, launch, next_pow2)
+
+LOG2E = 1.4426950408889634
+MAX_HEAD_DIM = 256
+# H100 has 132 SMs: split the index lists until (batch x heads x splits) gives about two waves.
+TARGET_PROGRAMS = 256
+MIN_SPLIT_LEN = 256
+
+
+@triton.jit
+def _sparse_decode_fwd(
+    Q, K, V, IND, NNZ, O, LSE,
+    stride_qb, stride_qh,
+    stride_kb, stride_kh, stride_ks,
+    stride_vb, stride_vh, stride_vs,
+    stride_ib, stride_ih,
+    stride_nb, stride_nh,
+    stride_ob, stride_oh, stride_osplit,
+    stride_lb, stride_lh, stride_lsplit,
+    Hq, D, G, SPLIT_LEN, qk_scale,
+    RETURN_LSE: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
+):
+    pid_bh = tl.program_id(0)
+    split = tl.program_id(1)
+    b = (pid_bh // Hq).to(tl.int64)
+    h = (pid_bh % Hq).to(tl.int64)
+    hk = h // G
+    offs_n = tl.arange(0, BLOCK_N)
+    offs_d = tl.arange(0, BLOCK_D)
+    d_ok = offs_d < D
+
+    q = tl.load(Q + b * stride_qb + h * stride_qh + offs_d, mask=d_ok, other=0.0).to(tl.float32)
+    nnz = tl.load(NNZ + b * stride_nb + h * stride_nh)
+    ind_base = IND + b * stride_ib + h * stride_ih
+    k_base = K + b * stride_kb + hk * stride_kh
+    v_base = V + b * stride_vb + hk * stride_vh
+
+    # This split covers slots [start, end) of the index list; slots >= nnz are never read.
+    # Every trip has at least one valid slot, so the running max is finite after the first one.
+    start = split * SPLIT_LEN
+    end = tl.minimum(start + SPLIT_LEN, nnz)
+    m_i = tl.max(tl.full([BLOCK_N], float("-inf"), dtype=tl.float32), 0)  # base-2 running max
+    l_i = tl.sum(tl.zeros([BLOCK_N], dtype=tl.float32), 0)
+    acc = tl.zeros([BLOCK_D], dtype=tl.float32)
+    for n in range(start, end, BLOCK_N):
+        slots = n + offs_n
+        slot_ok = slots < end
+        tok = tl.load(ind_base + slots, mask=slot_ok, other=0).to(tl.int64)
+        row_mask = slot_ok[:, None] & d_ok[None, :]
+        k = tl.load(k_base + tok[:, None] * stride_ks + offs_d[None, :], mask=row_mask, other=0.0)
+        s = tl.sum(k.to(tl.float32) * q[None, :], 1) * qk_scale
+        s = tl.where(slot_ok, s, float("-inf"))
+        m_new = tl.maximum(m_i, tl.max(s, 0))
+        alpha = tl.exp2(m_i - m_new)
+        p = tl.exp2(s - m_new)
+        v = tl.load(v_base + tok[:, None] * stride_vs + offs_d[None, :], mask=row_mask, other=0.0)
+        l_i = l_i * alpha + tl.sum(p, 0)
+        acc = acc * alpha + tl.sum(p[:, None] * v.to(tl.float32), 0)
+        m_i = m_new
+
+    # Nothing selected in this split: l_i == 0, acc == 0 -> o = 0, lse = -inf.
+    has = l_i > 0.0
+    l_safe = tl.where(has, l_i, 1.0)
+    o = acc / l_safe
+    tl.store(O + b * stride_ob + h * stride_oh + split * stride_osplit + offs_d,
+             o.to(O.dtype.element_ty), mask=d_ok)
+    if RETURN_LSE:
+        lse = tl.where(has, (m_i + tl.log2(l_safe)) * 0.6931471805599453, float("-inf"))
+        tl.store(LSE + b * stride_lb + h * stride_lh + split * stride_lsplit, lse)
+
+
+@triton.jit
+def _sparse_decode_merge(
+    OP, LP, O, LSE,
+    stride_pb, stride_ph, stride_ps,
+    stride_pl_b, stride_pl_h, stride_pl_s,
+    stride_ob, stride_oh,
+    stride_lb, stride_lh,
+    Hq, D, NUM_SPLITS,
+    RETURN_LSE: tl.constexpr, BLOCK_SPLITS: tl.constexpr, BLOCK_D: tl.constexpr,
+):
+    pid = tl.program_id(0)
+    b = (pid // Hq).to(tl.int64)
+    h = (pid % Hq).to(tl.int64)
+    offs_s = tl.arange(0, BLOCK_SPLITS)
+    offs_d = tl.arange(0, BLOCK_D)
+    s_ok = offs_s < NUM_SPLITS
+    d_ok = offs_d < D
+    # o = sum_i e^(lse_i - m) o_i / sum_i e^(lse_i - m); empty splits have lse_i = -inf, o_i = 0.
+    lse_p = tl.load(LP + b * stride_pl_b + h * stride_pl_h + offs_s * stride_pl_s, mask=s_ok,
+                    other=float("-inf"))
+    o_p = tl.load(OP + b * stride_pb + h * stride_ph + offs_s[:, None] * stride_ps + offs_d[None, :],
+                  mask=s_ok[:, None] & d_ok[None, :], other=0.0)
+    m = tl.max(lse_p, 0)
+    m_safe = tl.where(m == float("-inf"), 0.0, m)  # every split empty: all weights become 0
+    w = tl.exp(lse_p - m_safe)
+    w_sum = tl.sum(w, 0)
+    has = w_sum > 0.0
+    w_safe = tl.where(has, w_sum, 1.0)
+    o = tl.sum(o_p * w[:, None], 0) / w_safe
+    tl.store(O + b * stride_ob + h * stride_oh + offs_d, o.to(O.dtype.element_ty), mask=d_ok)
+    if RETURN_LSE:
+        tl.store(LSE + b * stride_lb + h * stride_lh,
+                 tl.where(has, m_safe + tl.log(w_safe), float("-inf")))
+
+
+def sparse_decode_config(B: int, Hq: int, L_max: int, D: int, dtype: torch.dtype, interpret: bool,
+                         num_splits: Optional[int] = None) -> dict:
+    """Tiles, launch meta and the split of the index lists: BLOCK_N, BLOCK_D, num_warps,
+    num_stages, SPLIT_LEN (a multiple of BLOCK_N), NUM_SPLITS (every split starts below L_max)."""
+    block_d = max(16, next_pow2(D))
+    if interpret:
+        # Few, large programs: the interpreter's cost grows with program count.
+        block_n, warps, stages = min(128, max(16, next_pow2(L_max))), 4, 1
+        auto_splits = triton.cdiv(L_max, 512)  # still exercises the merge for L_max > 512
+    else:
+        # Two gathered [BLOCK_N, BLOCK_D] tiles (K, V) live in registers as fp32.
+        block_n = 64 if block_d <= 128 else 32
+        if dtype == torch.float32:
+            block_n //= 2
+        warps, stages = 4, 2
+        auto_splits = min(triton.cdiv(TARGET_PROGRAMS, B * Hq), triton.cdiv(L_max, MIN_SPLIT_LEN))
+    want = max(1, auto_splits if num_splits is None else num_splits)
+    span = max(1, L_max)
+    split_len = triton.cdiv(triton.cdiv(span, want), block_n) * block_n
+    return dict(BLOCK_N=block_n, BLOCK_D=block_d, num_warps=warps, num_stages=stages,
+                SPLIT_LEN=split_len, NUM_SPLITS=triton.cdiv(span, split_len))
+
+
+def sparse_decode_plan(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, sparse_ind: torch.Tensor,
+                       sparse_nnz: torch.Tensor, out: torch.Tensor, lse: Optional[torch.Tensor], *,
+                       scale: float, num_splits: Optional[int] = None,
+                       interpret: Optional[bool] = None) -> LaunchPlan:
+    """The launch chain for validated inputs and allocated outputs (``lse`` None: no LSE).
+
+    With more than one split, the plan allocates fp32 scratch for the partial results and its
+    ``then`` is the merge launch.
+    """
+    B, Hq, _, D = q.shape
+    Hkv = k.shape[1]
+    L_max = sparse_ind.shape[2]
+    interpret = is_interpret() if interpret is None else interpret
+    cfg = sparse_decode_config(B, Hq, L_max, D, q.dtype, interpret, num_splits)
+    splits = cfg.pop("NUM_SPLITS")
+    split_len = cfg.pop("SPLIT_LEN")
+    return_lse = lse is not None
+    if splits == 1:
+        o_dst, l_dst, write_lse = out, (lse if return_lse else out), return_lse
+        o_strides = (out.stride(0), out.stride(1), 0)
+        l_strides = (lse.stride(0), lse.stride(1), 0) if return_lse else (0, 0, 0)
+    else:
+        o_dst = torch.empty((B, Hq, splits, D), dtype=torch.float32, device=q.device)
+        l_dst = torch.empty((B, Hq, splits), dtype=torch.float32, device=q.device)
+        write_lse = True
+        o_strides, l_strides = o_dst.stride()[:3], l_dst.stride()
+    args = (q, k, v, sparse_ind, sparse_nnz, o_dst, l_dst,
+            q.stride(0), q.stride(1),
+            k.stride(0), k.stride(1), k.stride(2),
+            v.stride(0), v.stride(1), v.stride(2),
+            sparse_ind.stride(0), sparse_ind.stride(1),
+            sparse_nnz.stride(0), sparse_nnz.stride(1),
+            *o_strides, *l_strides,
+            Hq, D, Hq // Hkv, split_len, float(scale) * LOG2E)
+    meta = dict(RETURN_LSE=write_lse, **cfg)
+    plan = LaunchPlan(kernel=_sparse_decode_fwd, grid=(B * Hq, splits), args=args, meta=meta)
+    if splits > 1:
+        merge_args = (o_dst, l_dst, out, lse if return_lse else out,
+                      *o_dst.stride()[:3], *l_dst.stride(),
+                      out.stride(0), out.stride(1),
+                      *((lse.stride(0), lse.stride(1)) if return_lse else (0, 0)),
+                      Hq, D, splits)
+        merge_meta = dict(RETURN_LSE=return_lse, BLOCK_SPLITS=next_pow2(splits),
+                          BLOCK_D=cfg["BLOCK_D"], num_warps=4, num_stages=1)
+        plan.then = LaunchPlan(kernel=_sparse_decode_merge, grid=(B * Hq,), args=merge_args,
+                               meta=merge_meta)
+    return plan
+
+
+def _validate(q, k, v, sparse_ind, sparse_nnz, scale, return_lse, out, lse, num_splits,
+              check_indices) -> float:
+    fn = "sparse_decode"
+    check_tensor(fn, "q", q, rank=4, dims="[B, Hq, 1, D]", dtypes=FLOAT_DTYPES)
+    check_nonempty(fn, "q", q, "[B, Hq, 1, D]")
+    B, Hq, _, D = q.shape
+    check_tensor(fn, "q", q, shape=(B, Hq, 1, D), dims="[B, Hq, 1, D]")
+    if D > MAX_HEAD_DIM:
+        raise ValueError(f"{fn}: q head dim D must be <= {MAX_HEAD_DIM}, got {D}")
+    check_tensor(fn, "k", k, rank=4, dims="[B, Hkv, S, D]", dtypes=(q.dtype,), device=q.device, like="q")
+    check_nonempty(fn, "k", k, "[B, Hkv, S, D]")
+    Hkv, S = k.shape[1], k.shape[2]
+    kv_shape = (B, Hkv, S, D)
+    check_tensor(fn, "k", k, shape=kv_shape, dims="[B, Hkv, S, D]")
+    check_tensor(fn, "v", v, rank=4, dims="[B, Hkv, S, D]", dtypes=(q.dtype,), device=q.device,
+                 like="q", shape=kv_shape)
+    check_gqa(fn, Hq, Hkv)
+    check_index_tensor(fn, "sparse_ind", sparse_ind, device=q.device, rank=3,
+                       shape=(B, Hq, None), dims="[B, Hq, L_max]")
+    L_max = sparse_ind.shape[2]
+    check_index_tensor(fn, "sparse_nnz", sparse_nnz, device=q.device, rank=2, shape=(B, Hq),
+                       dims="[B, Hq]")
+    check_flag(fn, "return_lse", return_lse)
+    check_flag(fn, "check_indices", check_indices)
+    scale = check_scale(fn, scale, D)
+    if num_splits is not None:
+        check_int_range(fn, "num_splits", num_splits, 1, max(1, L_max))
+    inputs = {"q": q, "k": k, "v": v, "sparse_ind": sparse_ind, "sparse_nnz": sparse_nnz}
+    if out is not None:
+        check_output(fn, "out", out, shape=(B, Hq, 1, D), dtype=q.dtype, device=q.device,
+                     dims="[B, Hq, 1, D]", inputs=inputs)
+    if lse is not None:
+        if not return_lse:
+            raise ValueError(f"{fn}: lse buffer given but return_lse=False")
+        check_output(fn, "lse", lse, shape=(B, Hq, 1), dtype=torch.float32, device=q.device,
+                     dims="[B, Hq, 1]", inputs=inputs)
+        if out is not None and lse.untyped_storage().data_ptr() == out.untyped_storage().data_ptr():
+            raise ValueError(f"{fn}: lse must not share memory with out")
+    if check_indices:
+        # Data-dependent (reads the index tensors; a device sync). Entries past nnz are ignored.
+        check_values_in_range(fn, "sparse_nnz", sparse_nnz, 0, L_max, closed=True,
+                              what="entries (valid slots per row, at most L_max)")
+        valid = torch.arange(L_max, device=q.device) < sparse_nnz.unsqueeze(-1)
+        check_values_in_range(fn, "sparse_ind", sparse_ind, 0, S, where=valid,
+                              what="entries within the first sparse_nnz of a row (token positions, < S)")
+    check_launchable(fn, "q", q)
+    return scale
+
+
+def sparse_decode(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, sparse_ind: torch.Tensor,
+                  sparse_nnz: torch.Tensor, *, scale: Optional[float] = None,
+                  return_lse: bool = False, out: Optional[torch.Tensor] = None,
+                  lse: Optional[torch.Tensor] = None, num_splits: Optional[int] = None,
+                  check_indices: bool = True,
+                  ) -> tuple[torch.Tensor, Optional[torch.Tensor]]:
+    """Decode attention over selected tokens: q [B, Hq, 1, D], k/v [B, Hkv, S, D],
+    sparse_ind [B, Hq, L_max] int32, sparse_nnz [B, Hq] int32
+    -> (o [B, Hq, 1, D], lse [B, Hq, 1] fp32 | None).
+
+    Query head h attends tokens ``sparse_ind[b, h, :sparse_nnz[b, h]]`` of KV head h // (Hq / Hkv):
+    any order, duplicates counted as often as listed; entries past nnz are never read (-1 padding
+    or anything else). nnz == 0 gives o = 0, lse = -inf. fp16/bf16/fp32, fp32 accumulation,
+    scale defaults to 1/sqrt(D), natural-log LSE. ``num_splits`` (1..L_max) forces that many
+    splits of the index lists (merged by a second launch); default: ``sparse_decode_config``.
+    ``check_indices`` (default on) verifies 0 <= nnz <= L_max and 0 <= index < S before launch.
+    """
+    scale = _validate(q, k, v, sparse_ind, sparse_nnz, scale, return_lse, out, lse, num_splits,
+                      check_indices)
+    B, Hq, _, D = q.shape
+    if out is None:
+        out = torch.empty_like(q, memory_format=torch.contiguous_format)
+    if return_lse and lse is None:
+        lse = torch.empty((B, Hq, 1), dtype=torch.float32, device=q.device)
+    plan = sparse_decode_plan(q, k, v, sparse_ind, sparse_nnz, out, lse if return_lse else None,
+                              scale=scale, num_splits=num_splits)
+    launch(plan)
+    return out, (lse if return_lse else None)

@@ -1,0 +1,285 @@
+"""Sparse-token decode over a paged KV cache (kernels.md section 6), and the kernel MagicPIG shares.
+
+Each query head has its own token list (``sparse_ind [B, Hq, L_max]``, first ``sparse_nnz[b, h]``
+entries valid), so there is no GQA packing: one program per (batch, query head, split of the
+list) computes scores elementwise (q broadcast over a [BLOCK_N, D] tile, ``tl.sum`` over D) in
+fp32 from the upcast K/V values -- no ``tl.dot`` (it would need M >= 16 rows of one shared list).
+
+Logical positions are translated to physical row ids on the host (``_paged.sparse_rows``: one
+vectorized torch pass; the in-kernel page lookup with a vector ``t // PAGE_SIZE`` is the Ascend
+"cannot div 0" construct). The kernel then loads a contiguous window of row ids and gathers whole
+rows (``row[:, None] * unit + arange(D)[None, :]``), the portable gather form. Tail masks are
+arithmetic (``j < end``). ``MAGICPIG`` (constexpr) adds the LSH collision-probability correction
+``-log(u)`` to every score (see ``magicpig_decode``); the per-key norms are computed over the
+same [BLOCK_N, D] tile.
+
+Long lists are split; each split writes a normalised partial output and its LSE and
+``_paged.merge_plan`` combines them. nnz == 0: o = 0, lse = -inf.
+"""
+from __future__ import annotations
+
+from typing import Optional
+
+import torch
+import triton
+import triton.language as tl
+
+from ._checks import (check_flag, check_gqa, check_int_range, check_launchable, check_scale,
+                      is_interpret, launch, LaunchPlan, next_pow2)
+from ._math import pow_nonneg, simhash_collision_prob, two_hit_prob
+from ._paged import (check_index_values, check_layout, check_outputs, check_page_table,
+                     check_paged_kv, check_q, check_row_ids_fit, check_sparse_indices, kv_dims,
+                     kv_strides, merge_plan, sparse_rows, split_scratch)
+
+LOG2E = 1.4426950408889634
+MAX_HEAD_DIM = 256
+TARGET_PROGRAMS = 1024
+TARGET_PROGRAMS_MAGICPIG = 512
+MIN_SPLIT_LEN = 256
+
+
+@triton.jit
+def _sparse_paged_fwd(
+    Q, KV, ROWS, NNZ, KP, LP, O, LSE,
+    stride_qb, stride_qh,
+    stride_kv, stride_head, row_unit,
+    stride_rb, stride_rh,
+    stride_nb, stride_nh,
+    stride_kpb, stride_kph, stride_lpb, stride_lph,
+    stride_ob, stride_oh, stride_osplit,
+    stride_lb, stride_lh, stride_lsplit,
+    Hq, D, G, SPLIT_LEN, qk_scale,
+    MAGICPIG: tl.constexpr, RETURN_LSE: tl.constexpr,
+    BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
+):
+    pid = tl.program_id(0)
+    split = tl.program_id(1)
+    b = (pid // Hq).to(tl.int64)
+    h = (pid % Hq).to(tl.int64)
+    hk = h // G
+    offs_n = tl.arange(0, BLOCK_N)
+    offs_d = tl.arange(0, BLOCK_D)
+    d_ok = offs_d < D
+
+    q = tl.load(Q + b * stride_qb + h * stride_qh + offs_d, mask=d_ok, other=0.0).to(tl.float32)
+    if MAGICPIG:
+        q_norm = tl.sqrt(tl.sum(q * q, 0))
+        q_hat = q * (1.0 / tl.maximum(q_norm, 1e-30))
+        k_exp = tl.load(KP + b * stride_kpb + h * stride_kph)
+        l_exp = tl.load(LP + b * stride_lpb + h * stride_lph)
+    nnz = tl.load(NNZ + b * stride_nb + h * stride_nh)
+    start = split * SPLIT_LEN
+    end = tl.minimum(start + SPLIT_LEN, nnz)
+    row_ptr = ROWS + b * stride_rb + h * stride_rh
+    k_base = KV + hk * stride_head
+
+    # Scores in base 2 (qk_scale has log2(e) folded in). The running max is replaced by 0 while it
+    # is still -inf, so a fully masked tile or an empty split never produces NaN.
+    m_i = tl.max(tl.full([BLOCK_N], float("-inf"), dtype=tl.float32), 0)  # 0-d fp32 -inf
+    l_i = tl.sum(tl.zeros([BLOCK_N], dtype=tl.float32), 0)  # 0-d fp32 0
+    acc = tl.zeros([BLOCK_D], dtype=tl.float32)
+    for n in range(start, end, BLOCK_N):
+        j = n + offs_n
+        ok = j < end
+        # Contiguous window of row ids, then whole-row gathers [BLOCK_N, BLOCK_D] (int64 offsets).
+        row = tl.load(row_ptr + j, mask=ok, other=0).to(tl.int64) * row_unit
+        kv_mask = ok[:, None] & d_ok[None, :]
+        kv_off = row[:, None] + offs_d[None, :]
+        # Both gathers issued before the math (H200: ~20% faster than loading V after the scores).
+        k = tl.load(k_base + kv_off, mask=kv_mask, other=0.0).to(tl.float32)
+        v = tl.load(k_base + stride_kv + kv_off, mask=kv_mask, other=0.0).to(tl.float32)
+        qk = tl.sum(k * q[None, :], 1)
+        if MAGICPIG:
+            # c = clamp(q.k / (|q||k| + 1e-8)), p = 1 - acos(c)/pi, P = p^K,
+            # u = 1 - (1-P)^L - L P (1-P)^(L-1), score = q.k * scale - log(u)  (u >= 1e-10).
+            # Same function, evaluated without cancellation. With q^, k^ the unit vectors and
+            # sg = sign(q.k): (1 - |c|)(|q||k| + eps) = |q||k| |q^ - sg k^|^2 / 2 + eps, a sum of
+            # squares, so near-(anti)parallel keys keep their accuracy; the clamp of c to
+            # +-(1 - 1e-7) is 1 - |c| >= 1e-7 (1e-7 itself, not the fp32 neighbour of 1 - 1e-7).
+            k_norm = tl.sqrt(tl.sum(k * k, 1))
+            nn = q_norm * k_norm
+            denom = nn + 1e-8
+            cos = tl.minimum(tl.maximum(qk / denom, -1.0), 1.0)
+            w = tl.where(qk < 0, -1.0, 1.0) / tl.maximum(k_norm, 1e-30)
+            diff = q_hat[None, :] - k * w[:, None]
+            one_minus_abs = (nn * (tl.sum(diff * diff, 1) * 0.5) + 1e-8) / denom
+            one_minus_abs = tl.maximum(one_minus_abs, 1e-7)
+            p_k = pow_nonneg(simhash_collision_prob(cos, one_minus_abs), k_exp)
+            u = tl.maximum(two_hit_prob(p_k, l_exp), 1e-10)  # u: _math.two_hit_prob
+            s = qk * qk_scale - tl.log2(u)
+        else:
+            s = qk * qk_scale
+        s = tl.where(ok, s, float("-inf"))
+        m_new = tl.maximum(m_i, tl.max(s, 0))
+        m_use = tl.where(m_new == float("-inf"), 0.0, m_new)
+        alpha = tl.exp2(m_i - m_use)
+        pr = tl.exp2(s - m_use)
+        l_i = l_i * alpha + tl.sum(pr, 0)
+        acc = acc * alpha + tl.sum(pr[:, None] * v, 0)
+        m_i = m_new
+
+    nonempty = l_i > 0
+    o = acc / tl.where(nonempty, l_i, 1.0)
+    tl.store(O + b * stride_ob + h * stride_oh + split * stride_osplit + offs_d,
+             o.to(O.dtype.element_ty), mask=d_ok)
+    if RETURN_LSE:
+        lse = tl.where(nonempty, (m_i + tl.log2(tl.where(nonempty, l_i, 1.0))) * 0.6931471805599453,
+                       float("-inf"))
+        tl.store(LSE + b * stride_lb + h * stride_lh + split * stride_lsplit, lse)
+
+
+def sparse_paged_config(B: int, Hq: int, L_max: int, D: int, dtype: torch.dtype, interpret: bool,
+                        num_splits: Optional[int] = None, magicpig: bool = False) -> dict:
+    """Tiles, launch meta and the list split: BLOCK_N, BLOCK_D, num_warps, num_stages, SPLIT_LEN,
+    NUM_SPLITS (splits cover [0, L_max); those past a row's nnz are empty and merge as -inf).
+
+    GPU: the loop is a chain of dependent loads (row ids, then K/V rows), so it wants many
+    programs in flight more than big tiles: about 1024 programs (8 per SM) for the plain kernel,
+    512 with the heavier MagicPIG math. The K/V tiles live in registers (GPU) or the 192 KB
+    unified buffer (Ascend), so a tile holds at most 16 KB of input: BLOCK_N * BLOCK_D * itemsize
+    <= 16K (fp16 D=256: 32 rows; fp32 D=128 with 64 rows overflows the Ascend buffer). (H200,
+    bench cache, kept ratio 0.05: ~1.6 TB/s of gathered K/V rows plain, ~1.0 TB/s MagicPIG.)
+    """
+    block_d = max(16, next_pow2(D))
+    if interpret:
+        block_n, warps, stages = min(128, max(16, next_pow2(L_max))), 4, 1
+        auto_splits = triton.cdiv(L_max, 512)
+    else:
+        block_n = max(16, min(64, 16384 // (block_d * dtype.itemsize)))
+        warps, stages = 4, 2
+        target = TARGET_PROGRAMS_MAGICPIG if magicpig else TARGET_PROGRAMS
+        auto_splits = min(triton.cdiv(target, B * Hq), triton.cdiv(L_max, MIN_SPLIT_LEN))
+    want = max(1, auto_splits if num_splits is None else num_splits)
+    split_len = max(block_n, triton.cdiv(triton.cdiv(max(L_max, 1), want), block_n) * block_n)
+    return dict(BLOCK_N=block_n, BLOCK_D=block_d, num_warps=warps, num_stages=stages,
+                SPLIT_LEN=split_len, NUM_SPLITS=max(1, triton.cdiv(L_max, split_len)))
+
+
+def sparse_kernel_plan(q: torch.Tensor, kv_cache: torch.Tensor, kv_page_indptr: torch.Tensor,
+                       kv_page_indices: torch.Tensor, sparse_ind: torch.Tensor,
+                       sparse_nnz: torch.Tensor, out: torch.Tensor, lse: Optional[torch.Tensor], *,
+                       layout: str, scale: float, K: Optional[torch.Tensor] = None,
+                       L: Optional[torch.Tensor] = None, num_splits: Optional[int] = None,
+                       interpret: Optional[bool] = None) -> LaunchPlan:
+    """Shared planner of sparse_paged_decode (K, L None) and magicpig_decode (K, L given).
+
+    Runs the host pre-pass (``_paged.sparse_rows``) that makes the int32 physical row ids the
+    kernel reads; with more than one split it allocates fp32 scratch and chains the merge.
+    """
+    B, Hq, D = q.shape
+    _, Hkv, _, _ = kv_dims(kv_cache, layout)
+    _, stride_kv, stride_head, _ = kv_strides(kv_cache, layout)
+    L_max = sparse_ind.shape[2]
+    interpret = is_interpret() if interpret is None else interpret
+    cfg = sparse_paged_config(B, Hq, L_max, D, q.dtype, interpret, num_splits, K is not None)
+    splits = cfg.pop("NUM_SPLITS")
+    split_len = cfg.pop("SPLIT_LEN")
+    rows, unit = sparse_rows(kv_cache, layout, kv_page_indptr, kv_page_indices, sparse_ind,
+                             sparse_nnz)
+    magicpig = K is not None
+    return_lse = lse is not None
+    if splits == 1:
+        o_dst, l_dst, write_lse = out, (lse if return_lse else out), return_lse
+        o_strides = (out.stride(0), out.stride(1), 0)
+        l_strides = (lse.stride(0), lse.stride(1), 0) if return_lse else (0, 0, 0)
+    else:
+        o_dst, l_dst = split_scratch(B, Hq, splits, D, q.device)
+        write_lse = True
+        o_strides, l_strides = o_dst.stride()[:3], l_dst.stride()
+    k_arg, l_arg = (K, L) if magicpig else (q, q)  # never read without MAGICPIG
+    k_strides = (K.stride(0), K.stride(1), L.stride(0), L.stride(1)) if magicpig else (0, 0, 0, 0)
+    args = (q, kv_cache, rows, sparse_nnz, k_arg, l_arg, o_dst, l_dst,
+            q.stride(0), q.stride(1),
+            stride_kv, stride_head, unit,
+            rows.stride(0), rows.stride(1),
+            sparse_nnz.stride(0), sparse_nnz.stride(1),
+            *k_strides,
+            *o_strides, *l_strides,
+            Hq, D, Hq // Hkv, split_len, float(scale) * LOG2E)
+    meta = dict(MAGICPIG=magicpig, RETURN_LSE=write_lse, **cfg)
+    plan = LaunchPlan(kernel=_sparse_paged_fwd, grid=(B * Hq, splits), args=args, meta=meta)
+    if splits > 1:
+        plan.then = merge_plan(o_dst, l_dst, out, lse if return_lse else None, cfg["BLOCK_D"])
+    return plan
+
+
+def sparse_paged_decode_plan(q: torch.Tensor, kv_cache: torch.Tensor, kv_page_indptr: torch.Tensor,
+                             kv_page_indices: torch.Tensor, sparse_ind: torch.Tensor,
+                             sparse_nnz: torch.Tensor, out: torch.Tensor,
+                             lse: Optional[torch.Tensor], *, layout: str, scale: float,
+                             num_splits: Optional[int] = None,
+                             interpret: Optional[bool] = None) -> LaunchPlan:
+    """The launch chain for validated inputs and allocated outputs (``lse`` None: no LSE)."""
+    return sparse_kernel_plan(q, kv_cache, kv_page_indptr, kv_page_indices, sparse_ind, sparse_nnz,
+                              out, lse, layout=layout, scale=scale, num_splits=num_splits,
+                              interpret=interpret)
+
+
+def validate_sparse_paged(fn: str, q, kv_cache, kv_page_indptr, kv_page_indices, sparse_ind,
+                          sparse_nnz, kv_last_page_len, layout, scale, return_lse, out, lse,
+                          num_splits, check_indices, extra_inputs: Optional[dict] = None,
+                          extra_checks=None, extra_values=None) -> float:
+    """All checks of sparse_paged_decode / magicpig_decode; returns the scale.
+
+    ``extra_checks(B, Hq)`` runs the family's own structural checks; ``extra_values()`` returns
+    (0-d statistics, a judge of their values, a function raising the precise message) for its own
+    data-dependent checks, which join the single device sync of ``check_index_values``.
+    """
+    B, Hq, D = check_q(fn, q, MAX_HEAD_DIM)
+    check_layout(fn, layout)
+    num_pages, Hkv, page_size = check_paged_kv(fn, q, kv_cache, layout)
+    check_gqa(fn, Hq, Hkv, kv_name="kv_cache")
+    check_row_ids_fit(fn, kv_cache, layout)
+    check_flag(fn, "return_lse", return_lse)
+    check_flag(fn, "check_indices", check_indices)
+    scale = check_scale(fn, scale, D)
+    if num_splits is not None:
+        check_int_range(fn, "num_splits", num_splits, 1, 2**31 - 1)
+    check_page_table(fn, B, q.device, kv_page_indptr, kv_page_indices, kv_last_page_len)
+    check_sparse_indices(fn, B, Hq, q.device, sparse_ind, sparse_nnz)
+    if extra_checks is not None:
+        extra_checks(B, Hq)
+    inputs = {"q": q, "kv_cache": kv_cache, "kv_page_indptr": kv_page_indptr,
+              "kv_page_indices": kv_page_indices, "sparse_ind": sparse_ind,
+              "sparse_nnz": sparse_nnz, "kv_last_page_len": kv_last_page_len, **(extra_inputs or {})}
+    check_outputs(fn, out, lse, return_lse, B, Hq, D, q, inputs)
+    check_launchable(fn, "q", q)
+    if check_indices:  # data-dependent: one device sync, after every other check
+        stats, judge, raise_first = extra_values() if extra_values is not None else ((), None, None)
+        check_index_values(fn, num_pages, page_size, kv_page_indptr, kv_page_indices,
+                           kv_last_page_len, sparse_ind, sparse_nnz, extra_stats=stats,
+                           extra_ok=judge, extra_raise=raise_first)
+    return scale
+
+
+def sparse_paged_decode(q: torch.Tensor, kv_cache: torch.Tensor, kv_page_indptr: torch.Tensor,
+                        kv_page_indices: torch.Tensor, sparse_ind: torch.Tensor,
+                        sparse_nnz: torch.Tensor, *, layout: str = "HND",
+                        kv_last_page_len: Optional[torch.Tensor] = None,
+                        scale: Optional[float] = None, return_lse: bool = False,
+                        out: Optional[torch.Tensor] = None, lse: Optional[torch.Tensor] = None,
+                        num_splits: Optional[int] = None, check_indices: bool = True,
+                        ) -> tuple[torch.Tensor, Optional[torch.Tensor]]:
+    """Decode over selected tokens of a paged KV cache: q [B, Hq, D] -> (o [B, Hq, D], lse [B, Hq] | None).
+
+    Cache and page table as in ``paged_decode``. sparse_ind [B, Hq, L_max] int32 holds logical
+    token positions of sequence b (first sparse_nnz[b, h] entries valid; the rest, -1 padding or
+    anything else, is ignored); unsorted and duplicated entries are fine (multiset softmax).
+    Valid positions: [0, L_b) with ``kv_last_page_len``, else [0, page_size * pages_b).
+    nnz == 0: o = 0, lse = -inf. ``num_splits`` (optional) asks for that many splits of the list;
+    ``check_indices=False`` skips the data-dependent checks.
+    """
+    fn = "sparse_paged_decode"
+    scale = validate_sparse_paged(fn, q, kv_cache, kv_page_indptr, kv_page_indices, sparse_ind,
+                                  sparse_nnz, kv_last_page_len, layout, scale, return_lse, out, lse,
+                                  num_splits, check_indices)
+    B, Hq, D = q.shape
+    if out is None:
+        out = torch.empty((B, Hq, D), dtype=q.dtype, device=q.device)
+    if return_lse and lse is None:
+        lse = torch.empty((B, Hq), dtype=torch.float32, device=q.device)
+    plan = sparse_paged_decode_plan(q, kv_cache, kv_page_indptr, kv_page_indices, sparse_ind,
+                                    sparse_nnz, out, lse if return_lse else None, layout=layout,
+                                    scale=scale, num_splits=num_splits)
+    launch(plan)
+    return out, (lse if return_lse else None)
