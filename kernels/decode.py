@@ -15,6 +15,7 @@ import torch
 import triton
 import triton.language as tl
 
+from ._split import merge_plan, split_outputs
 from ._checks import (DOT_INPUT_PRECISION, FLOAT_DTYPES, LaunchPlan, check_flag, check_gqa, check_int_range,
                       check_launchable, check_nonempty, check_output, check_scale, check_tensor,
                       is_interpret, launch, next_pow2)
@@ -82,36 +83,6 @@ def _decode_fwd(
         tl.store(LSE + b * stride_lb + heads * stride_lh + split * stride_lsplit, lse, mask=offs_g < G)
 
 
-@triton.jit
-def _decode_merge(
-    OP, LP, O, LSE,
-    stride_pb, stride_ph, stride_ps,
-    stride_pl_b, stride_pl_h, stride_pl_s,
-    stride_ob, stride_oh,
-    stride_lb, stride_lh,
-    Hq, D, NUM_SPLITS,
-    RETURN_LSE: tl.constexpr, BLOCK_SPLITS: tl.constexpr, BLOCK_D: tl.constexpr,
-):
-    pid = tl.program_id(0)
-    b = (pid // Hq).to(tl.int64)
-    h = (pid % Hq).to(tl.int64)
-    offs_s = tl.arange(0, BLOCK_SPLITS)
-    offs_d = tl.arange(0, BLOCK_D)
-    s_ok = offs_s < NUM_SPLITS
-    d_ok = offs_d < D
-    # Each split holds its normalised output o_i and lse_i: o = sum_i e^(lse_i - m) o_i / sum_i e^(lse_i - m).
-    lse_p = tl.load(LP + b * stride_pl_b + h * stride_pl_h + offs_s * stride_pl_s, mask=s_ok, other=float("-inf"))
-    o_p = tl.load(OP + b * stride_pb + h * stride_ph + offs_s[:, None] * stride_ps + offs_d[None, :],
-                  mask=s_ok[:, None] & d_ok[None, :], other=0.0)
-    m = tl.max(lse_p, 0)
-    w = tl.exp(lse_p - m)
-    w_sum = tl.sum(w, 0)
-    o = tl.sum(o_p * w[:, None], 0) / w_sum
-    tl.store(O + b * stride_ob + h * stride_oh + offs_d, o.to(O.dtype.element_ty), mask=d_ok)
-    if RETURN_LSE:
-        tl.store(LSE + b * stride_lb + h * stride_lh, m + tl.log(w_sum))
-
-
 
 def decode_config(B: int, Hkv: int, S: int, D: int, G: int, dtype: torch.dtype, interpret: bool,
                   num_splits: Optional[int] = None) -> dict:
@@ -151,15 +122,7 @@ def decode_plan(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Te
     splits = cfg.pop("NUM_SPLITS")
     split_len = cfg.pop("SPLIT_LEN")
     return_lse = lse is not None
-    if splits == 1:
-        o_dst, l_dst, write_lse = out, (lse if return_lse else out), return_lse
-        o_strides = (out.stride(0), out.stride(1), 0)
-        l_strides = (lse.stride(0), lse.stride(1), 0) if return_lse else (0, 0, 0)
-    else:
-        o_dst = torch.empty((B, Hq, splits, D), dtype=torch.float32, device=q.device)
-        l_dst = torch.empty((B, Hq, splits), dtype=torch.float32, device=q.device)
-        write_lse = True
-        o_strides, l_strides = o_dst.stride()[:3], l_dst.stride()
+    o_dst, l_dst, write_lse, o_strides, l_strides = split_outputs(out, lse, splits, B, Hq, D)
     args = (q, k, v, o_dst, l_dst,
             q.stride(0), q.stride(1),
             k.stride(0), k.stride(1), k.stride(2),
@@ -169,14 +132,7 @@ def decode_plan(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Te
     meta = dict(RETURN_LSE=write_lse, DOT_PRECISION=DOT_INPUT_PRECISION, **cfg)
     plan = LaunchPlan(kernel=_decode_fwd, grid=(B * Hkv, splits), args=args, meta=meta)
     if splits > 1:
-        merge_args = (o_dst, l_dst, out, lse if return_lse else out,
-                      *o_dst.stride()[:3], *l_dst.stride(),
-                      out.stride(0), out.stride(1),
-                      *((lse.stride(0), lse.stride(1)) if return_lse else (0, 0)),
-                      Hq, D, splits)
-        merge_meta = dict(RETURN_LSE=return_lse, BLOCK_SPLITS=next_pow2(splits),
-                          BLOCK_D=cfg["BLOCK_D"], num_warps=4, num_stages=1)
-        plan.then = LaunchPlan(kernel=_decode_merge, grid=(B * Hq,), args=merge_args, meta=merge_meta)
+        plan.then = merge_plan(o_dst, l_dst, out, lse if return_lse else None, cfg["BLOCK_D"])
     return plan
 
 

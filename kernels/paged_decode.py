@@ -5,7 +5,7 @@ the rows of ``tl.dot`` (padded to >= 16, masked), so K/V pages are read once per
 program walks its pages with one scalar page-id load per page, then the page in BLOCK_N-slot
 chunks; the valid-token mask is arithmetic (``p * PAGE_SIZE + slot < seq_len``), never an ``if``
 inside the loop. Long sequences are split over pages; each split writes a normalised partial
-output and its LSE, and ``_paged.merge_plan`` combines them. Zero-page sequences (and empty
+output and its LSE, and ``_split.merge_plan`` combines them. Zero-page sequences (and empty
 splits) give o = 0, lse = -inf.
 
 ``paged_decode`` validates, asks ``paged_decode_plan`` for the launch (chain), then launches it.
@@ -20,8 +20,9 @@ import triton.language as tl
 
 from ._checks import (DOT_INPUT_PRECISION, LaunchPlan, check_flag, check_gqa, check_int_range,
                       check_launchable, check_scale, is_interpret, launch, next_pow2)
+from ._split import merge_plan, split_outputs
 from ._paged import (check_index_values, check_layout, check_outputs, check_page_table,
-                     check_paged_kv, check_q, kv_dims, kv_strides, merge_plan, split_scratch)
+                     check_paged_kv, check_q, kv_dims, kv_strides)
 
 LOG2E = 1.4426950408889634
 MAX_HEAD_DIM = 256
@@ -155,14 +156,7 @@ def paged_decode_plan(q: torch.Tensor, kv_cache: torch.Tensor, kv_page_indptr: t
     splits = cfg.pop("NUM_SPLITS")
     pages_per_split = cfg.pop("PAGES_PER_SPLIT")
     return_lse = lse is not None
-    if splits == 1:
-        o_dst, l_dst, write_lse = out, (lse if return_lse else out), return_lse
-        o_strides = (out.stride(0), out.stride(1), 0)
-        l_strides = (lse.stride(0), lse.stride(1), 0) if return_lse else (0, 0, 0)
-    else:
-        o_dst, l_dst = split_scratch(B, Hq, splits, D, q.device)
-        write_lse = True
-        o_strides, l_strides = o_dst.stride()[:3], l_dst.stride()
+    o_dst, l_dst, write_lse, o_strides, l_strides = split_outputs(out, lse, splits, B, Hq, D)
     args = (q, kv_cache, kv_page_indptr, kv_page_indices, kv_last_page_len, o_dst, l_dst,
             q.stride(0), q.stride(1),
             stride_page, stride_kv, stride_head, stride_slot,

@@ -23,6 +23,7 @@ import torch
 import triton
 import triton.language as tl
 
+from ._split import merge_plan, split_outputs
 from ._checks import (FLOAT_DTYPES, LaunchPlan, check_flag, check_gqa, check_index_tensor,
                       check_int_range, check_launchable, check_nonempty, check_output, check_scale,
                       check_tensor, check_values_in_range, is_interpret, launch, next_pow2)
@@ -96,41 +97,6 @@ def _sparse_decode_fwd(
         tl.store(LSE + b * stride_lb + h * stride_lh + split * stride_lsplit, lse)
 
 
-@triton.jit
-def _sparse_decode_merge(
-    OP, LP, O, LSE,
-    stride_pb, stride_ph, stride_ps,
-    stride_pl_b, stride_pl_h, stride_pl_s,
-    stride_ob, stride_oh,
-    stride_lb, stride_lh,
-    Hq, D, NUM_SPLITS,
-    RETURN_LSE: tl.constexpr, BLOCK_SPLITS: tl.constexpr, BLOCK_D: tl.constexpr,
-):
-    pid = tl.program_id(0)
-    b = (pid // Hq).to(tl.int64)
-    h = (pid % Hq).to(tl.int64)
-    offs_s = tl.arange(0, BLOCK_SPLITS)
-    offs_d = tl.arange(0, BLOCK_D)
-    s_ok = offs_s < NUM_SPLITS
-    d_ok = offs_d < D
-    # o = sum_i e^(lse_i - m) o_i / sum_i e^(lse_i - m); empty splits have lse_i = -inf, o_i = 0.
-    lse_p = tl.load(LP + b * stride_pl_b + h * stride_pl_h + offs_s * stride_pl_s, mask=s_ok,
-                    other=float("-inf"))
-    o_p = tl.load(OP + b * stride_pb + h * stride_ph + offs_s[:, None] * stride_ps + offs_d[None, :],
-                  mask=s_ok[:, None] & d_ok[None, :], other=0.0)
-    m = tl.max(lse_p, 0)
-    m_safe = tl.where(m == float("-inf"), 0.0, m)  # every split empty: all weights become 0
-    w = tl.exp(lse_p - m_safe)
-    w_sum = tl.sum(w, 0)
-    has = w_sum > 0.0
-    w_safe = tl.where(has, w_sum, 1.0)
-    o = tl.sum(o_p * w[:, None], 0) / w_safe
-    tl.store(O + b * stride_ob + h * stride_oh + offs_d, o.to(O.dtype.element_ty), mask=d_ok)
-    if RETURN_LSE:
-        tl.store(LSE + b * stride_lb + h * stride_lh,
-                 tl.where(has, m_safe + tl.log(w_safe), float("-inf")))
-
-
 def sparse_decode_config(B: int, Hq: int, L_max: int, D: int, dtype: torch.dtype, interpret: bool,
                          num_splits: Optional[int] = None) -> dict:
     """Tiles, launch meta and the split of the index lists: BLOCK_N, BLOCK_D, num_warps,
@@ -171,15 +137,7 @@ def sparse_decode_plan(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, sparse
     splits = cfg.pop("NUM_SPLITS")
     split_len = cfg.pop("SPLIT_LEN")
     return_lse = lse is not None
-    if splits == 1:
-        o_dst, l_dst, write_lse = out, (lse if return_lse else out), return_lse
-        o_strides = (out.stride(0), out.stride(1), 0)
-        l_strides = (lse.stride(0), lse.stride(1), 0) if return_lse else (0, 0, 0)
-    else:
-        o_dst = torch.empty((B, Hq, splits, D), dtype=torch.float32, device=q.device)
-        l_dst = torch.empty((B, Hq, splits), dtype=torch.float32, device=q.device)
-        write_lse = True
-        o_strides, l_strides = o_dst.stride()[:3], l_dst.stride()
+    o_dst, l_dst, write_lse, o_strides, l_strides = split_outputs(out, lse, splits, B, Hq, D)
     args = (q, k, v, sparse_ind, sparse_nnz, o_dst, l_dst,
             q.stride(0), q.stride(1),
             k.stride(0), k.stride(1), k.stride(2),
@@ -191,15 +149,7 @@ def sparse_decode_plan(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, sparse
     meta = dict(RETURN_LSE=write_lse, **cfg)
     plan = LaunchPlan(kernel=_sparse_decode_fwd, grid=(B * Hq, splits), args=args, meta=meta)
     if splits > 1:
-        merge_args = (o_dst, l_dst, out, lse if return_lse else out,
-                      *o_dst.stride()[:3], *l_dst.stride(),
-                      out.stride(0), out.stride(1),
-                      *((lse.stride(0), lse.stride(1)) if return_lse else (0, 0)),
-                      Hq, D, splits)
-        merge_meta = dict(RETURN_LSE=return_lse, BLOCK_SPLITS=next_pow2(splits),
-                          BLOCK_D=cfg["BLOCK_D"], num_warps=4, num_stages=1)
-        plan.then = LaunchPlan(kernel=_sparse_decode_merge, grid=(B * Hq,), args=merge_args,
-                               meta=merge_meta)
+        plan.then = merge_plan(o_dst, l_dst, out, lse if return_lse else None, cfg["BLOCK_D"])
     return plan
 
 

@@ -14,7 +14,7 @@ arithmetic (``j < end``). ``MAGICPIG`` (constexpr) adds the LSH collision-probab
 same [BLOCK_N, D] tile.
 
 Long lists are split; each split writes a normalised partial output and its LSE and
-``_paged.merge_plan`` combines them. nnz == 0: o = 0, lse = -inf.
+``_split.merge_plan`` combines them. nnz == 0: o = 0, lse = -inf.
 """
 from __future__ import annotations
 
@@ -27,9 +27,10 @@ import triton.language as tl
 from ._checks import (check_flag, check_gqa, check_int_range, check_launchable, check_scale,
                       is_interpret, launch, LaunchPlan, next_pow2)
 from ._math import pow_nonneg, simhash_collision_prob, two_hit_prob
+from ._split import merge_plan, split_outputs
 from ._paged import (check_index_values, check_layout, check_outputs, check_page_table,
                      check_paged_kv, check_q, check_row_ids_fit, check_sparse_indices, kv_dims,
-                     kv_strides, merge_plan, sparse_rows, split_scratch)
+                     kv_strides, sparse_rows)
 
 LOG2E = 1.4426950408889634
 MAX_HEAD_DIM = 256
@@ -178,14 +179,7 @@ def sparse_kernel_plan(q: torch.Tensor, kv_cache: torch.Tensor, kv_page_indptr: 
                              sparse_nnz)
     magicpig = K is not None
     return_lse = lse is not None
-    if splits == 1:
-        o_dst, l_dst, write_lse = out, (lse if return_lse else out), return_lse
-        o_strides = (out.stride(0), out.stride(1), 0)
-        l_strides = (lse.stride(0), lse.stride(1), 0) if return_lse else (0, 0, 0)
-    else:
-        o_dst, l_dst = split_scratch(B, Hq, splits, D, q.device)
-        write_lse = True
-        o_strides, l_strides = o_dst.stride()[:3], l_dst.stride()
+    o_dst, l_dst, write_lse, o_strides, l_strides = split_outputs(out, lse, splits, B, Hq, D)
     k_arg, l_arg = (K, L) if magicpig else (q, q)  # never read without MAGICPIG
     k_strides = (K.stride(0), K.stride(1), L.stride(0), L.stride(1)) if magicpig else (0, 0, 0, 0)
     args = (q, kv_cache, rows, sparse_nnz, k_arg, l_arg, o_dst, l_dst,

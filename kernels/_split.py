@@ -1,0 +1,86 @@
+"""Split-KV: the partial-result scratch a split kernel writes and the merge that combines it.
+
+A split program writes its normalised partial output ``o_i`` and natural-log ``lse_i`` in fp32;
+the merge computes ``o = sum_i e^(lse_i - m) o_i / sum_i e^(lse_i - m)``. Shared by every decode
+kernel that splits its keys (dense, paged, sparse, sparse paged, MagicPIG).
+"""
+from __future__ import annotations
+
+from typing import Optional
+
+import torch
+import triton
+import triton.language as tl
+
+from ._checks import LaunchPlan, next_pow2
+
+
+@triton.jit
+def _merge_splits(
+    OP, LP, O, LSE,
+    stride_pb, stride_ph, stride_ps,
+    stride_lpb, stride_lph, stride_lps,
+    stride_ob, stride_oh,
+    stride_lb, stride_lh,
+    Hq, D, NUM_SPLITS,
+    RETURN_LSE: tl.constexpr, BLOCK_SPLITS: tl.constexpr, BLOCK_D: tl.constexpr,
+):
+    """One program per (batch, query head): o = sum_i w_i o_i / sum_i w_i with w_i = e^(lse_i - m).
+
+    Empty splits carry lse_i = -inf and o_i = 0; a row where every split is empty gets o = 0 and
+    lse = -inf (no NaN: the max is replaced by 0 before it is subtracted).
+    """
+    pid = tl.program_id(0)
+    b = (pid // Hq).to(tl.int64)
+    h = (pid % Hq).to(tl.int64)
+    offs_s = tl.arange(0, BLOCK_SPLITS)
+    offs_d = tl.arange(0, BLOCK_D)
+    s_ok = offs_s < NUM_SPLITS
+    d_ok = offs_d < D
+    lse_p = tl.load(LP + b * stride_lpb + h * stride_lph + offs_s * stride_lps, mask=s_ok,
+                    other=float("-inf"))
+    o_p = tl.load(OP + b * stride_pb + h * stride_ph + offs_s[:, None] * stride_ps + offs_d[None, :],
+                  mask=s_ok[:, None] & d_ok[None, :], other=0.0)
+    m = tl.max(lse_p, 0)
+    m_use = tl.where(m == float("-inf"), 0.0, m)
+    w = tl.exp(lse_p - m_use)
+    w_sum = tl.sum(w, 0)
+    nonempty = w_sum > 0
+    o = tl.sum(o_p * w[:, None], 0) / tl.where(nonempty, w_sum, 1.0)
+    tl.store(O + b * stride_ob + h * stride_oh + offs_d, o.to(O.dtype.element_ty), mask=d_ok)
+    if RETURN_LSE:
+        lse = tl.where(nonempty, m_use + tl.log(tl.where(nonempty, w_sum, 1.0)), float("-inf"))
+        tl.store(LSE + b * stride_lb + h * stride_lh, lse)
+
+
+def split_scratch(B: int, Hq: int, splits: int, D: int, device: torch.device):
+    """fp32 partial outputs [B, Hq, splits, D] and LSEs [B, Hq, splits]."""
+    return (torch.empty((B, Hq, splits, D), dtype=torch.float32, device=device),
+            torch.empty((B, Hq, splits), dtype=torch.float32, device=device))
+
+
+def merge_plan(o_part: torch.Tensor, l_part: torch.Tensor, out: torch.Tensor,
+               lse: Optional[torch.Tensor], block_d: int) -> LaunchPlan:
+    """The merge launch: partials [B, Hq, splits, D] / [B, Hq, splits] -> out [B, Hq, D], lse [B, Hq]."""
+    B, Hq, splits, D = o_part.shape
+    return_lse = lse is not None
+    args = (o_part, l_part, out, lse if return_lse else out,
+            *o_part.stride()[:3], *l_part.stride(),
+            out.stride(0), out.stride(1),
+            *((lse.stride(0), lse.stride(1)) if return_lse else (0, 0)),
+            Hq, D, splits)
+    meta = dict(RETURN_LSE=return_lse, BLOCK_SPLITS=next_pow2(splits), BLOCK_D=block_d,
+                num_warps=4, num_stages=1)
+    return LaunchPlan(kernel=_merge_splits, grid=(B * Hq,), args=args, meta=meta)
+
+
+def split_outputs(out: torch.Tensor, lse: Optional[torch.Tensor], splits: int, B: int, Hq: int, D: int):
+    """Where a split kernel writes: straight into out/lse when there is one split, else into fp32
+    scratch for the merge. Returns (o_dst, l_dst, write_lse, o_strides, l_strides): strides of
+    (batch, head, split); lse may be None (l_dst is then ``out``, never written)."""
+    if splits == 1:
+        write_lse = lse is not None
+        l_strides = (lse.stride(0), lse.stride(1), 0) if write_lse else (0, 0, 0)
+        return out, (lse if write_lse else out), write_lse, (out.stride(0), out.stride(1), 0), l_strides
+    o_dst, l_dst = split_scratch(B, Hq, splits, D, out.device)
+    return o_dst, l_dst, True, o_dst.stride()[:3], l_dst.stride()
