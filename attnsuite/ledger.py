@@ -12,7 +12,13 @@ import functools
 import re
 from dataclasses import dataclass, field
 from importlib import metadata
+from pathlib import Path
 from typing import Any, Iterable, Mapping
+
+try:
+    import tomllib
+except ModuleNotFoundError:  # Python 3.10
+    import tomli as tomllib
 
 from packaging.specifiers import SpecifierSet
 from packaging.version import InvalidVersion, Version
@@ -31,27 +37,53 @@ class KnownFailure:
     stage: str
     match: str
     reason: str
-    #: Case parameters the entry is limited to: name -> allowed values.
+    #: Case parameters the entry is limited to: name -> allowed values. A case that has no such
+    #: parameter is not constrained by it.
     where: Mapping[str, tuple] = field(default_factory=dict)
-    #: Upstream tracker or porting_notes.md anchor.
+    #: Upstream tracker or issue.
     reference: str = ""
     #: The case id of the minimal probe that reproduces it.
     probe: str = ""
+    #: "numeric" (a run on the device) or "compile" (--compile-only).
+    mode: str = "numeric"
+    #: The porting_notes.md section (heading anchor) that explains it.
+    note: str = ""
 
-    def applies(self, case, device_kind: str, versions: Mapping[str, str]) -> bool:
-        if device_kind not in self.devices or case.family not in self.families:
+    def applies(self, case, device_kind: str, versions: Mapping[str, str], mode: str = "numeric") -> bool:
+        if mode != self.mode or device_kind not in self.devices or case.family not in self.families:
             return False
         installed = versions.get(self.package)
         if installed is None or not _in_range(installed, self.versions):
             return False
-        return all(case.params.get(k) in allowed for k, allowed in self.where.items())
+        return all(k not in case.params or case.params[k] in allowed for k, allowed in self.where.items())
 
     def explains(self, stage: str, message: str) -> bool:
         return stage == self.stage and re.search(self.match, message) is not None
 
     def describe(self) -> dict[str, Any]:
         return {"id": self.id, "reason": self.reason, "versions": f"{self.package}{self.versions}",
-                "reference": self.reference, "probe": self.probe}
+                "reference": self.reference, "probe": self.probe, "note": self.note, "mode": self.mode}
+
+
+def load(path: str | Path) -> list[KnownFailure]:
+    """The ledger entries of a TOML file (see cases/known_failures.toml for the fields)."""
+    with open(path, "rb") as fh:
+        data = tomllib.load(fh)
+    entries = []
+    for raw in data.get("failure", []):
+        raw = dict(raw)
+        for key in ("devices", "families"):
+            raw[key] = tuple(raw.get(key, ()))
+        raw["where"] = {k: tuple(v) for k, v in raw.get("where", {}).items()}
+        try:
+            entries.append(KnownFailure(**raw))
+        except TypeError as exc:
+            raise ValueError(f"{path}: ledger entry {raw.get('id', '?')!r}: {exc}") from None
+    ids = [e.id for e in entries]
+    dupes = {i for i in ids if ids.count(i) > 1}
+    if dupes:
+        raise ValueError(f"{path}: duplicate ledger ids {sorted(dupes)}")
+    return entries
 
 
 class KnownFailureHit(Exception):
@@ -65,8 +97,9 @@ class KnownFailureHit(Exception):
 
 def _in_range(version: str, spec: str) -> bool:
     try:
-        # Local and dev suffixes ("3.6.0+git1234") still belong to their release.
-        return Version(Version(version).base_version) in SpecifierSet(spec)
+        # A local suffix ("3.6.0+git1234") still belongs to its release; a pre-release
+        # ("3.2.0rc2") is its own version, matched as such.
+        return Version(version.split("+")[0]) in SpecifierSet(spec, prereleases=True)
     except InvalidVersion:
         return False
 
@@ -83,9 +116,9 @@ def installed_versions() -> dict[str, str]:
 
 
 def lookup(entries: Iterable[KnownFailure], case, device_kind: str,
-           versions: Mapping[str, str] | None = None) -> KnownFailure | None:
+           versions: Mapping[str, str] | None = None, mode: str = "numeric") -> KnownFailure | None:
     versions = installed_versions() if versions is None else versions
     for entry in entries:
-        if entry.applies(case, device_kind, versions):
+        if entry.applies(case, device_kind, versions, mode):
             return entry
     return None

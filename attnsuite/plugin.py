@@ -14,12 +14,12 @@ import pytest
 
 from . import outcome as _outcome
 from .case import PROFILES, select
-from .devices import BACKENDS, DeviceUnavailable, device_class, open_device
+from .devices import BACKENDS, DeviceUnavailable, device_class, host_device, open_device
 from .records import RecordWriter, build_record, read_records
 
 STATE = pytest.StashKey["SessionState"]()
 CASE_INFO = pytest.StashKey[dict]()
-DEFAULT_LEDGER = "cases.known_failures"
+DEFAULT_LEDGER = "cases/known_failures.toml"
 
 
 @dataclass
@@ -34,11 +34,14 @@ class SessionState:
     #: family -> (spec, callable) from --impl, loaded up front so a bad spec stops the run.
     impl_overrides: dict[str, tuple[str, object]]
     case_timeout: float
-    ledger_module: str
+    #: compile-only: the targets every case is compiled for (empty for a numeric run).
+    compile_targets: list[str]
+    ledger_path: Path
     device: object = None
     writer: RecordWriter | None = None
     env: dict | None = None
     pending: dict = field(default_factory=dict)
+    _ledger: list | None = None
 
     def env_fingerprint(self) -> dict:
         if self.env is None:
@@ -48,14 +51,50 @@ class SessionState:
         return self.env
 
     def ledger(self) -> list:
-        return list(getattr(importlib.import_module(self.ledger_module), "KNOWN_FAILURES", []))
+        if self._ledger is None:
+            from .ledger import load
+
+            self._ledger = load(self.ledger_path)
+        return self._ledger
 
     def impl_for(self, family) -> tuple[str, object]:
         return self.impl_overrides.get(family.name) or family.default_impl()
 
+    @property
+    def mode(self) -> str:
+        return "compile" if self.compile_targets else "numeric"
+
     def repro(self, nodeid: str) -> str:
         extra = "".join(f" --impl {fam}={spec}" for fam, (spec, _) in sorted(self.impl_overrides.items()))
+        if self.compile_targets:
+            extra += " --compile-only " + " ".join(_target_options(self.device_kind, self.compile_targets))
         return f"pytest '{nodeid}' --device {self.device_kind} --profile {self.profile}{extra}"
+
+
+def _target_options(kind: str, targets: list[str]) -> list[str]:
+    if kind == "cuda":
+        return ["--cuda-arch", ",".join(t.removeprefix("sm_") for t in targets)]
+    return ["--soc", targets[0]]
+
+
+def compile_targets(kind: str, cuda_arch: str, soc: str) -> list[str]:
+    """The compile-only targets of a device: sm_NN per --cuda-arch entry, or the --soc."""
+    from .compile import toolchain
+
+    if kind == "cpu":
+        raise pytest.UsageError("--compile-only needs --device cuda or --device npu (cpu interprets, "
+                                "it never compiles)")
+    want = "upstream" if kind == "cuda" else "ascend"
+    if toolchain.installed() != want:
+        need = "upstream triton" if kind == "cuda" else "triton-ascend (tox -e npu-compile)"
+        raise pytest.UsageError(f"--device {kind} --compile-only: needs {need}; this environment has "
+                                f"{toolchain.describe()}")
+    if kind == "cuda":
+        archs = [a.strip() for a in cuda_arch.split(",") if a.strip()]
+        if not archs or not all(a.isdigit() for a in archs):
+            raise pytest.UsageError(f"--cuda-arch: expected numbers like 80,90, got {cuda_arch!r}")
+        return [f"sm_{a}" for a in archs]
+    return [soc]
 
 
 def load_callable(spec: str):
@@ -97,10 +136,16 @@ def pytest_addoption(parser):
                     help="where this run's JSONL records go (default reports/runs/<run id>)")
     group.addoption("--report-html", default=None,
                     help="report written at session end (default reports/index.html; 'none' to skip)")
+    group.addoption("--compile-only", action="store_true", default=False,
+                    help="compile (never launch) every case's kernels for the device's targets; needs "
+                         "no accelerator. cuda: upstream triton, --cuda-arch; npu: triton-ascend, --soc")
+    group.addoption("--cuda-arch", default="80,90", help="compile-only CUDA targets (default 80,90)")
+    group.addoption("--soc", default="Ascend910B2", help="compile-only Ascend target (default Ascend910B2)")
     group.addoption("--case-timeout", type=float, default=None,
                     help="seconds before a hung case is stopped and recorded as timeout "
                          "(default 900 on cpu, 300 elsewhere; needs pytest-timeout)")
-    parser.addini("attnsuite_ledger", "module holding KNOWN_FAILURES", default=DEFAULT_LEDGER)
+    parser.addini("attnsuite_ledger", "known-failure ledger (TOML), relative to the rootdir",
+                  default=DEFAULT_LEDGER)
 
 
 def pytest_configure(config):
@@ -120,15 +165,21 @@ def pytest_configure(config):
     report = config.getoption("report_html")
     report_path = None if report == "none" else Path(report or config.rootpath / "reports" / "index.html")
     timeout = config.getoption("case_timeout") or (900.0 if kind == "cpu" else 300.0)
+    targets = (compile_targets(kind, config.getoption("cuda_arch"), config.getoption("soc"))
+               if config.getoption("compile_only") else [])
+    # Interpreted and compile-only runs default to small shapes; device runs to the full sweep.
+    profile = config.getoption("profile") or ("quick" if kind == "cpu" or targets else "full")
 
     state = SessionState(
-        device_kind=kind, profile=config.getoption("profile") or ("quick" if kind == "cpu" else "full"),
+        device_kind=kind, profile=profile, compile_targets=targets,
         run_id=run_id, run_dir=run_dir, report_path=report_path, worker=worker, controller=controller,
         impl_overrides=_parse_impls(config.getoption("impl")), case_timeout=timeout,
-        ledger_module=config.getini("attnsuite_ledger"),
+        ledger_path=config.rootpath / config.getini("attnsuite_ledger"),
     )
     try:
-        if controller:
+        if targets:
+            state.device = host_device(kind)  # compile-only: inputs stay on the host
+        elif controller:
             device_class(kind).check_available()  # fail once, before spawning workers
         else:
             state.device = open_device(kind, workerinput["workerid"] if workerinput else None)
@@ -146,7 +197,8 @@ def pytest_configure_node(node):
 
 def pytest_report_header(config):
     state = config.stash[STATE]
-    return [f"attnsuite: device={state.device_kind} profile={state.profile} records={state.run_dir}"]
+    mode = f" compile-only for {','.join(state.compile_targets)}" if state.compile_targets else ""
+    return [f"attnsuite: device={state.device_kind}{mode} profile={state.profile} records={state.run_dir}"]
 
 
 # -- collection -------------------------------------------------------------------------------
@@ -162,10 +214,11 @@ def pytest_generate_tests(metafunc):
     params = []
     for case in select(family.cases, state.profile):
         marks = [pytest.mark.conformance]
-        known = lookup(ledger, case, state.device_kind)
+        known = lookup(ledger, case, state.device_kind, mode=state.mode)
         if known is not None:
-            marks.append(pytest.mark.xfail(strict=True, raises=KnownFailureHit,
-                                           reason=f"known failure {known.id}: {known.reason}"))
+            marks.append(pytest.mark.xfail(strict=True, raises=KnownFailureHit, reason=(
+                f"known failure {known.id}: {known.reason} (porting_notes.md#{known.note}); "
+                f"if this case passes, the ledger entry {known.id!r} looks stale")))
         params.append(pytest.param(case, id=case.label, marks=marks))
     metafunc.parametrize("case", params)
 
@@ -192,11 +245,12 @@ class Conformance:
         from .runner import run_case
 
         impl_name, impl = self.state.impl_for(family)
-        known = lookup(self.state.ledger(), case, self.state.device_kind)
+        known = lookup(self.state.ledger(), case, self.state.device_kind, mode=self.state.mode)
         info = self.item.stash[CASE_INFO]
         info["impl"] = impl_name
         info["known_failure"] = known.describe() if known else None
-        return run_case(family, case, self.state.device, impl, known, info["result_obj"])
+        return run_case(family, case, self.state.device, impl, known, info["result_obj"],
+                        compile_targets=self.state.compile_targets)
 
 
 @pytest.fixture
@@ -218,7 +272,7 @@ def pytest_runtest_setup(item):
     item.stash[CASE_INFO] = {
         "run_id": state.run_id, "case_id": case.id, "nodeid": item.nodeid, "family": case.family,
         "params": dict(case.params), "profile": state.profile, "tags": sorted(case.tags),
-        "impl": None, "device": state.device_kind, "device_index": state.device.index,
+        "impl": None, "device": state.device_kind, "device_index": state.device.index, "mode": state.mode,
         "worker": state.worker, "env": state.env_fingerprint(), "repro": state.repro(item.nodeid),
         "started_at": _now(), "result_obj": CaseResult(),
     }
@@ -291,6 +345,7 @@ def crash_info(state: SessionState, nodeid: str) -> dict:
         pass
     return {"run_id": state.run_id, "case_id": f"{family}[{label}]", "nodeid": nodeid, "family": family,
             "params": params, "profile": state.profile, "device": state.device_kind, "worker": "controller",
+            "mode": state.mode,
             "finished_at": _now(), "repro": state.repro(nodeid)}
 
 

@@ -13,6 +13,10 @@ from typing import Iterable, Iterator
 SCHEMA = 1
 OUTCOMES = ("pass", "fail", "xfail", "xpass", "skip", "error", "crash", "timeout")
 STAGES = ("inputs", "validate", "compile", "launch", "numeric", "reference", "teardown")
+#: Compile-only stages (attnsuite/compile): where a compile for a target stopped.
+COMPILE_STAGES = ("frontend", "ttir", "ttgir", "llvm", "ptxas", "smem", "grid", "adapter", "bishengir",
+                  "ub_overflow", "toolchain")
+MODES = ("numeric", "compile")
 #: A pass whose headroom (allowed / measured error) is below this is shown as tight.
 TIGHT_HEADROOM = 1.25
 
@@ -70,11 +74,11 @@ def read_records(paths: Iterable[str | os.PathLike]) -> list[dict]:
 
 
 def record_key(rec: dict) -> tuple:
-    return (rec["case_id"], rec.get("impl", ""), rec["device"])
+    return (rec["case_id"], rec.get("impl", ""), rec["device"], rec.get("mode") or "numeric")
 
 
 def merge_latest(records: Iterable[dict]) -> list[dict]:
-    """One record per (case, implementation, device): the most recently finished one."""
+    """One record per (case, implementation, device, mode): the most recently finished one."""
     latest: dict[tuple, dict] = {}
     for rec in records:
         key = record_key(rec)
@@ -96,6 +100,7 @@ def build_record(reports: dict, info: dict, outcome: tuple[str, str | None, str]
         "impl": info.get("impl"),
         "device": info["device"],
         "device_index": info.get("device_index"),
+        "mode": info.get("mode", "numeric"),
         "worker": info.get("worker"),
         "dtype": info.get("params", {}).get("dtype"),
         "params": info.get("params", {}),
@@ -110,6 +115,7 @@ def build_record(reports: dict, info: dict, outcome: tuple[str, str | None, str]
         "tolerance": result.get("tolerance"),
         "timings": result.get("timings", {}),
         "memory": result.get("memory", {}),
+        "compile": result.get("compile", {}),
         "duration_s": sum(getattr(r, "duration", 0.0) or 0.0 for r in reports.values()),
         "started_at": info.get("started_at"),
         "finished_at": info.get("finished_at"),

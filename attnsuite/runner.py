@@ -31,10 +31,12 @@ class CaseResult:
     tolerance: dict | None = None
     timings: dict = field(default_factory=dict)
     memory: dict = field(default_factory=dict)
+    #: compile-only: target -> one summary per compiled launch (see compile_case).
+    compile: dict = field(default_factory=dict)
 
     def as_payload(self) -> dict:
         return {"metrics": self.metrics, "headroom": self.headroom, "tolerance": self.tolerance,
-                "timings": self.timings, "memory": self.memory}
+                "timings": self.timings, "memory": self.memory, "compile": self.compile}
 
 
 def classify_exception(exc: BaseException) -> str:
@@ -71,11 +73,17 @@ def _unchanged(before: torch.Tensor, after: torch.Tensor) -> bool:
 
 
 def run_case(family, case, device, impl: Callable, known: KnownFailure | None = None,
-             result: CaseResult | None = None) -> CaseResult:
-    """Run and judge one case; raise CaseFailure (or KnownFailureHit) if it does not conform."""
+             result: CaseResult | None = None, compile_targets: list[str] | None = None) -> CaseResult:
+    """Run and judge one case (or, given ``compile_targets``, only compile what it would launch);
+    raise CaseFailure (or KnownFailureHit) if it does not conform."""
     result = CaseResult() if result is None else result
     try:
-        _run(family, case, device, impl, result)
+        if compile_targets:
+            from .compile_case import compile_case
+
+            compile_case(family, case, impl, compile_targets, result)
+        else:
+            _run(family, case, device, impl, result)
     except CaseFailure as failure:
         if known is not None and known.explains(failure.stage, str(failure)):
             raise KnownFailureHit(known, failure.stage, str(failure)) from failure

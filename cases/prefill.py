@@ -27,7 +27,7 @@ QUICK = (
     # Wider heads and the no-LSE path.
     + [dict(dtype="fp16", **_gqa(1, 2, 4), S=s, D=d, causal=True, lse=False)
        for d in (128, 256) for s in (1, 17, 64)]
-    # bf16: on cpu these meet the interpreter's bf16 tl.dot failure (known_failures.py).
+    # bf16: on cpu these meet the interpreter's bf16 tl.dot failure (cases/known_failures.toml).
     + [dict(dtype="bf16", **_gqa(2, 2, 4), S=s, D=64, causal=c, lse=True) for s in (17,) for c in (True, False)]
 )
 

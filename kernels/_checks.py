@@ -11,6 +11,7 @@ Layout rule used by all kernels here: a tensor must be contiguous in its last di
 from __future__ import annotations
 
 import math
+from contextlib import contextmanager
 import numbers
 import os
 from dataclasses import dataclass, field
@@ -27,9 +28,27 @@ FLOAT_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 DOT_INPUT_PRECISION = "ieee"
 
 
+#: Set while ``capture_launches`` is active: the plans that ``launch`` was asked to run.
+_captured: Optional[list] = None
+
+
 def is_interpret() -> bool:
-    """True when Triton runs kernels in its CPU interpreter (read at call time)."""
-    return os.environ.get("TRITON_INTERPRET") == "1"
+    """True when Triton runs kernels in its CPU interpreter (read at call time). False while
+    launches are captured for compile-only: the plans must be the ones a device would run."""
+    return _captured is None and os.environ.get("TRITON_INTERPRET") == "1"
+
+
+@contextmanager
+def capture_launches() -> Iterator[list]:
+    """Compile-only: inside this block every wrapper validates and plans as usual, with the
+    device's tile configs, but ``launch`` records its plan instead of running it (and CPU tensors
+    are accepted). Outputs are left unwritten."""
+    global _captured
+    previous, _captured = _captured, []
+    try:
+        yield _captured
+    finally:
+        _captured = previous
 
 
 def next_pow2(n: int) -> int:
@@ -93,7 +112,7 @@ def check_nonempty(fn: str, name: str, t: torch.Tensor, dims: Optional[str] = No
 
 def check_launchable(fn: str, name: str, t: torch.Tensor) -> None:
     """A CPU tensor can only run under the Triton interpreter."""
-    if t.device.type == "cpu" and not is_interpret():
+    if t.device.type == "cpu" and not is_interpret() and _captured is None:
         raise ValueError(f"{fn}: {name} is on cpu; Triton kernels need a GPU device "
                          f"(or TRITON_INTERPRET=1 set before importing triton)")
 
@@ -181,6 +200,9 @@ class LaunchPlan:
 
 
 def launch(plan: LaunchPlan) -> None:
+    if _captured is not None:
+        _captured.append(plan)
+        return
     for p in plan.chain():
         p.kernel[p.grid](*p.args, **p.meta)
 

@@ -49,14 +49,15 @@ def test_a_dead_worker_is_recorded_as_crash_and_the_run_goes_on(run_suite):
 
 
 def test_stale_ledger_entry_turns_into_a_strict_xpass(run_suite):
-    run = run_suite("cases/test_decode.py", "-k", "fp16 and S17", "-o", "attnsuite_ledger=tests.ledger_stale")
+    run = run_suite("cases/test_decode.py", "-k", "fp16 and S17", "-o", "attnsuite_ledger=tests/ledgers/stale.toml")
     assert run.records and {r["outcome"] for r in run.records} == {"xpass"}
+    assert all("'stale_entry' looks stale" in r["message"] for r in run.records)
     assert run.returncode == 1
 
 
 def test_ledger_does_not_hide_a_different_failure(run_suite):
     run = run_suite(DECODE_CASE, "--impl", "decode=tests.planted:decode_wrong_kv_head",
-                    "-o", "attnsuite_ledger=tests.ledger_other_message")
+                    "-o", "attnsuite_ledger=tests/ledgers/other_message.toml")
     (rec,) = run.records
     assert rec["outcome"] == "fail" and rec["stage"] == "numeric"
 

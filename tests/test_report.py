@@ -260,9 +260,9 @@ def test_minimal_records_render():
     cases = section_table(html, "cases")
     by_case = {r[0]: r for r in cases.rows[1:]}
     assert by_case["decode[x]"][3] == "timeout" and by_case["decode[x]"][7] == "—"
-    assert by_case["decode[y]"][8] == "—"
+    assert by_case["decode[y]"][8] == "—" and by_case["decode[y]"][9] == "—"  # compiles, duration
     assert by_case["decode[z]"][7] == "inf"  # falls back to the per-output headroom
-    assert "12345" in by_case["decode[z]"][9]
+    assert "12345" in by_case["decode[z]"][10]
 
 
 @pytest.mark.parametrize("value, text", [

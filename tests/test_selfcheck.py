@@ -5,8 +5,10 @@ import importlib
 import pytest
 
 from attnsuite.case import select
-from attnsuite.ledger import lookup
-from cases.known_failures import KNOWN_FAILURES
+from attnsuite.ledger import load, lookup
+from tests.conftest import ROOT
+
+KNOWN_FAILURES = load(ROOT / "cases" / "known_failures.toml")
 
 
 def _visible_wrong_scale(c):

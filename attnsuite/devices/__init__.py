@@ -16,6 +16,35 @@ def device_class(kind: str) -> type[Device]:
         raise DeviceUnavailable(f"--device {kind}: unknown device (choose from {', '.join(BACKENDS)})") from None
 
 
+class HostDevice(Device):
+    """Compile-only runs: records name the device the kernels are compiled for, but tensors stay
+    on the host (no accelerator is needed, none is touched)."""
+
+    def __init__(self, kind: str):
+        super().__init__(0)
+        self.kind = kind
+
+    @property
+    def torch_device(self):
+        import torch
+
+        return torch.device("cpu")
+
+    def place(self, tensor):
+        return tensor
+
+    def name(self) -> str:
+        return f"host (compile-only for {self.kind})"
+
+    def driver(self) -> str:
+        return "none"
+
+
+def host_device(kind: str) -> Device:
+    device_class(kind)  # an unknown kind is refused here too
+    return HostDevice(kind)
+
+
 def open_device(kind: str, worker_id: str | None) -> Device:
     """Check the device is usable, pin this process to its share of it, and return it."""
     cls = device_class(kind)
@@ -25,4 +54,5 @@ def open_device(kind: str, worker_id: str | None) -> Device:
     return device
 
 
-__all__ = ["BACKENDS", "Device", "DeviceUnavailable", "device_class", "open_device", "pick_index", "worker_number"]
+__all__ = ["BACKENDS", "Device", "DeviceUnavailable", "device_class", "host_device", "open_device", "pick_index",
+           "worker_number"]

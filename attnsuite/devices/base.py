@@ -7,6 +7,8 @@ of the harness talks to a ``Device``. A new backend is a new module registered i
 from __future__ import annotations
 
 import os
+import time
+from typing import Callable
 
 
 class DeviceUnavailable(RuntimeError):
@@ -73,6 +75,44 @@ class Device:
 
     def label(self) -> str:
         return self.kind if self.kind == "cpu" else f"{self.kind}:{self.index}"
+
+    # -- timing ------------------------------------------------------------------------------
+    def _torch_module(self):
+        """The torch device namespace with ``Event``/``synchronize`` (``torch.cuda``, ``torch.npu``);
+        None where there is none (cpu, compile-only hosts), which makes ``time_events`` use the
+        wall clock."""
+        return None
+
+    def time_events(self, fn: Callable[[], object], *, warmup: int = 3, repeat: int = 10) -> list[float]:
+        """Milliseconds of each of ``repeat`` calls of ``fn()``, after ``warmup`` untimed calls.
+
+        Accelerators bracket every call with a pair of timing events and read them all after one
+        final synchronize, so the device queue is not drained between calls. Without a device
+        namespace the times are ``time.perf_counter`` wall clock: on cpu that times the Triton
+        interpreter, which says nothing about a kernel's speed.
+        """
+        if warmup < 0 or repeat < 1:
+            raise ValueError(f"time_events: need warmup >= 0 and repeat >= 1, got {warmup} and {repeat}")
+        for _ in range(warmup):  # first calls compile: keep them out of the timed region
+            fn()
+        mod = self._torch_module()
+        if mod is None:
+            times = []
+            for _ in range(repeat):
+                t0 = time.perf_counter()
+                fn()
+                times.append((time.perf_counter() - t0) * 1e3)
+            return times
+        self.synchronize()
+        pairs = []
+        for _ in range(repeat):
+            start, end = mod.Event(enable_timing=True), mod.Event(enable_timing=True)
+            start.record()
+            fn()
+            end.record()
+            pairs.append((start, end))
+        self.synchronize()  # elapsed_time needs both events completed
+        return [start.elapsed_time(end) for start, end in pairs]
 
 
 def worker_number(worker_id: str | None) -> int:

@@ -44,6 +44,11 @@ class CudaDevice(Device):
 
         torch.cuda.synchronize(self.index)
 
+    def _torch_module(self):
+        import torch
+
+        return torch.cuda
+
     def memory_stats(self) -> dict:
         import torch
 

@@ -1,13 +1,24 @@
 """npu: Huawei Ascend NPUs through torch_npu + triton-ascend.
 
-Never run on hardware by this project (no NPU is available to it); written against the
-torch_npu API described in ../shared/spec/ascend.md.
+Never run on hardware by this project (no NPU is available to it): written against the torch_npu
+2.x API (``torch.npu`` mirrors ``torch.cuda``) and unit-tested with a fake ``torch.npu``
+(tests/test_npu_backend.py). ``import torch_npu`` needs CANN's shared libraries, and is what
+registers ``torch.npu`` and the ``npu`` device type.
 """
 from __future__ import annotations
 
 import os
 
 from .base import Device, DeviceUnavailable
+
+
+def _npu():
+    """``torch.npu``, importing torch_npu first if nothing has registered it yet."""
+    import torch
+
+    if not hasattr(torch, "npu"):
+        import torch_npu  # noqa: F401
+    return torch.npu
 
 
 class NpuDevice(Device):
@@ -26,53 +37,56 @@ class NpuDevice(Device):
         except OSError as exc:  # CANN shared libraries missing
             raise DeviceUnavailable(f"--device npu: torch_npu failed to load CANN libraries ({exc})") from None
         if not torch.npu.is_available() or torch.npu.device_count() < 1:
-            vis = os.environ.get("ASCEND_RT_VISIBLE_DEVICES")
-            extra = f" (ASCEND_RT_VISIBLE_DEVICES={vis!r})" if vis is not None else ""
-            raise DeviceUnavailable(f"--device npu: torch_npu is installed but sees no NPU{extra}")
+            # Always name the variable: the runtime reads it once, before torch is imported, so a
+            # value set later (or inherited by mistake) is the usual cause.
+            vis = os.environ.get(cls.visibility_env)
+            state = "unset" if vis is None else repr(vis)
+            raise DeviceUnavailable(
+                f"--device npu: torch_npu is installed but sees no NPU ({cls.visibility_env} {state})"
+            )
 
     @classmethod
     def visible_count(cls) -> int:
-        import torch
-
-        return torch.npu.device_count()
+        return _npu().device_count()
 
     def activate(self) -> None:
-        import torch
-
-        torch.npu.set_device(self.index)
+        # Indices are relative to ASCEND_RT_VISIBLE_DEVICES, like CUDA's.
+        _npu().set_device(self.index)
 
     def synchronize(self) -> None:
-        import torch
+        _npu().synchronize(self.index)
 
-        torch.npu.synchronize(self.index)
+    def _torch_module(self):
+        return _npu()
 
     def memory_stats(self) -> dict:
-        import torch
-
+        npu = _npu()
         return {
-            "allocated_bytes": torch.npu.memory_allocated(self.index),
-            "peak_allocated_bytes": torch.npu.max_memory_allocated(self.index),
+            "allocated_bytes": npu.memory_allocated(self.index),
+            "peak_allocated_bytes": npu.max_memory_allocated(self.index),
         }
 
     def reset_peak_memory(self) -> None:
-        import torch
-
-        torch.npu.reset_peak_memory_stats(self.index)
+        _npu().reset_peak_memory_stats(self.index)
 
     def empty_cache(self) -> None:
-        import torch
-
-        torch.npu.empty_cache()
+        _npu().empty_cache()
 
     def name(self) -> str:
-        import torch
-
-        return torch.npu.get_device_name(self.index)
+        return _npu().get_device_name(self.index)  # the SoC name, e.g. "Ascend910B2"
 
     def driver(self) -> str:
         try:
             import torch_npu
-
-            return f"torch_npu {torch_npu.__version__}"
         except ImportError:
             return "unknown"
+        return f"torch_npu {torch_npu.__version__}, CANN {_cann_version(torch_npu)}"
+
+
+def _cann_version(torch_npu) -> str:
+    # torch_npu.npu.utils.get_cann_version() is documented from Ascend Extension 7.x; older
+    # releases lack it, and it reads version files that a container may not map.
+    try:
+        return str(torch_npu.npu.utils.get_cann_version())
+    except Exception:  # noqa: BLE001 - a version string is not worth failing a run for
+        return "unknown"

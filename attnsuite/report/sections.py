@@ -166,6 +166,32 @@ def known_failure_view(value: Any) -> dict | None:
     }
 
 
+def column(rec: dict) -> str:
+    """The report column of a record: its device, marked when it is a compile-only record."""
+    device = _str(rec.get("device"))
+    return f"{device} compile" if rec.get("mode") == "compile" else device
+
+
+def compile_view(rec: dict) -> list[dict]:
+    """Per compile target: did every launch compile, where the first failure stopped, and how
+    many element-wise (scalarized) memory accesses the Ascend adapter produced (a hazard)."""
+    views = []
+    for target, links in _dict(rec.get("compile")).items():
+        links = [_dict(x) for x in links] if isinstance(links, list) else []
+        failed = [x for x in links if x.get("outcome") != "pass"]
+        scalar = sum(int(x.get("scalar_accesses") or 0) for x in links)
+        summary = [line for x in links for line in (x.get("scalar_summary") or [])]
+        views.append({
+            "target": _str(target),
+            "outcome": "fail" if failed else "pass",
+            "class": outcome_class("fail" if failed else "pass"),
+            "stage": _str(failed[0].get("stage")) if failed else "",
+            "scalar": scalar,
+            "scalar_summary": "; ".join(map(_str, summary)),
+        })
+    return views
+
+
 def case_row(rec: dict) -> dict:
     """Everything the per-case table shows for one record, as display strings."""
     outcome = _str(rec.get("outcome")) or "?"
@@ -174,8 +200,9 @@ def case_row(rec: dict) -> dict:
         "case_id": _str(rec.get("case_id")),
         "nodeid": _str(rec.get("nodeid")),
         "impl": _str(rec.get("impl")),
-        "device": _str(rec.get("device")),
+        "device": column(rec),
         "device_index": _str(rec.get("device_index")),
+        "compiles": compile_view(rec),
         "dtype": _str(rec.get("dtype")),
         "run_id": _str(rec.get("run_id")),
         "outcome": outcome,
@@ -216,7 +243,7 @@ def run_summaries(raw_records: list[dict], merged: list[dict]) -> list[dict]:
     finished: dict[str, str] = {}
     for r in raw_records:
         run = _str(r.get("run_id")) or "(no run id)"
-        devices[run].add(_str(r.get("device")))
+        devices[run].add(column(r))
         if r.get("profile"):
             profiles[run].add(_str(r.get("profile")))
         f = _str(r.get("finished_at"))
@@ -271,7 +298,7 @@ def environment_rows(records: Iterable[dict]) -> list[dict]:
 
 
 def devices_present(records: Iterable[dict]) -> list[str]:
-    return sorted({_str(r.get("device")) for r in records})
+    return sorted({column(r) for r in records})
 
 
 def families_present(records: Iterable[dict]) -> list[str]:
@@ -300,7 +327,7 @@ def family_device_matrix(records: list[dict]) -> dict:
     devices = devices_present(records)
     by_cell: dict[tuple, list] = defaultdict(list)
     for r in records:
-        by_cell[(_str(r.get("family")), _str(r.get("device")))].append(r)
+        by_cell[(_str(r.get("family")), column(r))].append(r)
     families = families_present(records)
     anchors = family_anchors(families)
     rows = []
@@ -325,7 +352,7 @@ def tight_cases(records: Iterable[dict], threshold: float = TIGHT_HEADROOM) -> l
 
 
 def _case_sort_key(rec: dict) -> tuple:
-    return (0 if is_bad(rec) else 1, _str(rec.get("case_id")), _str(rec.get("impl")), _str(rec.get("device")))
+    return (0 if is_bad(rec) else 1, _str(rec.get("case_id")), _str(rec.get("impl")), column(rec))
 
 
 def case_groups(records: Iterable[dict]) -> list[dict]:

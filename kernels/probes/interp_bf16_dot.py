@@ -9,6 +9,8 @@ import torch
 import triton
 import triton.language as tl
 
+from kernels._checks import LaunchPlan, launch
+
 
 @triton.jit
 def _dot_kernel(a_ptr, b_ptr, c_ptr, M: tl.constexpr, N: tl.constexpr, K: tl.constexpr,
@@ -27,7 +29,8 @@ def _launch(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor | None, upcast: 
         raise ValueError(f"b must have shape [{K}, N], got {list(b.shape)}")
     if out is None:
         out = torch.empty((M, N), dtype=torch.float32, device=a.device)
-    _dot_kernel[(1,)](a.contiguous(), b.contiguous(), out, M, N, K, upcast)
+    launch(LaunchPlan(kernel=_dot_kernel, grid=(1,), args=(a.contiguous(), b.contiguous(), out),
+                      meta=dict(M=M, N=N, K=K, UPCAST=upcast)))
     return out
 
 
