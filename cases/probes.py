@@ -1,32 +1,131 @@
 """Porting probes (porting_notes.md): each minimal kernel that reproduces a known failure,
 and its rewrite, as ordinary cases. A probe whose original starts passing turns its strict
-xfail into XPASS: the failure was fixed upstream and the ledger entry can go."""
+xfail into XPASS: the failure was fixed upstream and the ledger entry can go.
+
+Every probe has an ``original`` (the construct that fails somewhere) and a ``rewrite`` (the
+portable form) computing the same output, checked against one plain-torch reference. Case ids
+read ``probes[<probe>-<variant>-<dtype>]``, plus the trip count for loop_if_mask.
+"""
 from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
 
 import torch
 
 from attnsuite.case import make_cases
 from attnsuite.family import Family
-from kernels.probes import interp_bf16_dot
+from kernels.probes import (block_ptr_order, gather_transposed, grid_limit, interp_bf16_dot,
+                            loop_if_mask, page_div_zero, ub_overflow)
 
 from ._attention import randn
 
-PROBES = {
-    ("interp_bf16_dot", "original"): interp_bf16_dot.dot_original,
-    ("interp_bf16_dot", "rewrite"): interp_bf16_dot.dot_rewrite,
+VARIANTS = ("original", "rewrite")
+
+
+@dataclass(frozen=True)
+class Probe:
+    """One probe: its two wrappers, how to draw its inputs, its single output, its reference.
+
+    ``kwargs`` names the case parameters the wrappers take besides the input tensors."""
+    module: object
+    inputs: Callable        # (case, gen) -> {name: tensor}
+    output: Callable        # (case, inputs) -> (name, shape, dtype)
+    reference: Callable     # (case, inputs, compute_dtype) -> tensor
+    kwargs: tuple = ()
+
+
+def _ints(gen, high, shape):
+    return torch.randint(0, high, shape, generator=gen, dtype=torch.int32)
+
+
+PROBE_SPECS = {
+    # tl.dot of two tiles under the interpreter; c = a @ b (fp32).
+    "interp_bf16_dot": Probe(
+        interp_bf16_dot,
+        inputs=lambda c, g: {"a": randn(g, (c["M"], c["K"]), c.dtype), "b": randn(g, (c["K"], c["N"]), c.dtype)},
+        output=lambda c, x: ("c", (c["M"], c["N"]), torch.float32),
+        reference=lambda c, x, dt: x["a"].to(dt) @ x["b"].to(dt)),
+    # Scores s = q k^T (fp32); the original reads k^T through a column-major block pointer.
+    "block_ptr_order": Probe(
+        block_ptr_order,
+        inputs=lambda c, g: {"q": randn(g, (c["M"], c["D"]), c.dtype), "k": randn(g, (c["N"], c["D"]), c.dtype)},
+        output=lambda c, x: ("s", (c["M"], c["N"]), torch.float32),
+        reference=lambda c, x, dt: x["q"].to(dt) @ x["k"].to(dt).T),
+    # Per-slot sums over the pages of a sequence of L values (last page partial), fp32.
+    "loop_if_mask": Probe(
+        loop_if_mask,
+        inputs=lambda c, g: {"x": randn(g, (c["L"],), c.dtype)},
+        output=lambda c, x: ("o", (c["page"],), torch.float32),
+        reference=lambda c, x, dt: torch.nn.functional.pad(
+            x["x"].to(dt), (0, c["pages"] * c["page"] - c["L"])).view(c["pages"], c["page"]).sum(0),
+        kwargs=("page",)),
+    # kt = k[idx].T: K rows of tokens named by a loaded index vector, as a [D, N] tile.
+    "gather_transposed": Probe(
+        gather_transposed,
+        inputs=lambda c, g: {"k": randn(g, (c["T"], c["D"]), c.dtype), "idx": _ints(g, c["T"], (c["N"],))},
+        output=lambda c, x: ("kt", (c["D"], c["N"]), c.dtype),
+        reference=lambda c, x, dt: x["k"].to(dt)[x["idx"].long()].T),
+    # Rows of tokens tok0 .. tok0 + n - 1 of a sequence whose page-table entries start at
+    # page_start, from a paged K cache of shuffled pages.
+    "page_div_zero": Probe(
+        page_div_zero,
+        inputs=lambda c, g: {"k": randn(g, (c["cache_pages"] * c["page_size"], c["D"]), c.dtype),
+                             "pages": torch.randperm(c["cache_pages"], generator=g).to(torch.int32)},
+        output=lambda c, x: ("rows", (c["n"], c["D"]), c.dtype),
+        reference=lambda c, x, dt: x["k"].to(dt)[page_div_zero.token_rows(
+            x["pages"], c["page_start"], c["tok0"], c["n"], c["page_size"]).long()],
+        kwargs=("page_start", "tok0", "n", "page_size")),
+    # y = exp(x) * 2 + x over an [M, N] tensor (fp32 math); the original holds it as one tile.
+    "ub_overflow": Probe(
+        ub_overflow,
+        inputs=lambda c, g: {"x": randn(g, (c["M"], c["N"]), c.dtype)},
+        output=lambda c, x: ("y", (c["M"], c["N"]), c.dtype),
+        reference=lambda c, x, dt: torch.exp(x["x"].to(dt)) * 2 + x["x"].to(dt)),
+    # y = 2 x over rows [rows, W]; the original launches one program per row of max_rows.
+    "grid_limit": Probe(
+        grid_limit,
+        inputs=lambda c, g: {"x": randn(g, (c["rows"], c["W"]), c.dtype)},
+        output=lambda c, x: ("y", (c["rows"], c["W"]), c.dtype),
+        reference=lambda c, x, dt: 2 * x["x"].to(dt),
+        kwargs=("max_rows",)),
 }
+
+#: (probe, variant) -> the wrapper that runs it: every probe module has ``original`` and ``rewrite``.
+PROBES = {(name, v): getattr(spec.module, v) for name, spec in PROBE_SPECS.items() for v in VARIANTS}
+
+#: Parameters that appear in case ids besides probe, variant and dtype.
+LABEL_AXES = ("pages",)
 
 
 def label(p) -> str:
-    return f"{p['probe']}-{p['variant']}-{p['dtype']}"
+    return "-".join([p["probe"], p["variant"], p["dtype"]] + [f"{k}{p[k]}" for k in LABEL_AXES if k in p])
 
 
-CASES = [dict(probe="interp_bf16_dot", variant=v, dtype=dt, M=16, N=16, K=32)
-         for v in ("original", "rewrite") for dt in ("bf16", "fp16")]
+def _each_variant(probe: str, dtypes=("fp16",), **shape) -> list[dict]:
+    return [dict(probe=probe, variant=v, dtype=dt, **shape) for v in VARIANTS for dt in dtypes]
 
 
-def _run_probe(case, a, b, out=None):
-    return PROBES[(case["probe"], case["variant"])](a, b, out=out)
+CASES = [
+    *_each_variant("interp_bf16_dot", ("bf16", "fp16"), M=16, N=16, K=32),
+    *_each_variant("block_ptr_order", M=16, N=16, D=32),
+    # Trip count 1 (Triton specializes num_pages == 1 into a constant) and 2 (a runtime count).
+    *_each_variant("loop_if_mask", L=13, page=16, pages=1),
+    *_each_variant("loop_if_mask", L=29, page=16, pages=2),
+    *_each_variant("gather_transposed", T=64, N=16, D=32),
+    # Tokens 8 .. 23 straddle the sequence's first two pages (entries 2 and 3 of the table).
+    *_each_variant("page_div_zero", cache_pages=8, page_size=16, page_start=2, tok0=8, n=16, D=32),
+    # [256, 512] in fp32 is 512 KB per tile; the UB holds 192 KB.
+    *_each_variant("ub_overflow", M=256, N=512),
+    # 70000 programs > 65535; only the first `rows` do work.
+    *_each_variant("grid_limit", rows=40, W=16, max_rows=70000),
+]
+
+
+def _run_probe(case, inputs, out):
+    spec = PROBE_SPECS[case["probe"]]
+    fn = PROBES[(case["probe"], case["variant"])]
+    return fn(**inputs, **{k: case[k] for k in spec.kwargs}, out=out)
 
 
 class Probes(Family):
@@ -35,17 +134,19 @@ class Probes(Family):
     impls = {"triton": _run_probe}
 
     def make_inputs(self, case, gen):
-        return {"a": randn(gen, (case["M"], case["K"]), case.dtype),
-                "b": randn(gen, (case["K"], case["N"]), case.dtype)}
+        return PROBE_SPECS[case["probe"]].inputs(case, gen)
 
     def output_specs(self, case, inputs):
-        return {"c": ((case["M"], case["N"]), torch.float32)}
+        name, shape, dtype = PROBE_SPECS[case["probe"]].output(case, inputs)
+        return {name: (shape, dtype)}
 
     def call(self, impl, case, inputs, outputs):
-        return {"c": impl(case, inputs["a"], inputs["b"], out=outputs["c"])}
+        (name, out), = outputs.items()
+        return {name: impl(case, inputs, out)}
 
     def reference(self, case, inputs, compute_dtype):
-        return {"c": inputs["a"].to(compute_dtype) @ inputs["b"].to(compute_dtype)}
+        name, _, _ = PROBE_SPECS[case["probe"]].output(case, inputs)
+        return {name: PROBE_SPECS[case["probe"]].reference(case, inputs, compute_dtype)}
 
 
 FAMILY = Probes()

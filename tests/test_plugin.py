@@ -22,6 +22,7 @@ def test_quick_profile_under_xdist_passes_records_every_case_and_writes_the_repo
     assert xfails and all(r["known_failure"]["id"] == "interp_bf16_dot" for r in xfails)
     html = run.report.read_text()
     assert "decode" in html and "prefill" in html
+    assert 'href="../porting_notes.md#interp_bf16_dot"' in html  # every xfail links to its note
 
 
 def test_a_case_reproduces_alone_with_its_repro_command(run_suite):

@@ -184,7 +184,8 @@ def import_torch_npu():
     try:
         import torch_npu
     except (ImportError, OSError) as exc:  # OSError: CANN's shared libraries are missing
-        raise BaselineUnavailable(f"torch_npu is not importable ({exc}); Ascend baselines need torch_npu and CANN") from None
+        raise BaselineUnavailable(
+            f"torch_npu is not importable ({exc}); Ascend baselines need torch_npu and CANN") from None
     return torch_npu
 
 

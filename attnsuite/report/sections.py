@@ -163,6 +163,8 @@ def known_failure_view(value: Any) -> dict | None:
         "id": _str(kf.get("id")) or "known",
         "reason": _str(kf.get("reason")),
         "versions": _str(kf.get("versions")),
+        # The report lives in reports/; the notes at the repository root.
+        "note_href": f"../porting_notes.md#{slug(_str(kf.get('note')))}" if kf.get("note") else "",
     }
 
 
