@@ -28,6 +28,7 @@ TOOLCHAINS = {
     "npu triton-ascend 3.2.0": ("npu", "compile", {"triton-ascend": "3.2.0"}),
     "cuda triton 3.9.0 compile": ("cuda", "compile", {"triton": "3.9.0"}),
     "cpu triton 3.9.0 interpreter": ("cpu", "numeric", {"triton": "3.9.0"}),
+    "cuda triton 3.6.0 (H200)": ("cuda", "numeric", {"triton": "3.6.0"}),
 }
 
 #: What the probe cases did on those toolchains: case id -> the toolchains where it failed.
