@@ -125,6 +125,26 @@ def check_gqa(fn: str, hq: int, hkv: int, q_name: str = "q", kv_name: str = "k/v
     return hq // hkv
 
 
+def check_decode_qkv(fn: str, q: Any, k: Any, v: Any, max_head_dim: int) -> tuple[int, int, int, int, int]:
+    """One query token per sequence over contiguous KV: q [B, Hq, 1, D], k/v [B, Hkv, S, D] of
+    q's dtype and device, Hq % Hkv == 0, D <= max_head_dim. Returns (B, Hq, Hkv, S, D)."""
+    check_tensor(fn, "q", q, rank=4, dims="[B, Hq, 1, D]", dtypes=FLOAT_DTYPES)
+    check_nonempty(fn, "q", q, "[B, Hq, 1, D]")
+    B, Hq, _, D = q.shape
+    check_tensor(fn, "q", q, shape=(B, Hq, 1, D), dims="[B, Hq, 1, D]")
+    if D > max_head_dim:
+        raise ValueError(f"{fn}: q head dim D must be <= {max_head_dim}, got {D}")
+    check_tensor(fn, "k", k, rank=4, dims="[B, Hkv, S, D]", dtypes=(q.dtype,), device=q.device, like="q")
+    check_nonempty(fn, "k", k, "[B, Hkv, S, D]")
+    Hkv, S = k.shape[1], k.shape[2]
+    kv_shape = (B, Hkv, S, D)
+    check_tensor(fn, "k", k, shape=kv_shape, dims="[B, Hkv, S, D]")
+    check_tensor(fn, "v", v, rank=4, dims="[B, Hkv, S, D]", dtypes=(q.dtype,), device=q.device,
+                 like="q", shape=kv_shape)
+    check_gqa(fn, Hq, Hkv)
+    return B, Hq, Hkv, S, D
+
+
 def check_flag(fn: str, name: str, value: Any) -> bool:
     if not isinstance(value, bool):
         raise TypeError(f"{fn}: {name} must be a bool, got {type(value).__name__}")

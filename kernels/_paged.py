@@ -17,8 +17,8 @@ from typing import Callable, Optional, Sequence
 
 import torch
 
-from ._checks import (FLOAT_DTYPES, LaunchPlan, check_index_tensor, check_nonempty, check_output,
-                      check_tensor, check_values_in_range, next_pow2)
+from ._checks import (FLOAT_DTYPES, check_index_tensor, check_nonempty, check_output, check_tensor,
+                      check_values_in_range)
 
 LAYOUTS = ("HND", "NHD")
 INT32_MAX = 2**31 - 1

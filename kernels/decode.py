@@ -16,9 +16,9 @@ import triton
 import triton.language as tl
 
 from ._split import merge_plan, split_outputs
-from ._checks import (DOT_INPUT_PRECISION, FLOAT_DTYPES, LaunchPlan, check_flag, check_gqa, check_int_range,
-                      check_launchable, check_nonempty, check_output, check_scale, check_tensor,
-                      is_interpret, launch, next_pow2)
+from ._checks import (check_decode_qkv, DOT_INPUT_PRECISION, LaunchPlan, check_flag,
+                      check_int_range, check_launchable, check_output, check_scale, is_interpret,
+                      launch, next_pow2)
 
 LOG2E = 1.4426950408889634
 MAX_HEAD_DIM = 256
@@ -138,20 +138,7 @@ def decode_plan(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Te
 
 def _validate(q, k, v, scale, return_lse, out, lse, num_splits) -> float:
     fn = "decode"
-    check_tensor(fn, "q", q, rank=4, dims="[B, Hq, 1, D]", dtypes=FLOAT_DTYPES)
-    check_nonempty(fn, "q", q, "[B, Hq, 1, D]")
-    B, Hq, _, D = q.shape
-    check_tensor(fn, "q", q, shape=(B, Hq, 1, D), dims="[B, Hq, 1, D]")
-    if D > MAX_HEAD_DIM:
-        raise ValueError(f"{fn}: q head dim D must be <= {MAX_HEAD_DIM}, got {D}")
-    check_tensor(fn, "k", k, rank=4, dims="[B, Hkv, S, D]", dtypes=(q.dtype,), device=q.device, like="q")
-    check_nonempty(fn, "k", k, "[B, Hkv, S, D]")
-    Hkv, S = k.shape[1], k.shape[2]
-    kv_shape = (B, Hkv, S, D)
-    check_tensor(fn, "k", k, shape=kv_shape, dims="[B, Hkv, S, D]")
-    check_tensor(fn, "v", v, rank=4, dims="[B, Hkv, S, D]", dtypes=(q.dtype,), device=q.device,
-                 like="q", shape=kv_shape)
-    check_gqa(fn, Hq, Hkv)
+    B, Hq, Hkv, S, D = check_decode_qkv(fn, q, k, v, MAX_HEAD_DIM)
     check_flag(fn, "return_lse", return_lse)
     scale = check_scale(fn, scale, D)
     if num_splits is not None:

@@ -24,9 +24,9 @@ import triton
 import triton.language as tl
 
 from ._split import merge_plan, split_outputs
-from ._checks import (FLOAT_DTYPES, LaunchPlan, check_flag, check_gqa, check_index_tensor,
-                      check_int_range, check_launchable, check_nonempty, check_output, check_scale,
-                      check_tensor, check_values_in_range, is_interpret, launch, next_pow2)
+from ._checks import (check_decode_qkv, LaunchPlan, check_flag, check_index_tensor,
+                      check_int_range, check_launchable, check_output, check_scale,
+                      check_values_in_range, is_interpret, launch, next_pow2)
 
 LOG2E = 1.4426950408889634
 MAX_HEAD_DIM = 256
@@ -156,20 +156,7 @@ def sparse_decode_plan(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, sparse
 def _validate(q, k, v, sparse_ind, sparse_nnz, scale, return_lse, out, lse, num_splits,
               check_indices) -> float:
     fn = "sparse_decode"
-    check_tensor(fn, "q", q, rank=4, dims="[B, Hq, 1, D]", dtypes=FLOAT_DTYPES)
-    check_nonempty(fn, "q", q, "[B, Hq, 1, D]")
-    B, Hq, _, D = q.shape
-    check_tensor(fn, "q", q, shape=(B, Hq, 1, D), dims="[B, Hq, 1, D]")
-    if D > MAX_HEAD_DIM:
-        raise ValueError(f"{fn}: q head dim D must be <= {MAX_HEAD_DIM}, got {D}")
-    check_tensor(fn, "k", k, rank=4, dims="[B, Hkv, S, D]", dtypes=(q.dtype,), device=q.device, like="q")
-    check_nonempty(fn, "k", k, "[B, Hkv, S, D]")
-    Hkv, S = k.shape[1], k.shape[2]
-    kv_shape = (B, Hkv, S, D)
-    check_tensor(fn, "k", k, shape=kv_shape, dims="[B, Hkv, S, D]")
-    check_tensor(fn, "v", v, rank=4, dims="[B, Hkv, S, D]", dtypes=(q.dtype,), device=q.device,
-                 like="q", shape=kv_shape)
-    check_gqa(fn, Hq, Hkv)
+    B, Hq, Hkv, S, D = check_decode_qkv(fn, q, k, v, MAX_HEAD_DIM)
     check_index_tensor(fn, "sparse_ind", sparse_ind, device=q.device, rank=3,
                        shape=(B, Hq, None), dims="[B, Hq, L_max]")
     L_max = sparse_ind.shape[2]

@@ -11,9 +11,6 @@ rebuild in ``attnsuite.compile.jitfn`` too.
 """
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 import textwrap
 from pathlib import Path
 
