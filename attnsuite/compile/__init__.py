@@ -9,7 +9,10 @@ need triton-ascend (see ``npu``). The two cannot share an environment: ``toolcha
 says which one is here, and asking for the other raises ``ToolchainUnavailable``.
 
 Works whether or not ``TRITON_INTERPRET=1`` was set when the kernels were imported (see
-``jitfn``). Tensor arguments may live on the CPU: only their dtype and alignment matter.
+``jitfn``), but not after the interpreter has *run* a kernel in the same process: the interpreter
+leaves ``triton.language`` patched and the frontend then fails ("'value' object has no attribute
+'dtype'"). The harness never mixes the two (a compile-only run does not interpret). Tensor
+arguments may live on the CPU: only their dtype and alignment matter.
 """
 from __future__ import annotations
 
