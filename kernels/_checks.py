@@ -199,6 +199,22 @@ def check_output(fn: str, name: str, t: Any, *, shape: Sequence[int], dtype: tor
     return t
 
 
+def check_out_lse(fn: str, out: Any, lse: Any, return_lse: bool, *, o_shape: Sequence[int], o_dims: str,
+                  lse_shape: Sequence[int], lse_dims: str, like: torch.Tensor, inputs: dict) -> None:
+    """Caller-provided output buffers: ``out`` of ``like``'s dtype and device, ``lse`` fp32, only
+    when ``return_lse``; neither aliasing an input nor each other."""
+    if out is not None:
+        check_output(fn, "out", out, shape=o_shape, dtype=like.dtype, device=like.device, dims=o_dims,
+                     inputs=inputs)
+    if lse is not None:
+        if not return_lse:
+            raise ValueError(f"{fn}: lse buffer given but return_lse=False")
+        check_output(fn, "lse", lse, shape=lse_shape, dtype=torch.float32, device=like.device,
+                     dims=lse_dims, inputs=inputs)
+        if out is not None and lse.untyped_storage().data_ptr() == out.untyped_storage().data_ptr():
+            raise ValueError(f"{fn}: lse must not share memory with out")
+
+
 @dataclass
 class LaunchPlan:
     """One kernel launch, fully specified: ``kernel[grid](*args, **meta)``.

@@ -17,7 +17,7 @@ from typing import Callable, Optional, Sequence
 
 import torch
 
-from ._checks import (FLOAT_DTYPES, check_index_tensor, check_nonempty, check_output, check_tensor,
+from ._checks import (FLOAT_DTYPES, check_index_tensor, check_nonempty, check_out_lse, check_tensor,
                       check_values_in_range)
 
 LAYOUTS = ("HND", "NHD")
@@ -215,16 +215,8 @@ def check_index_values(fn: str, num_pages: int, page_size: int, kv_page_indptr: 
 
 def check_outputs(fn: str, out, lse, return_lse, B: int, Hq: int, D: int, q: torch.Tensor,
                   inputs: dict) -> None:
-    if out is not None:
-        check_output(fn, "out", out, shape=(B, Hq, D), dtype=q.dtype, device=q.device,
-                     dims="[B, Hq, D]", inputs=inputs)
-    if lse is not None:
-        if not return_lse:
-            raise ValueError(f"{fn}: lse buffer given but return_lse=False")
-        check_output(fn, "lse", lse, shape=(B, Hq), dtype=torch.float32, device=q.device,
-                     dims="[B, Hq]", inputs=inputs)
-        if out is not None and lse.untyped_storage().data_ptr() == out.untyped_storage().data_ptr():
-            raise ValueError(f"{fn}: lse must not share memory with out")
+    check_out_lse(fn, out, lse, return_lse, o_shape=(B, Hq, D), o_dims="[B, Hq, D]",
+                  lse_shape=(B, Hq), lse_dims="[B, Hq]", like=q, inputs=inputs)
 
 
 # ----------------------------------------------------------------------------- host translation

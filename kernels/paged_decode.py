@@ -18,8 +18,8 @@ import torch
 import triton
 import triton.language as tl
 
-from ._checks import (DOT_INPUT_PRECISION, LaunchPlan, check_flag, check_gqa, check_int_range,
-                      check_launchable, check_scale, is_interpret, launch, next_pow2)
+from ._checks import (DOT_INPUT_PRECISION, check_flag, check_gqa, check_int_range, check_launchable,
+                      check_scale, is_interpret, launch, LaunchPlan, next_pow2)
 from ._split import merge_plan, split_outputs
 from ._paged import (check_index_values, check_layout, check_outputs, check_page_table,
                      check_paged_kv, check_q, kv_dims, kv_strides)

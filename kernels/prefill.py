@@ -12,9 +12,9 @@ import torch
 import triton
 import triton.language as tl
 
-from ._checks import (DOT_INPUT_PRECISION, FLOAT_DTYPES, LaunchPlan, check_flag, check_gqa, check_launchable,
-                      check_nonempty, check_output, check_scale, check_tensor, is_interpret, launch,
-                      next_pow2)
+from ._checks import (DOT_INPUT_PRECISION, FLOAT_DTYPES, check_flag, check_gqa, check_launchable,
+                      check_nonempty, check_out_lse, check_scale, check_tensor, is_interpret,
+                      launch, LaunchPlan, next_pow2)
 
 LOG2E = 1.4426950408889634
 MAX_HEAD_DIM = 256
@@ -155,16 +155,8 @@ def _validate(q, k, v, causal, scale, return_lse, out, lse) -> float:
     check_flag(fn, "return_lse", return_lse)
     scale = check_scale(fn, scale, D)
     inputs = {"q": q, "k": k, "v": v}
-    if out is not None:
-        check_output(fn, "out", out, shape=(B, Hq, S, D), dtype=q.dtype, device=q.device,
-                     dims="[B, Hq, S, D]", inputs=inputs)
-    if lse is not None:
-        if not return_lse:
-            raise ValueError(f"{fn}: lse buffer given but return_lse=False")
-        check_output(fn, "lse", lse, shape=(B, Hq, S), dtype=torch.float32, device=q.device,
-                     dims="[B, Hq, S]", inputs=inputs)
-        if out is not None and lse.untyped_storage().data_ptr() == out.untyped_storage().data_ptr():
-            raise ValueError(f"{fn}: lse must not share memory with out")
+    check_out_lse(fn, out, lse, return_lse, o_shape=(B, Hq, S, D), o_dims="[B, Hq, S, D]",
+                  lse_shape=(B, Hq, S), lse_dims="[B, Hq, S]", like=q, inputs=inputs)
     check_launchable(fn, "q", q)
     return scale
 

@@ -24,9 +24,9 @@ import triton
 import triton.language as tl
 
 from ._split import merge_plan, split_outputs
-from ._checks import (check_decode_qkv, LaunchPlan, check_flag, check_index_tensor,
-                      check_int_range, check_launchable, check_output, check_scale,
-                      check_values_in_range, is_interpret, launch, next_pow2)
+from ._checks import (check_decode_qkv, check_flag, check_index_tensor, check_int_range,
+                      check_launchable, check_out_lse, check_scale, check_values_in_range,
+                      is_interpret, launch, LaunchPlan, next_pow2)
 
 LOG2E = 1.4426950408889634
 MAX_HEAD_DIM = 256
@@ -168,16 +168,8 @@ def _validate(q, k, v, sparse_ind, sparse_nnz, scale, return_lse, out, lse, num_
     if num_splits is not None:
         check_int_range(fn, "num_splits", num_splits, 1, max(1, L_max))
     inputs = {"q": q, "k": k, "v": v, "sparse_ind": sparse_ind, "sparse_nnz": sparse_nnz}
-    if out is not None:
-        check_output(fn, "out", out, shape=(B, Hq, 1, D), dtype=q.dtype, device=q.device,
-                     dims="[B, Hq, 1, D]", inputs=inputs)
-    if lse is not None:
-        if not return_lse:
-            raise ValueError(f"{fn}: lse buffer given but return_lse=False")
-        check_output(fn, "lse", lse, shape=(B, Hq, 1), dtype=torch.float32, device=q.device,
-                     dims="[B, Hq, 1]", inputs=inputs)
-        if out is not None and lse.untyped_storage().data_ptr() == out.untyped_storage().data_ptr():
-            raise ValueError(f"{fn}: lse must not share memory with out")
+    check_out_lse(fn, out, lse, return_lse, o_shape=(B, Hq, 1, D), o_dims="[B, Hq, 1, D]",
+                  lse_shape=(B, Hq, 1), lse_dims="[B, Hq, 1]", like=q, inputs=inputs)
     if check_indices:
         # Data-dependent (reads the index tensors; a device sync). Entries past nnz are ignored.
         check_values_in_range(fn, "sparse_nnz", sparse_nnz, 0, L_max, closed=True,

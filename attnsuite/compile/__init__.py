@@ -4,7 +4,7 @@
     outcomes = compile_plan(prefill_plan(q, k, v, o, None, causal=True, scale=s, interpret=False),
                             "sm_90")          # or "sm_80", "Ascend910B2"
 
-Targets: "sm_NN" / "cuda:NN" need upstream Triton (3.6 - 3.9); "AscendXXX" / "npu:AscendXXX"
+Targets: "sm_NN" / "cuda:NN" need upstream Triton (3.6 - 3.9); "Ascend<soc>" / "npu:Ascend<soc>"
 need triton-ascend (see ``npu``). The two cannot share an environment: ``toolchain.installed()``
 says which one is here, and asking for the other raises ``ToolchainUnavailable``.
 
