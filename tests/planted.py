@@ -77,3 +77,14 @@ def magicpig_decode_swaps_k_and_l(q, kv_cache, indptr, indices, sparse_ind, spar
     from kernels.magicpig_decode import magicpig_decode
 
     return magicpig_decode(q, kv_cache, indptr, indices, sparse_ind, sparse_nnz, L, K, **kw)
+
+
+def prefill_varlen_leaks_across_sequences(q, k, v, seq, **kw):
+    """Ignores sequence boundaries: padded treats every sequence as full length, packed treats
+    the whole batch as one sequence."""
+    from cases.prefill_varlen import prefill_varlen
+
+    if q.dim() == 4:
+        return prefill_varlen(q, k, v, torch.full_like(seq, q.shape[2]), **kw)
+    return prefill_varlen(q, k, v, torch.stack([seq[0], seq[-1]]), **kw)
+

@@ -1,0 +1,262 @@
+"""Variable-length prefill (kernels.md section 2): one Triton kernel, two layouts.
+
+* ``prefill_padded``: q [B, Hq, S, D], k/v [B, Hkv, S, D] and ``lengths [B]`` int32 with
+  ``1 <= lengths[b] <= S``. Keys at positions >= lengths[b] are masked; query rows >= lengths[b]
+  are written as zeros (their LSE as -inf), never left unwritten.
+* ``prefill_packed``: q [T, Hq, D], k/v [T, Hkv, D] and ``cu_seqlens [B+1]`` int32 (exclusive
+  prefix sums: starts at 0, non-decreasing, ends at T); attention (causal or not) stays inside each
+  sequence. The LSE is [T, Hq] (token-major, like q), fp32 natural log.
+
+Both wrappers validate, ask a public ``*_plan`` for one fully specified launch, then launch it.
+The kernel sees a sequence as (start token, length): padded passes start 0 and the batch stride;
+packed passes start cu_seqlens[b] and a batch stride of 0.
+"""
+from __future__ import annotations
+
+from typing import Optional
+
+import torch
+import triton
+import triton.language as tl
+
+from ._checks import (DOT_INPUT_PRECISION, FLOAT_DTYPES, check_flag, check_gqa, check_index_tensor,
+                      check_int_range, check_launchable, check_nonempty, check_out_lse, check_scale,
+                      check_tensor, check_values_in_range, is_interpret, launch, LaunchPlan)
+from .prefill import LOG2E, MAX_HEAD_DIM, prefill_config
+
+
+@triton.jit
+def _prefill_varlen_fwd(
+    Q, K, V, O, LSE, SEQ,
+    stride_qb, stride_qh, stride_qs,
+    stride_kb, stride_kh, stride_ks,
+    stride_vb, stride_vh, stride_vs,
+    stride_ob, stride_oh, stride_os,
+    stride_lb, stride_lh, stride_ls,
+    Hq, S, D, G, qk_scale,
+    PACKED: tl.constexpr, CAUSAL: tl.constexpr, RETURN_LSE: tl.constexpr,
+    DOT_PRECISION: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
+):
+    pid_m = tl.program_id(0)
+    pid_bh = tl.program_id(1)
+    b = (pid_bh // Hq).to(tl.int64)
+    h = (pid_bh % Hq).to(tl.int64)
+    hk = h // G
+    if PACKED:
+        # SEQ = cu_seqlens: the sequence is tokens [start, end); only its own rows are written.
+        start = tl.load(SEQ + b).to(tl.int64)
+        seq_len = (tl.load(SEQ + b + 1) - tl.load(SEQ + b)).to(tl.int32)
+        rows = seq_len
+    else:
+        # SEQ = lengths: rows [0, S) are all written, those >= seq_len as zeros.
+        start = b * 0
+        seq_len = tl.load(SEQ + b).to(tl.int32)
+        rows = S
+    offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_n = tl.arange(0, BLOCK_N)
+    offs_d = tl.arange(0, BLOCK_D)
+    d_ok = offs_d[None, :] < D
+    row_ok = offs_m < seq_len
+    tok_m = start + offs_m.to(tl.int64)
+
+    q = tl.load(Q + b * stride_qb + h * stride_qh + tok_m[:, None] * stride_qs + offs_d[None, :],
+                mask=row_ok[:, None] & d_ok, other=0.0)
+    k_base = K + b * stride_kb + hk * stride_kh
+    v_base = V + b * stride_vb + hk * stride_vh
+
+    # A tile with no valid row skips the loop. In a tile with a valid row every row (the invalid
+    # ones included) sees key 0, so the running max is finite after one step and nothing is NaN.
+    tile_ok = pid_m * BLOCK_M < seq_len
+    if CAUSAL:
+        kv_end = tl.minimum(offs_m + 1, seq_len)
+        hi = tl.minimum((pid_m + 1) * BLOCK_M, seq_len)
+    else:
+        kv_end = tl.zeros([BLOCK_M], dtype=tl.int32) + seq_len
+        hi = seq_len
+    hi = tl.where(tile_ok, hi, 0)
+
+    m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
+    l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
+    acc = tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32)
+    for kv_start in range(0, hi, BLOCK_N):
+        cols = kv_start + offs_n
+        kv_mask = (cols[:, None] < seq_len) & d_ok
+        tok_n = start + cols.to(tl.int64)
+        k = tl.load(k_base + tok_n[:, None] * stride_ks + offs_d[None, :], mask=kv_mask, other=0.0)
+        v = tl.load(v_base + tok_n[:, None] * stride_vs + offs_d[None, :], mask=kv_mask, other=0.0)
+        s = tl.dot(q, tl.trans(k), input_precision=DOT_PRECISION) * qk_scale
+        s = tl.where(cols[None, :] < kv_end[:, None], s, float("-inf"))
+        m_new = tl.maximum(m_i, tl.max(s, 1))
+        alpha = tl.exp2(m_i - m_new)
+        p = tl.exp2(s - m_new[:, None])
+        l_i = l_i * alpha + tl.sum(p, 1)
+        acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision=DOT_PRECISION)
+        m_i = m_new
+
+    l_safe = tl.where(row_ok, l_i, 1.0)
+    o = tl.where(row_ok[:, None], acc / l_safe[:, None], 0.0)
+    store_ok = offs_m < rows
+    tl.store(O + b * stride_ob + h * stride_oh + tok_m[:, None] * stride_os + offs_d[None, :],
+             o.to(O.dtype.element_ty), mask=store_ok[:, None] & d_ok)
+    if RETURN_LSE:
+        lse = tl.where(row_ok, (m_i + tl.log2(l_safe)) * 0.6931471805599453, float("-inf"))
+        tl.store(LSE + b * stride_lb + h * stride_lh + tok_m * stride_ls, lse, mask=store_ok)
+
+
+def _plan(q, k, v, out, lse, seq, *, packed, B, S, rows, D, Hq, Hkv, causal, scale, interpret,
+          strides_qkvo, lse_strides) -> LaunchPlan:
+    interpret = is_interpret() if interpret is None else interpret
+    cfg = prefill_config(max(1, rows), D, q.dtype, interpret)
+    return_lse = lse is not None
+    args = (q, k, v, out, lse if return_lse else out, seq,
+            *strides_qkvo, *(lse_strides if return_lse else (0, 0, 0)),
+            Hq, S, D, Hq // Hkv, float(scale) * LOG2E)
+    meta = dict(PACKED=packed, CAUSAL=bool(causal), RETURN_LSE=return_lse,
+                DOT_PRECISION=DOT_INPUT_PRECISION, **cfg)
+    grid = (triton.cdiv(max(1, rows), cfg["BLOCK_M"]), B * Hq)
+    return LaunchPlan(kernel=_prefill_varlen_fwd, grid=grid, args=args, meta=meta)
+
+
+def prefill_padded_plan(q, k, v, lengths, out, lse, *, causal: bool, scale: float,
+                        interpret: Optional[bool] = None) -> LaunchPlan:
+    """The launch for validated padded inputs and allocated outputs (``lse`` None: no LSE)."""
+    B, Hq, S, D = q.shape
+    strides = (q.stride(0), q.stride(1), q.stride(2), k.stride(0), k.stride(1), k.stride(2),
+               v.stride(0), v.stride(1), v.stride(2), out.stride(0), out.stride(1), out.stride(2))
+    lse_strides = (lse.stride(0), lse.stride(1), lse.stride(2)) if lse is not None else None
+    return _plan(q, k, v, out, lse, lengths, packed=False, B=B, S=S, rows=S, D=D, Hq=Hq,
+                 Hkv=k.shape[1], causal=causal, scale=scale, interpret=interpret,
+                 strides_qkvo=strides, lse_strides=lse_strides)
+
+
+def prefill_packed_plan(q, k, v, cu_seqlens, out, lse, *, causal: bool, scale: float, max_seqlen: int,
+                        interpret: Optional[bool] = None) -> LaunchPlan:
+    """The launch for validated packed inputs and allocated outputs; ``max_seqlen`` sizes the grid."""
+    T, Hq, D = q.shape
+    B = cu_seqlens.shape[0] - 1
+    # Batch strides are 0: the token index (start + row) carries the sequence.
+    strides = (0, q.stride(1), q.stride(0), 0, k.stride(1), k.stride(0),
+               0, v.stride(1), v.stride(0), 0, out.stride(1), out.stride(0))
+    lse_strides = (0, lse.stride(1), lse.stride(0)) if lse is not None else None
+    return _plan(q, k, v, out, lse, cu_seqlens, packed=True, B=B, S=T, rows=int(max_seqlen), D=D,
+                 Hq=Hq, Hkv=k.shape[1], causal=causal, scale=scale, interpret=interpret,
+                 strides_qkvo=strides, lse_strides=lse_strides)
+
+
+def _check_qkv(fn, q, k, v, dims_q, dims_kv, rank):
+    check_tensor(fn, "q", q, rank=rank, dims=dims_q, dtypes=FLOAT_DTYPES)
+    check_nonempty(fn, "q", q, dims_q)
+    D = q.shape[-1]
+    if D > MAX_HEAD_DIM:
+        raise ValueError(f"{fn}: q head dim D must be <= {MAX_HEAD_DIM}, got {D}")
+    check_tensor(fn, "k", k, rank=rank, dims=dims_kv, dtypes=(q.dtype,), device=q.device, like="q")
+    check_nonempty(fn, "k", k, dims_kv)
+
+
+def _validate_padded(q, k, v, lengths, causal, scale, return_lse, out, lse) -> float:
+    fn = "prefill_padded"
+    _check_qkv(fn, q, k, v, "[B, Hq, S, D]", "[B, Hkv, S, D]", 4)
+    B, Hq, S, D = q.shape
+    kv_shape = (B, k.shape[1], S, D)
+    check_tensor(fn, "k", k, shape=kv_shape, dims="[B, Hkv, S, D]")
+    check_tensor(fn, "v", v, rank=4, dims="[B, Hkv, S, D]", dtypes=(q.dtype,), device=q.device,
+                 like="q", shape=kv_shape)
+    check_gqa(fn, Hq, k.shape[1])
+    check_index_tensor(fn, "lengths", lengths, device=q.device, rank=1, shape=(B,), dims="[B]")
+    check_flag(fn, "causal", causal)
+    check_flag(fn, "return_lse", return_lse)
+    scale = check_scale(fn, scale, D)
+    inputs = {"q": q, "k": k, "v": v, "lengths": lengths}
+    check_out_lse(fn, out, lse, return_lse, o_shape=(B, Hq, S, D), o_dims="[B, Hq, S, D]",
+                  lse_shape=(B, Hq, S), lse_dims="[B, Hq, S]", like=q, inputs=inputs)
+    check_launchable(fn, "q", q)
+    check_values_in_range(fn, "lengths", lengths, 1, S, closed=True)
+    return scale
+
+
+def _validate_packed(q, k, v, cu_seqlens, causal, max_seqlen, scale, return_lse, out, lse):
+    fn = "prefill_packed"
+    _check_qkv(fn, q, k, v, "[T, Hq, D]", "[T, Hkv, D]", 3)
+    T, Hq, D = q.shape
+    kv_shape = (T, k.shape[1], D)
+    check_tensor(fn, "k", k, shape=kv_shape, dims="[T, Hkv, D]")
+    check_tensor(fn, "v", v, rank=3, dims="[T, Hkv, D]", dtypes=(q.dtype,), device=q.device,
+                 like="q", shape=kv_shape)
+    check_gqa(fn, Hq, k.shape[1])
+    check_index_tensor(fn, "cu_seqlens", cu_seqlens, device=q.device, rank=1, dims="[B+1]")
+    if cu_seqlens.shape[0] < 2:
+        raise ValueError(f"{fn}: cu_seqlens must have shape [B+1] with B >= 1, got "
+                         f"[{cu_seqlens.shape[0]}]")
+    check_flag(fn, "causal", causal)
+    check_flag(fn, "return_lse", return_lse)
+    scale = check_scale(fn, scale, D)
+    inputs = {"q": q, "k": k, "v": v, "cu_seqlens": cu_seqlens}
+    check_out_lse(fn, out, lse, return_lse, o_shape=(T, Hq, D), o_dims="[T, Hq, D]",
+                  lse_shape=(T, Hq), lse_dims="[T, Hq]", like=q, inputs=inputs)
+    check_launchable(fn, "q", q)
+    # Contents (one device sync): starts at 0, non-decreasing, ends at T.
+    first, last = int(cu_seqlens[0]), int(cu_seqlens[-1])
+    if first != 0:
+        raise ValueError(f"{fn}: cu_seqlens must start at 0, got cu_seqlens[0] = {first}")
+    steps = cu_seqlens[1:] - cu_seqlens[:-1]
+    if bool((steps < 0).any()):
+        i = int((steps < 0).nonzero()[0, 0])
+        raise ValueError(f"{fn}: cu_seqlens must be non-decreasing, got cu_seqlens[{i}] = "
+                         f"{int(cu_seqlens[i])} > cu_seqlens[{i + 1}] = {int(cu_seqlens[i + 1])}")
+    if last != T:
+        raise ValueError(f"{fn}: cu_seqlens must end at T = {T} (q's token count), got "
+                         f"cu_seqlens[-1] = {last}")
+    longest = int(steps.max())
+    if max_seqlen is None:
+        max_seqlen = longest
+    else:
+        check_int_range(fn, "max_seqlen", max_seqlen, 0, T)
+        if max_seqlen < longest:
+            raise ValueError(f"{fn}: max_seqlen must be >= the longest sequence ({longest}), "
+                             f"got {max_seqlen}")
+    return scale, int(max_seqlen)
+
+
+def prefill_padded(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, lengths: torch.Tensor, *,
+                   causal: bool, scale: Optional[float] = None, return_lse: bool = False,
+                   out: Optional[torch.Tensor] = None, lse: Optional[torch.Tensor] = None,
+                   ) -> tuple[torch.Tensor, Optional[torch.Tensor]]:
+    """Padded varlen attention -> (o [B, Hq, S, D], lse [B, Hq, S] | None).
+
+    Sequence b uses positions [0, lengths[b]) of q/k/v; rows >= lengths[b] of ``o`` are zeros and
+    of ``lse`` -inf. Otherwise as ``kernels.prefill.prefill`` (GQA, scale 1/sqrt(D), fp32 LSE).
+    """
+    scale = _validate_padded(q, k, v, lengths, causal, scale, return_lse, out, lse)
+    B, Hq, S, D = q.shape
+    if out is None:
+        out = torch.empty_like(q, memory_format=torch.contiguous_format)
+    if return_lse and lse is None:
+        lse = torch.empty((B, Hq, S), dtype=torch.float32, device=q.device)
+    plan = prefill_padded_plan(q, k, v, lengths, out, lse if return_lse else None, causal=causal,
+                               scale=scale)
+    launch(plan)
+    return out, (lse if return_lse else None)
+
+
+def prefill_packed(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqlens: torch.Tensor, *,
+                   causal: bool, max_seqlen: Optional[int] = None, scale: Optional[float] = None,
+                   return_lse: bool = False, out: Optional[torch.Tensor] = None,
+                   lse: Optional[torch.Tensor] = None,
+                   ) -> tuple[torch.Tensor, Optional[torch.Tensor]]:
+    """Packed varlen attention -> (o [T, Hq, D], lse [T, Hq] | None).
+
+    Sequence b is tokens [cu_seqlens[b], cu_seqlens[b+1]); causal masks key j > query i within it.
+    ``max_seqlen`` (>= the longest sequence) sizes the grid; None reads it from cu_seqlens.
+    """
+    scale, max_seqlen = _validate_packed(q, k, v, cu_seqlens, causal, max_seqlen, scale, return_lse,
+                                         out, lse)
+    T, Hq, D = q.shape
+    if out is None:
+        out = torch.empty_like(q, memory_format=torch.contiguous_format)
+    if return_lse and lse is None:
+        lse = torch.empty((T, Hq), dtype=torch.float32, device=q.device)
+    plan = prefill_packed_plan(q, k, v, cu_seqlens, out, lse if return_lse else None, causal=causal,
+                               scale=scale, max_seqlen=max_seqlen)
+    launch(plan)
+    return out, (lse if return_lse else None)
