@@ -19,6 +19,7 @@ import torch
 import triton
 import triton.language as tl
 
+from ._softmax import online_softmax_step
 from ._checks import (DOT_INPUT_PRECISION, FLOAT_DTYPES, check_flag, check_gqa, check_index_tensor,
                       check_int_range, check_launchable, check_nonempty, check_out_lse, check_scale,
                       check_tensor, check_values_in_range, is_interpret, launch, LaunchPlan)
@@ -85,14 +86,8 @@ def _prefill_varlen_fwd(
         tok_n = start + cols.to(tl.int64)
         k = tl.load(k_base + tok_n[:, None] * stride_ks + offs_d[None, :], mask=kv_mask, other=0.0)
         v = tl.load(v_base + tok_n[:, None] * stride_vs + offs_d[None, :], mask=kv_mask, other=0.0)
-        s = tl.dot(q, tl.trans(k), input_precision=DOT_PRECISION) * qk_scale
-        s = tl.where(cols[None, :] < kv_end[:, None], s, float("-inf"))
-        m_new = tl.maximum(m_i, tl.max(s, 1))
-        alpha = tl.exp2(m_i - m_new)
-        p = tl.exp2(s - m_new[:, None])
-        l_i = l_i * alpha + tl.sum(p, 1)
-        acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision=DOT_PRECISION)
-        m_i = m_new
+        m_i, l_i, acc = online_softmax_step(q, k, v, cols[None, :] < kv_end[:, None], m_i, l_i, acc,
+                                            qk_scale, DOT_PRECISION)
 
     l_safe = tl.where(row_ok, l_i, 1.0)
     o = tl.where(row_ok[:, None], acc / l_safe[:, None], 0.0)

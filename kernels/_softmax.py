@@ -1,0 +1,21 @@
+"""The online-softmax step every prefill-style kernel shares (FlashAttention-2's inner loop)."""
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def online_softmax_step(q, k, v, visible, m_i, l_i, acc, qk_scale, DOT_PRECISION: tl.constexpr):
+    """Fold one K/V tile into the running (max, sum, accumulator) of a block of query rows.
+
+    Scores are kept in base 2 (``qk_scale`` has log2(e) folded in) so the update uses exp2;
+    ``visible`` [BLOCK_M, BLOCK_N] masks keys a row may not see. A caller must guarantee each row
+    sees at least one key in its first tile, so the running max is finite from then on.
+    """
+    s = tl.dot(q, tl.trans(k), input_precision=DOT_PRECISION) * qk_scale
+    s = tl.where(visible, s, float("-inf"))
+    m_new = tl.maximum(m_i, tl.max(s, 1))
+    alpha = tl.exp2(m_i - m_new)
+    p = tl.exp2(s - m_new[:, None])
+    l_i = l_i * alpha + tl.sum(p, 1)
+    acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision=DOT_PRECISION)
+    return m_new, l_i, acc
