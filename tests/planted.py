@@ -88,3 +88,36 @@ def prefill_varlen_leaks_across_sequences(q, k, v, seq, **kw):
         return prefill_varlen(q, k, v, torch.full_like(seq, q.shape[2]), **kw)
     return prefill_varlen(q, k, v, torch.stack([seq[0], seq[-1]]), **kw)
 
+
+
+def _listed_counts(sabi):
+    from attnsuite.sparsity import PAD
+
+    return (sabi != PAD).sum(-1, keepdim=True)
+
+
+def block_sparse_drops_partial_last_block(q, k, v, sabi, *, block_shape, **kw):
+    """Skips the partial last KV block (S not a multiple of BKV) in rows that list another block,
+    as a kernel that loops over whole blocks only would."""
+    from attnsuite.sparsity import PAD
+    from kernels.block_sparse import block_sparse
+
+    S, n_cols = q.shape[2], sabi.shape[-1]
+    if S % block_shape[1]:
+        drop = (sabi == n_cols - 1) & (_listed_counts(sabi) > 1)
+        sabi = torch.where(drop, torch.full_like(sabi, PAD), sabi)
+    return block_sparse(q, k, v, sabi, block_shape=block_shape, **kw)
+
+
+def block_sparse_pad_as_block(q, k, v, sabi, *, block_shape, **kw):
+    """Reads the padding value 65535 as a block, clamped to the last one: rows with padding also
+    attend the last KV block."""
+    from attnsuite.sparsity import PAD, mask_to_index
+    from kernels.block_sparse import block_sparse
+
+    n_cols = sabi.shape[-1]
+    listed = torch.zeros((*sabi.shape[:-1], n_cols + 1), dtype=torch.bool, device=sabi.device)
+    listed.scatter_(-1, sabi.long().clamp(max=n_cols), True)
+    listed = listed[..., :n_cols]
+    listed[..., -1] |= _listed_counts(sabi)[..., 0] < n_cols
+    return block_sparse(q, k, v, mask_to_index(listed), block_shape=block_shape, **kw)

@@ -6,6 +6,7 @@ import pytest
 
 from attnsuite.case import select
 from attnsuite.ledger import load, lookup
+from attnsuite.sparsity import PAD
 from tests.conftest import ROOT
 
 KNOWN_FAILURES = load(ROOT / "cases" / "known_failures.toml")
@@ -43,6 +44,26 @@ def _visible_leak(c):
     return sum(1 for n in c["lengths"] if n) > 1
 
 
+def _sabi(c):
+    family = importlib.import_module("cases.block_sparse").FAMILY
+    return family.make_inputs(c, c.generator())["sabi"]
+
+
+def _visible_dropped_last_block(c):
+    # Only a partial last KV block, listed in a row beside another block, can be dropped.
+    if c["S"] % c["bkv"] == 0:
+        return False
+    sabi = _sabi(c)
+    n_listed = (sabi != PAD).sum(-1)
+    return bool(((sabi == sabi.shape[-1] - 1).any(-1) & (n_listed > 1)).any())
+
+
+def _visible_pad_as_block(c):
+    # A row with padding that does not list the last block already gains it.
+    sabi = _sabi(c)
+    return bool(((sabi == PAD).any(-1) & ~(sabi == sabi.shape[-1] - 1).any(-1)).any())
+
+
 PLANTED = [
     ("prefill", "prefill_wrong_scale", _visible_wrong_scale),
     ("decode", "decode_wrong_kv_head", _visible_wrong_kv_head),
@@ -51,6 +72,8 @@ PLANTED = [
     ("sparse_paged_decode", "sparse_paged_decode_wrong_kv_head", _visible_wrong_kv_head),
     ("magicpig_decode", "magicpig_decode_swaps_k_and_l", _visible_swapped_k_l),
     ("prefill_varlen", "prefill_varlen_leaks_across_sequences", _visible_leak),
+    ("block_sparse", "block_sparse_drops_partial_last_block", _visible_dropped_last_block),
+    ("block_sparse", "block_sparse_pad_as_block", _visible_pad_as_block),
 ]
 
 

@@ -1,0 +1,208 @@
+"""Block-sparse non-causal prefill attention (kernels.md section 8) in Triton.
+
+``sabi [B, H, ceil(S/BQ), ceil(S/BKV)]`` lists, per query block-row, the KV blocks it attends
+(ascending, right-padded with 65535). ``block_shape = (BQ, BKV)`` is a run-time argument: the
+kernel's tiles (BLOCK_M <= BQ, BLOCK_N <= BKV) are decoupled from the sparse block shape, so all
+16 shapes run on one kernel source. ``block_sparse`` validates, asks ``block_sparse_plan`` for the
+launch, then launches it.
+"""
+from __future__ import annotations
+
+from typing import Optional
+
+import torch
+import triton
+import triton.language as tl
+
+from ._checks import (DOT_INPUT_PRECISION, FLOAT_DTYPES, check_flag, check_index_tensor,
+                      check_launchable, check_nonempty, check_out_lse, check_scale, check_tensor,
+                      check_values_in_range, is_interpret, launch, LaunchPlan, next_pow2)
+from .prefill import prefill_config
+
+LOG2E = 1.4426950408889634
+MAX_HEAD_DIM = 256
+PAD = 65535
+BLOCK_SIZES = (128, 256, 512, 1024)
+
+
+@triton.jit
+def _block_sparse_fwd(
+    Q, K, V, O, LSE, SABI, COUNTS,
+    stride_qb, stride_qh, stride_qs,
+    stride_kb, stride_kh, stride_ks,
+    stride_vb, stride_vh, stride_vs,
+    stride_ob, stride_oh, stride_os,
+    stride_lb, stride_lh,
+    stride_ib, stride_ih, stride_ir, stride_ic,
+    H, S, D, BQ, BKV, n_rows, qk_scale,
+    RETURN_LSE: tl.constexpr, DOT_PRECISION: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
+):
+    pid_m = tl.program_id(0)
+    pid_bh = tl.program_id(1)
+    b = (pid_bh // H).to(tl.int64)
+    h = (pid_bh % H).to(tl.int64)
+    row_start = pid_m * BLOCK_M
+    # BLOCK_M divides BQ (both powers of two, BLOCK_M <= BQ): a tile lies in one block-row.
+    brow = row_start // BQ
+    offs_m = row_start + tl.arange(0, BLOCK_M)
+    offs_n = tl.arange(0, BLOCK_N)
+    offs_d = tl.arange(0, BLOCK_D)
+    d_ok = offs_d[None, :] < D
+    io_mask = (offs_m[:, None] < S) & d_ok
+
+    q = tl.load(Q + b * stride_qb + h * stride_qh + offs_m[:, None] * stride_qs + offs_d[None, :],
+                mask=io_mask, other=0.0)
+    k_base = K + b * stride_kb + h * stride_kh
+    v_base = V + b * stride_vb + h * stride_vh
+    row_ptr = SABI + b * stride_ib + h * stride_ih + brow.to(tl.int64) * stride_ir
+
+    m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
+    l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
+    acc = tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32)
+
+    # A bounded loop over the row's listed blocks, counted on the host. A `while` reloading the
+    # next entry until the padding value failed the Ascend compile at D=128 (rc2 and 3.2.0:
+    # "'hivm.hir.copy' op Unsupported copy from cbuf to cbuf!" after a UB overflow).
+    n_listed = tl.load(COUNTS + pid_bh * n_rows + brow)
+    for j in range(0, n_listed):
+        kv_start = tl.load(row_ptr + j * stride_ic) * BKV
+        # Only the tiles of this block that hold keys < S (the last block may be partial), so
+        # every visited tile has at least one valid key and the running max stays finite.
+        kv_len = tl.minimum(BKV, S - kv_start)
+        for n0 in range(0, kv_len, BLOCK_N):
+            cols = kv_start + n0 + offs_n
+            col_ok = (n0 + offs_n) < kv_len
+            kv_mask = col_ok[:, None] & d_ok
+            k = tl.load(k_base + cols[:, None].to(tl.int64) * stride_ks + offs_d[None, :],
+                        mask=kv_mask, other=0.0)
+            v = tl.load(v_base + cols[:, None].to(tl.int64) * stride_vs + offs_d[None, :],
+                        mask=kv_mask, other=0.0)
+            s = tl.dot(q, tl.trans(k), input_precision=DOT_PRECISION) * qk_scale
+            s = tl.where(col_ok[None, :], s, float("-inf"))
+            m_new = tl.maximum(m_i, tl.max(s, 1))
+            alpha = tl.exp2(m_i - m_new)
+            p = tl.exp2(s - m_new[:, None])
+            l_i = l_i * alpha + tl.sum(p, 1)
+            acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision=DOT_PRECISION)
+            m_i = m_new
+
+    o = acc / l_i[:, None]
+    tl.store(O + b * stride_ob + h * stride_oh + offs_m[:, None] * stride_os + offs_d[None, :],
+             o.to(O.dtype.element_ty), mask=io_mask)
+    if RETURN_LSE:
+        lse = (m_i + tl.log2(l_i)) * 0.6931471805599453
+        tl.store(LSE + b * stride_lb + h * stride_lh + offs_m, lse, mask=offs_m < S)
+
+
+def block_sparse_config(S: int, D: int, block_shape: tuple, dtype: torch.dtype, interpret: bool) -> dict:
+    """Tile sizes and launch meta: prefill's tiles, clamped to the sparse block shape."""
+    cfg = prefill_config(S, D, dtype, interpret)
+    bq, bkv = block_shape
+    cfg["BLOCK_M"] = min(cfg["BLOCK_M"], bq, max(16, next_pow2(S)))
+    cfg["BLOCK_N"] = min(cfg["BLOCK_N"], bkv, max(16, next_pow2(S)))
+    return cfg
+
+
+def block_sparse_plan(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, sabi: torch.Tensor,
+                      out: torch.Tensor, lse: Optional[torch.Tensor], *, block_shape: tuple,
+                      scale: float, interpret: Optional[bool] = None) -> LaunchPlan:
+    """The launch for already-validated inputs and allocated outputs (``lse`` None: no LSE)."""
+    B, H, S, D = q.shape
+    bq, bkv = (int(x) for x in block_shape)
+    interpret = is_interpret() if interpret is None else interpret
+    cfg = block_sparse_config(S, D, (bq, bkv), q.dtype, interpret)
+    return_lse = lse is not None
+    lse_arg = lse if return_lse else out
+    lse_strides = (lse.stride(0), lse.stride(1)) if return_lse else (0, 0)
+    # Listed blocks per row: validated rows are ascending with padding only at the right.
+    counts = (sabi != PAD).sum(dim=-1, dtype=torch.int32)
+    args = (q, k, v, out, lse_arg, sabi, counts,
+            q.stride(0), q.stride(1), q.stride(2),
+            k.stride(0), k.stride(1), k.stride(2),
+            v.stride(0), v.stride(1), v.stride(2),
+            out.stride(0), out.stride(1), out.stride(2),
+            *lse_strides,
+            sabi.stride(0), sabi.stride(1), sabi.stride(2), sabi.stride(3),
+            H, S, D, bq, bkv, sabi.shape[2], float(scale) * LOG2E)
+    meta = dict(RETURN_LSE=return_lse, DOT_PRECISION=DOT_INPUT_PRECISION, **cfg)
+    grid = (triton.cdiv(S, cfg["BLOCK_M"]), B * H)
+    return LaunchPlan(kernel=_block_sparse_fwd, grid=grid, args=args, meta=meta)
+
+
+def _check_block_shape(fn: str, block_shape) -> tuple[int, int]:
+    ok = (isinstance(block_shape, (tuple, list)) and len(block_shape) == 2
+          and all(isinstance(x, int) and not isinstance(x, bool) for x in block_shape))
+    if not ok:
+        raise TypeError(f"{fn}: block_shape must be a pair of ints (BQ, BKV), got {block_shape!r}")
+    if any(x not in BLOCK_SIZES for x in block_shape):
+        raise ValueError(f"{fn}: block_shape entries must each be one of {BLOCK_SIZES}, "
+                         f"got {tuple(block_shape)}")
+    return int(block_shape[0]), int(block_shape[1])
+
+
+def check_sabi_rows(fn: str, sabi: torch.Tensor, n_cols: int) -> None:
+    """Contents of a sparse block index (a device sync): entries in [0, n_cols) or PAD; every row
+    lists at least one block; listed blocks strictly ascending, padding only at the right."""
+    check_values_in_range(fn, "sabi", sabi, 0, n_cols, where=sabi != PAD,
+                          what=f"entries (KV-block columns, or the padding value {PAD})")
+    first = sabi[..., 0]
+    if bool((first == PAD).any()):
+        pos = [int(i) for i in (first == PAD).nonzero()[0]]
+        raise ValueError(f"{fn}: every sabi row must list at least one KV block; row {pos} "
+                         f"starts with the padding value {PAD}")
+    if sabi.shape[-1] > 1:
+        a, b = sabi[..., :-1], sabi[..., 1:]
+        bad = (b != PAD) & (a >= b)
+        if bool(bad.any()):
+            pos = [int(i) for i in bad.nonzero()[0]]
+            row = [int(x) for x in sabi[tuple(pos[:3])].tolist()]
+            raise ValueError(f"{fn}: sabi rows must be strictly ascending, right-padded with {PAD}; "
+                             f"row {pos[:3]} is not (at column {pos[3] + 1}): {row}")
+
+
+def _validate(q, k, v, sabi, block_shape, scale, return_lse, out, lse) -> tuple[float, tuple]:
+    fn = "block_sparse"
+    dims = "[B, H, S, D]"
+    check_tensor(fn, "q", q, rank=4, dims=dims, dtypes=FLOAT_DTYPES)
+    check_nonempty(fn, "q", q, dims)
+    B, H, S, D = q.shape
+    if D > MAX_HEAD_DIM:
+        raise ValueError(f"{fn}: q head dim D must be <= {MAX_HEAD_DIM}, got {D}")
+    for name, t in (("k", k), ("v", v)):
+        check_tensor(fn, name, t, rank=4, dims=dims, dtypes=(q.dtype,), device=q.device, like="q",
+                     shape=(B, H, S, D))
+    bq, bkv = _check_block_shape(fn, block_shape)
+    n_rows, n_cols = triton.cdiv(S, bq), triton.cdiv(S, bkv)
+    check_index_tensor(fn, "sabi", sabi, device=q.device, rank=4, shape=(B, H, n_rows, n_cols),
+                       dims="[B, H, ceil(S/BQ), ceil(S/BKV)]")
+    check_flag(fn, "return_lse", return_lse)
+    scale = check_scale(fn, scale, D)
+    check_out_lse(fn, out, lse, return_lse, o_shape=(B, H, S, D), o_dims=dims, lse_shape=(B, H, S),
+                  lse_dims="[B, H, S]", like=q, inputs={"q": q, "k": k, "v": v, "sabi": sabi})
+    check_sabi_rows(fn, sabi, n_cols)
+    check_launchable(fn, "q", q)
+    return scale, (bq, bkv)
+
+
+def block_sparse(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, sabi: torch.Tensor, *,
+                 block_shape: tuple, scale: Optional[float] = None, return_lse: bool = False,
+                 out: Optional[torch.Tensor] = None, lse: Optional[torch.Tensor] = None,
+                 ) -> tuple[torch.Tensor, torch.Tensor]:
+    """Non-causal attention of q [B, H, S, D] over the KV blocks ``sabi`` lists -> (o, lse).
+
+    ``lse`` is fp32 natural log [B, H, S] when ``return_lse``, else an empty fp32 tensor (numel 0).
+    fp16/bf16/fp32; scale defaults to 1/sqrt(D); ``out``/``lse`` are written in place if given.
+    """
+    scale, shape = _validate(q, k, v, sabi, block_shape, scale, return_lse, out, lse)
+    B, H, S, D = q.shape
+    if out is None:
+        out = torch.empty_like(q, memory_format=torch.contiguous_format)
+    if return_lse and lse is None:
+        lse = torch.empty((B, H, S), dtype=torch.float32, device=q.device)
+    plan = block_sparse_plan(q, k, v, sabi, out, lse if return_lse else None, block_shape=shape,
+                             scale=scale)
+    launch(plan)
+    if not return_lse:
+        lse = torch.empty(0, dtype=torch.float32, device=q.device)
+    return out, lse
