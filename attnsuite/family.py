@@ -35,6 +35,15 @@ class Family(ABC):
     def reference(self, case: Case, inputs: Tensors, compute_dtype: torch.dtype) -> Tensors:
         """The same outputs computed by the plain PyTorch reference in ``compute_dtype``."""
 
+    def launches_kernel(self, case: Case) -> bool:
+        """False for cases whose operation is plain PyTorch: compile-only skips them."""
+        return True
+
+    def quality(self, case: Case, inputs: Tensors, produced: Tensors) -> dict | None:
+        """Approximation figures for the report's quality section (never pass/fail): how far a
+        lossy format's result is from the lossless ground truth. None: the family has none."""
+        return None
+
     def default_impl(self) -> tuple[str, Callable]:
         name = next(iter(self.impls))
         return name, self.impls[name]

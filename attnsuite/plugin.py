@@ -245,6 +245,8 @@ class Conformance:
         from .runner import run_case
 
         impl_name, impl = self.state.impl_for(family)
+        if self.state.compile_targets and not family.launches_kernel(case):
+            pytest.skip(f"compile-only: {case.id} runs plain PyTorch, no kernel to compile")
         known = lookup(self.state.ledger(), case, self.state.device_kind, mode=self.state.mode)
         info = self.item.stash[CASE_INFO]
         info["impl"] = impl_name

@@ -33,10 +33,13 @@ class CaseResult:
     memory: dict = field(default_factory=dict)
     #: compile-only: target -> one summary per compiled launch (see compile_case).
     compile: dict = field(default_factory=dict)
+    #: Family.quality's figures (approximation vs a lossless ground truth), reported apart.
+    quality: dict | None = None
 
     def as_payload(self) -> dict:
         return {"metrics": self.metrics, "headroom": self.headroom, "tolerance": self.tolerance,
-                "timings": self.timings, "memory": self.memory, "compile": self.compile}
+                "timings": self.timings, "memory": self.memory, "compile": self.compile,
+                "quality": self.quality}
 
 
 def classify_exception(exc: BaseException) -> str:
@@ -50,18 +53,27 @@ def classify_exception(exc: BaseException) -> str:
     return "launch"
 
 
+def poison(dtype: torch.dtype):
+    """What unwritten output elements hold: NaN, or the most negative integer for int outputs."""
+    return float("nan") if dtype.is_floating_point else torch.iinfo(dtype).min
+
+
 def guarded_nan_buffer(shape, dtype, device) -> tuple[torch.Tensor, torch.Tensor]:
-    """(view, storage): a NaN-filled output of ``shape`` inside a larger NaN-filled buffer."""
+    """(view, storage): a poison-filled output of ``shape`` inside a larger poison-filled buffer."""
     numel = 1
     for s in shape:
         numel *= s
-    storage = torch.full((numel + 2 * GUARD_ELEMENTS,), float("nan"), dtype=dtype, device=device)
+    storage = torch.full((numel + 2 * GUARD_ELEMENTS,), poison(dtype), dtype=dtype, device=device)
     return storage[GUARD_ELEMENTS:GUARD_ELEMENTS + numel].view(shape), storage
+
+
+def _is_poison(t: torch.Tensor) -> torch.Tensor:
+    return torch.isnan(t) if t.is_floating_point() else t == poison(t.dtype)
 
 
 def _guards_intact(storage: torch.Tensor) -> bool:
     head, tail = storage[:GUARD_ELEMENTS], storage[-GUARD_ELEMENTS:]
-    return bool(torch.isnan(head).all()) and bool(torch.isnan(tail).all())
+    return bool(_is_poison(head).all()) and bool(_is_poison(tail).all())
 
 
 def _unchanged(before: torch.Tensor, after: torch.Tensor) -> bool:
@@ -122,6 +134,10 @@ def _run(family, case, device, impl, result: CaseResult) -> None:
         raise CaseFailure(stage, f"{type(exc).__name__}: {exc}") from exc
 
     problems = _judge(case, produced, ref, base, result)
+    try:
+        result.quality = family.quality(case, inputs, produced)
+    except Exception as exc:  # a figure that cannot be computed is not a conformance failure
+        result.quality = {"error": f"{type(exc).__name__}: {exc}"}
     for name, (_, storage) in buffers.items():
         if not _guards_intact(storage):
             problems.append(f"{name}: the implementation wrote outside its output buffer")

@@ -15,8 +15,8 @@ import torch
 
 from attnsuite.case import make_cases
 from attnsuite.family import Family
-from kernels.probes import (block_ptr_order, gather_transposed, grid_limit, interp_bf16_dot,
-                            loop_if_mask, page_div_zero, ub_overflow)
+from kernels.probes import (block_ptr_order, cumsum, gather_transposed, grid_limit,
+                            interp_bf16_dot, loop_if_mask, page_div_zero, ub_overflow)
 
 from ._attention import randn
 
@@ -89,6 +89,12 @@ PROBE_SPECS = {
         output=lambda c, x: ("y", (c["rows"], c["W"]), c.dtype),
         reference=lambda c, x, dt: 2 * x["x"].to(dt),
         kwargs=("max_rows",)),
+    # Exclusive prefix counts of 0/1 bits along each row of [N, 64] (int32, exact).
+    "cumsum": Probe(
+        cumsum,
+        inputs=lambda c, g: {"bits": _ints(g, 2, (c["N"], c["W"]))},
+        output=lambda c, x: ("rank", (c["N"], c["W"]), torch.int32),
+        reference=lambda c, x, dt: (x["bits"].cumsum(1) - x["bits"]).to(dt)),
 }
 
 #: (probe, variant) -> the wrapper that runs it: every probe module has ``original`` and ``rewrite``.
@@ -119,6 +125,7 @@ CASES = [
     *_each_variant("ub_overflow", M=256, N=512),
     # 70000 programs > 65535; only the first `rows` do work.
     *_each_variant("grid_limit", rows=40, W=16, max_rows=70000),
+    *_each_variant("cumsum", N=16, W=64),
 ]
 
 

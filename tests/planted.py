@@ -2,6 +2,7 @@
 kernel and introduces exactly one mistake of a kind that happens in practice."""
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 import time
@@ -121,3 +122,40 @@ def block_sparse_pad_as_block(q, k, v, sabi, *, block_shape, **kw):
     listed = listed[..., :n_cols]
     listed[..., -1] |= _listed_counts(sabi)[..., 0] < n_cols
     return block_sparse(q, k, v, mask_to_index(listed), block_shape=block_shape, **kw)
+
+
+def _mustafar_with(transform):
+    """The project's Mustafar ops, with ``transform`` applied to every compressed buffer set the
+    compute kernels read (the compressor itself is untouched)."""
+    from cases.mustafar import TRITON
+    from kernels.mustafar_format import Compressed
+
+    def wrap(fn):
+        def run(*args, **kw):
+            return fn(*(transform(a) if isinstance(a, Compressed) else a for a in args), **kw)
+        return run
+
+    return dataclasses.replace(TRITON, keys=wrap(TRITON.keys), values=wrap(TRITON.values),
+                               decode=wrap(TRITON.decode))
+
+
+def _reverse_bits(c):
+    from kernels.mustafar_format import bitmaps_from_mask, mask_from_bitmaps
+
+    return dataclasses.replace(c, bitmaps=bitmaps_from_mask(mask_from_bitmaps(c.bitmaps).flip(-1)))
+
+
+def _negate_zero(c):
+    return c if c.zero is None else dataclasses.replace(c, zero=-c.zero)
+
+
+def _neighbour_scale(c):
+    return c if c.scale is None else dataclasses.replace(c, scale=c.scale.roll(-1))
+
+
+#: Reads the bitmap LSB first (element j <-> bit j): tiles decode mirrored.
+mustafar_bit_order_reversed = _mustafar_with(_reverse_bits)
+#: Dequantises as (code + zero) * scale.
+mustafar_zero_point_sign = _mustafar_with(_negate_zero)
+#: Tile i uses the scale of tile i + 1.
+mustafar_neighbour_scale = _mustafar_with(_neighbour_scale)

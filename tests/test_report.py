@@ -336,3 +336,17 @@ def test_cli_exits_2_without_records(tmp_path):
     res = run_cli(tmp_path / "missing", "-o", tmp_path / "x.html")
     assert res.returncode == 2
     assert "error:" in res.stderr and "Traceback" not in res.stderr
+
+
+def test_quality_figures_get_their_own_section_apart_from_conformance():
+    q = {"cosine": 0.97, "op": "decode", "bits": 2, "sparsity": 0.7, "compression_ratio": 0.21,
+         "rel_err": 0.3, "max_abs_err": 1.5, "mean_abs_err": 0.2}
+    failing = make_record("mustafar[decode-a]", outcome="fail", quality=q)
+    html = render_html([failing, make_record("mustafar[decode-b]", quality=dict(q, cosine=0.5)),
+                        make_record("decode[c]")])
+    table = section_table(html, "quality")
+    header, *rows = table.rows
+    assert header[4:8] == ["op", "sparsity", "bits", "compression_ratio"]
+    assert [r[0] for r in rows] == ["mustafar[decode-a]", "mustafar[decode-b]"]
+    assert rows[0][3] == "fail" and rows[0][header.index("cosine")] == "0.97"
+    assert "id=\"quality\"" not in render_html([make_record("decode[c]")])

@@ -64,6 +64,16 @@ def _visible_pad_as_block(c):
     return bool(((sabi == PAD).any(-1) & ~(sabi == sabi.shape[-1] - 1).any(-1)).any())
 
 
+def _visible_bit_order(c):
+    # Kernels only; with s = 0 every bitmap is all ones and reads the same both ways.
+    return c["op"] != "compress" and c["s"] > 0
+
+
+def _visible_quantisation(c):
+    # Zero-point and scale exist only in the 2-bit format; the compressor is not wrapped.
+    return c["op"] != "compress" and c["bits"] == 2
+
+
 PLANTED = [
     ("prefill", "prefill_wrong_scale", _visible_wrong_scale),
     ("decode", "decode_wrong_kv_head", _visible_wrong_kv_head),
@@ -74,6 +84,9 @@ PLANTED = [
     ("prefill_varlen", "prefill_varlen_leaks_across_sequences", _visible_leak),
     ("block_sparse", "block_sparse_drops_partial_last_block", _visible_dropped_last_block),
     ("block_sparse", "block_sparse_pad_as_block", _visible_pad_as_block),
+    ("mustafar", "mustafar_bit_order_reversed", _visible_bit_order),
+    ("mustafar", "mustafar_zero_point_sign", _visible_quantisation),
+    ("mustafar", "mustafar_neighbour_scale", _visible_quantisation),
 ]
 
 

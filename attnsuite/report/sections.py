@@ -376,6 +376,37 @@ def case_groups(records: Iterable[dict]) -> list[dict]:
     return groups
 
 
+#: Quality columns shown first, in this order (records store keys sorted).
+QUALITY_FIRST = ("op", "sparsity", "bits", "compression_ratio", "max_abs_err", "mean_abs_err",
+                 "rel_err", "cosine")
+
+
+def quality_groups(records: Iterable[dict]) -> list[dict]:
+    """Approximation figures (Family.quality), one table per family. Kept apart from
+    conformance: these are never pass/fail."""
+    by_family: dict[str, list] = defaultdict(list)
+    for r in records:
+        if isinstance(r.get("quality"), dict) and r["quality"]:
+            by_family[_str(r.get("family"))].append(r)
+    groups = []
+    for family in sorted(by_family):
+        recs = sorted(by_family[family], key=_case_sort_key)
+        keys = {k for r in recs for k in r["quality"]}
+        columns = [k for k in QUALITY_FIRST if k in keys] + sorted(keys - set(QUALITY_FIRST))
+        rows = [{"case_id": _str(r.get("case_id")), "device": _str(r.get("device")),
+                 "impl": _str(r.get("impl")), "outcome": _str(r.get("outcome")),
+                 "outcome_class": outcome_class(_str(r.get("outcome"))),
+                 "cells": [_quality_cell(r["quality"].get(c)) for c in columns]} for r in recs]
+        groups.append({"family": family, "columns": columns, "rows": rows})
+    return groups
+
+
+def _quality_cell(value: Any) -> str:
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return fmt_num(value, 4)
+    return MISSING if value is None else _str(value)
+
+
 def build_context(raw_records: list[dict], merged: list[dict], *, title: str, generated_at: str) -> dict:
     """Everything the template needs. ``raw_records`` are as read; ``merged`` one per key."""
     return {
@@ -391,4 +422,5 @@ def build_context(raw_records: list[dict], merged: list[dict], *, title: str, ge
         "tight_threshold": fmt_num(TIGHT_HEADROOM),
         "tight_cases": tight_cases(merged),
         "case_groups": case_groups(merged),
+        "quality_groups": quality_groups(merged),
     }

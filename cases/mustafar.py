@@ -1,0 +1,193 @@
+"""Mustafar compressed sparse KV (kernels.md section 9): four operations on one format
+(kernels/mustafar_format.py), each a case axis ``op``:
+
+* ``compress``: the compressor's round trip ``decompress(compress(x))`` for keys and values
+  against pruning / 2-bit quantisation written on the dense tensor (references/mustafar.py);
+* ``keys``: unscaled scores ``q . k`` over compressed keys -> [B, Hq, S_c] fp32;
+* ``values``: ``p @ V`` over compressed values -> [B, Hq, D] fp32;
+* ``decode``: ``softmax(scale * scores) @ V`` -> [B, Hq, D] fp16, built from the two kernels.
+
+Conformance compares each kernel with the same math on the cache its buffers describe (exact
+decode). Separately, ``FAMILY.quality`` reports how far the compressed result is from dense
+attention on the unpruned cache, and the compression ratio: figures, never pass/fail.
+
+``init="edge"`` plants tiles whose kept values are all zero or that keep nothing (channels set to
+0), tiles that keep every element (large channels), and flat tiles (min == max, scale 1): see
+``plant_edge_tiles``; tests/test_mustafar_format.py checks the buffers really contain them.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+import torch
+
+from attnsuite.case import make_cases, unique
+from attnsuite.family import Family
+from kernels import mustafar as kernels_mustafar
+from kernels.mustafar_format import Compressed, compress, decompress
+from references.mustafar import (approximation, attention_reference, compressed_reference,
+                                 on_buffers, scores_reference, values_reference)
+
+from ._attention import randn
+
+OPS = ("compress", "keys", "values", "decode")
+
+
+@dataclass(frozen=True)
+class MustafarOps:
+    """A Mustafar implementation: the compressor pair and the three compute operations.
+    Calling it runs one operation by name (so it can be passed as ``--impl mustafar=...``)."""
+    compress: Callable
+    decompress: Callable
+    keys: Callable
+    values: Callable
+    decode: Callable
+
+    def __call__(self, op: str, *args, **kwargs):
+        return getattr(self, op)(*args, **kwargs)
+
+
+TRITON = MustafarOps(compress=compress, decompress=decompress, keys=kernels_mustafar.mustafar_keys,
+                     values=kernels_mustafar.mustafar_values, decode=kernels_mustafar.mustafar_decode)
+
+
+def label(p) -> str:
+    edge = "-edge" if p["init"] == "edge" else ""
+    return (f"{p['op']}-{p['bits']}bit-s{p['s']}-B{p['B']}-Hq{p['Hq']}-Hkv{p['Hkv']}-S{p['S']}"
+            f"-D{p['D']}{edge}")
+
+
+def case(op, bits=2, s=0.7, B=1, Hq=4, Hkv=1, S=256, D=64, init="randn"):
+    return dict(op=op, dtype="fp16", bits=bits, s=s, B=B, Hq=Hq, Hkv=Hkv, S=S, D=D, init=init)
+
+
+ORIGIN = dict(B=2, Hq=4, Hkv=4, D=128, S=256, s=0.7, bits=2)   # the origin's failing shape
+
+QUICK = (
+    [case("compress", bits=b, s=s, Hq=2, Hkv=2) for b in (16, 2) for s in (0.0, 0.5, 0.7)]
+    + [case("compress", bits=b, s=0.5, Hq=2, Hkv=2, D=128, init="edge") for b in (16, 2)]
+    + [case(op, bits=b, s=s, Hq=hq, D=d) for op in ("keys", "values") for b in (16, 2)
+       for s in (0.5, 0.7) for (hq, d) in ((1, 64), (4, 128))]
+    + [case(op, bits=b, s=0.0, S=512) for op in ("keys", "values") for b in (16, 2)]
+    + [case(op, bits=b, s=0.5, D=128, init="edge") for op in ("keys", "values", "decode") for b in (16, 2)]
+    + [case(op, **ORIGIN) for op in ("keys", "values", "decode")]
+    + [case("decode", bits=b, s=s, B=2, Hq=8, Hkv=2) for b in (16, 2) for s in (0.0, 0.5)]
+)
+
+FULL = (
+    [case(op, bits=b, s=s, B=2, Hq=hq, Hkv=2, S=S, D=d) for op in ("keys", "values", "decode")
+     for b in (16, 2) for s in (0.0, 0.5, 0.7) for hq in (2, 8) for S in (1024, 4096)
+     for d in (64, 128)]
+    + [case("compress", bits=b, s=s, B=2, Hq=4, Hkv=4, S=1024, D=128) for b in (16, 2)
+       for s in (0.0, 0.5, 0.7)]
+)
+
+# The speed target's shape (performance.md): key formulation at S_c = 32768, 70%, 2-bit.
+BENCH = [case("keys", bits=2, s=0.7, B=1, Hq=32, Hkv=8, S=32768, D=128),
+         case("keys", bits=16, s=0.7, B=1, Hq=32, Hkv=8, S=32768, D=128)]
+
+
+def plant_edge_tiles(k: torch.Tensor, v: torch.Tensor) -> None:
+    """In place, on the first 64 tokens. Keys: channels 0-3 zero (tiles that keep nothing once
+    pruned, or keep zeros at s = 0), 4-7 large (every token keeps them: full tiles), 8 constant
+    (a flat tile). Values (D = 128): token 0 keeps channels 0-63 (large) and drops 64-127 (zero);
+    token 1 has channels 0-63 constant (a full, flat tile)."""
+    k[:, :, :64, 0:4] = 0
+    k[:, :, :64, 4:8] *= 50
+    k[:, :, :64, 8] = 3.0
+    if v.shape[-1] >= 128:
+        v[:, :, 0, 0:64] *= 50
+        v[:, :, 0, 64:] = 0
+        v[:, :, 1, 0:64] = 3.0
+        v[:, :, 1, 64:] *= 0.1
+
+
+class Mustafar(Family):
+    name = "mustafar"
+    cases = unique(make_cases(name, label, QUICK)
+                   + make_cases(name, label, FULL, profile="full")
+                   + make_cases(name, label, BENCH, profile="full", tags=["bench"]))
+    impls = {"triton": TRITON}
+
+    def make_inputs(self, case, gen):
+        B, Hq, Hkv, S, D = (case[x] for x in ("B", "Hq", "Hkv", "S", "D"))
+        q = randn(gen, (B, Hq, D), case.dtype)
+        k, v = randn(gen, (B, Hkv, S, D), case.dtype), randn(gen, (B, Hkv, S, D), case.dtype)
+        if case["init"] == "edge":
+            plant_edge_tiles(k, v)
+        inputs = {"q": q, "k": k, "v": v}
+        # The compress op builds its own buffers; these give its compression ratio.
+        inputs.update(compress(k, case["s"], kind="key", bits=case["bits"]).tensors("kc_"))
+        inputs.update(compress(v, case["s"], kind="value", bits=case["bits"]).tensors("vc_"))
+        if case["op"] == "values":
+            inputs["p"] = torch.softmax(2 * torch.randn((B, Hq, S), generator=gen), -1).to(case.dtype)
+        return inputs
+
+    def output_specs(self, case, inputs):
+        B, Hq, D = inputs["q"].shape
+        S = inputs["k"].shape[2]
+        if case["op"] == "compress":
+            dt = torch.float16 if case["bits"] == 16 else torch.float32
+            return {"k": (tuple(inputs["k"].shape), dt), "v": (tuple(inputs["v"].shape), dt)}
+        if case["op"] == "keys":
+            return {"scores": ((B, Hq, S), torch.float32)}
+        return {"o": ((B, Hq, D), torch.float32 if case["op"] == "values" else case.dtype)}
+
+    @staticmethod
+    def _buffers(case, inputs, kind) -> Compressed:
+        return Compressed.from_tensors(kind, case["bits"], inputs["k"].shape, inputs,
+                                       prefix="kc_" if kind == "key" else "vc_")
+
+    def call(self, impl, case, inputs, outputs):
+        op, bits, s = case["op"], case["bits"], case["s"]
+        if op == "compress":
+            for name, kind in (("k", "key"), ("v", "value")):
+                packed = impl("compress", inputs[name], s, kind=kind, bits=bits)
+                outputs[name].copy_(impl("decompress", packed))
+            return outputs
+        kc, vc = self._buffers(case, inputs, "key"), self._buffers(case, inputs, "value")
+        if op == "keys":
+            return {"scores": impl("keys", inputs["q"], kc, out=outputs["scores"])}
+        if op == "values":
+            return {"o": impl("values", inputs["p"], vc, out=outputs["o"])}
+        return {"o": impl("decode", inputs["q"], kc, vc, out=outputs["o"])}
+
+    def reference(self, case, inputs, compute_dtype):
+        op = case["op"]
+        if op == "compress":
+            return {name: compressed_reference(inputs[name], case["s"], kind, case["bits"]).to(compute_dtype)
+                    for name, kind in (("k", "key"), ("v", "value"))}
+        k = on_buffers(self._buffers(case, inputs, "key"), compute_dtype)
+        v = on_buffers(self._buffers(case, inputs, "value"), compute_dtype)
+        if op == "keys":
+            return {"scores": scores_reference(inputs["q"], k, compute_dtype)}
+        if op == "values":
+            return {"o": values_reference(inputs["p"], v, compute_dtype)}
+        return {"o": attention_reference(inputs["q"], k, v, compute_dtype)}
+
+    def launches_kernel(self, case):
+        return case["op"] != "compress"  # the compressor is vectorized torch
+
+    def quality(self, case, inputs, produced):
+        """The compressed result against the same op on the unpruned fp16 cache (fp64), and the
+        bytes of the buffers the op reads over the dense fp16 bytes they replace."""
+        op = case["op"]
+        q, k, v = inputs["q"], inputs["k"], inputs["v"]
+        if op == "compress":
+            out = torch.cat([produced["k"].flatten(), produced["v"].flatten()])
+            truth = torch.cat([k.flatten(), v.flatten()])
+        elif op == "keys":
+            out, truth = produced["scores"], scores_reference(q, k, torch.float64)
+        elif op == "values":
+            out, truth = produced["o"], values_reference(inputs["p"], v, torch.float64)
+        else:
+            out, truth = produced["o"], attention_reference(q, k, v, torch.float64)
+        reads = {"compress": ("kc_", "vc_"), "keys": ("kc_",), "values": ("vc_",), "decode": ("kc_", "vc_")}[op]
+        packed = sum(t.numel() * t.element_size() for n, t in inputs.items() if n.startswith(reads))
+        dense = k.numel() * k.element_size() * len(reads)
+        return {"op": op, "sparsity": case["s"], "bits": case["bits"],
+                "compression_ratio": packed / dense, **approximation(out, truth)}
+
+
+FAMILY = Mustafar()
