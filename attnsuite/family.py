@@ -44,6 +44,26 @@ class Family(ABC):
         lossy format's result is from the lossless ground truth. None: the family has none."""
         return None
 
+    # -- benchmarks (attnsuite/bench) -------------------------------------------------------
+    def vendor_problem(self, case: Case, inputs: Tensors) -> dict | None:
+        """The dense attention this case is equivalent to, for the vendor baselines:
+        ``{"q": [B, Hq, Sq, D], "k"/"v": [B, Hkv, Sk, D], "causal": bool, "note": str | None}``,
+        built from ``inputs`` (gathers happen here, outside any timing). None: no equivalent."""
+        return None
+
+    def work(self, case: Case, inputs: Tensors) -> dict:
+        """``{"flops": ..., "bytes": ...}`` the kernel must do / move at least (either may be
+        absent): TFLOP/s for compute-bound families, GB/s for memory-bound ones."""
+        return {}
+
+    def extra_baselines(self, case: Case, inputs: Tensors, impl: Callable) -> dict[str, tuple]:
+        """Family-specific baselines: name -> (zero-argument callable, note)."""
+        return {}
+
+    def sweep(self, case: Case) -> dict | None:
+        """Which report chart a bench case feeds: ``{"name", "series", "x"}`` or None."""
+        return None
+
     def default_impl(self) -> tuple[str, Callable]:
         name = next(iter(self.impls))
         return name, self.impls[name]

@@ -37,6 +37,8 @@ class SessionState:
     #: compile-only: the targets every case is compiled for (empty for a numeric run).
     compile_targets: list[str]
     ledger_path: Path
+    bench_runs: int = 30
+    bench_method: str = "events"
     device: object = None
     writer: RecordWriter | None = None
     env: dict | None = None
@@ -144,12 +146,18 @@ def pytest_addoption(parser):
     group.addoption("--case-timeout", type=float, default=None,
                     help="seconds before a hung case is stopped and recorded as timeout "
                          "(default 900 on cpu, 300 elsewhere; needs pytest-timeout)")
+    group.addoption("--bench-runs", type=int, default=30,
+                    help="benchmarks: timed runs per kernel and baseline (median and IQR over them)")
+    group.addoption("--bench-method", choices=("events", "npu"), default="events",
+                    help="benchmarks: device events (default), or on NPU the profiler-based method "
+                         "of triton-ascend's do_bench (TRITON_BENCH_METHOD=npu)")
     parser.addini("attnsuite_ledger", "known-failure ledger (TOML), relative to the rootdir",
                   default=DEFAULT_LEDGER)
 
 
 def pytest_configure(config):
     config.addinivalue_line("markers", "conformance: a conformance case of a kernel family")
+    config.addinivalue_line("markers", "bench: a benchmark case (benchmarks/)")
     kind = config.getoption("device")
     device_class(kind).prepare_environment()  # before anything imports triton
 
@@ -175,6 +183,7 @@ def pytest_configure(config):
         run_id=run_id, run_dir=run_dir, report_path=report_path, worker=worker, controller=controller,
         impl_overrides=_parse_impls(config.getoption("impl")), case_timeout=timeout,
         ledger_path=config.rootpath / config.getini("attnsuite_ledger"),
+        bench_runs=config.getoption("bench_runs"), bench_method=config.getoption("bench_method"),
     )
     try:
         if targets:
@@ -204,6 +213,8 @@ def pytest_report_header(config):
 # -- collection -------------------------------------------------------------------------------
 
 def pytest_generate_tests(metafunc):
+    if "bench_case" in metafunc.fixturenames:
+        return _parametrize_bench(metafunc)
     family = getattr(metafunc.module, "FAMILY", None)
     if family is None or "case" not in metafunc.fixturenames:
         return
@@ -223,12 +234,26 @@ def pytest_generate_tests(metafunc):
     metafunc.parametrize("case", params)
 
 
+def bench_selection(family, profile: str) -> list:
+    """A family's benchmark cases: its headline ("bench") cases, plus the sweeps in full."""
+    wanted = {"bench"} | ({"sweep"} if profile == "full" else set())
+    return [c for c in family.cases if wanted & set(c.tags)]
+
+
+def _parametrize_bench(metafunc):
+    state = metafunc.config.stash[STATE]
+    params = [pytest.param(case, id=case.id, marks=[pytest.mark.bench])
+              for family in metafunc.module.FAMILIES for case in bench_selection(family, state.profile)]
+    metafunc.parametrize("bench_case", params)
+
+
 def pytest_collection_modifyitems(config, items):
     if not config.pluginmanager.hasplugin("timeout"):
         return
     timeout = config.stash[STATE].case_timeout
     for item in items:
-        if item.get_closest_marker("conformance") and not item.get_closest_marker("timeout"):
+        if (item.get_closest_marker("conformance") or item.get_closest_marker("bench")) \
+                and not item.get_closest_marker("timeout"):
             item.add_marker(pytest.mark.timeout(timeout))
 
 
@@ -260,13 +285,28 @@ def conformance(request):
     return Conformance(request.node, request.config.stash[STATE])
 
 
+@pytest.fixture
+def bench(request):
+    """``bench.run(case)`` times a case (see attnsuite/bench); stores into pytest-benchmark's
+    JSON when that plugin is active."""
+    from .bench.session import Bench
+
+    benchmark = None
+    state = request.config.stash[STATE]
+    if request.config.pluginmanager.hasplugin("benchmark") and state.device.kind != "cpu":
+        benchmark = request.getfixturevalue("benchmark")
+    return Bench(state, request.node.stash[CASE_INFO],
+                 request.module.FAMILIES, benchmark)
+
+
 def _now() -> str:
     return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="milliseconds")
 
 
 def pytest_runtest_setup(item):
-    case = getattr(getattr(item, "callspec", None), "params", {}).get("case")
-    if case is None or not item.get_closest_marker("conformance"):
+    params = getattr(getattr(item, "callspec", None), "params", {})
+    case = params.get("case") or params.get("bench_case")
+    if case is None or not (item.get_closest_marker("conformance") or item.get_closest_marker("bench")):
         return
     from .runner import CaseResult
 
@@ -274,7 +314,8 @@ def pytest_runtest_setup(item):
     item.stash[CASE_INFO] = {
         "run_id": state.run_id, "case_id": case.id, "nodeid": item.nodeid, "family": case.family,
         "params": dict(case.params), "profile": state.profile, "tags": sorted(case.tags),
-        "impl": None, "device": state.device_kind, "device_index": state.device.index, "mode": state.mode,
+        "impl": None, "device": state.device_kind, "device_index": state.device.index,
+        "mode": "bench" if item.get_closest_marker("bench") else state.mode,
         "worker": state.worker, "env": state.env_fingerprint(), "repro": state.repro(item.nodeid),
         "started_at": _now(), "result_obj": CaseResult(),
     }

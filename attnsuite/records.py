@@ -117,6 +117,7 @@ def build_record(reports: dict, info: dict, outcome: tuple[str, str | None, str]
         "memory": result.get("memory", {}),
         "compile": result.get("compile", {}),
         "quality": result.get("quality"),
+        "bench": result.get("bench"),
         "duration_s": sum(getattr(r, "duration", 0.0) or 0.0 for r in reports.values()),
         "started_at": info.get("started_at"),
         "finished_at": info.get("finished_at"),

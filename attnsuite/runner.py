@@ -35,11 +35,13 @@ class CaseResult:
     compile: dict = field(default_factory=dict)
     #: Family.quality's figures (approximation vs a lossless ground truth), reported apart.
     quality: dict | None = None
+    #: Benchmarks: attnsuite.bench.run.run_bench's payload.
+    bench: dict | None = None
 
     def as_payload(self) -> dict:
         return {"metrics": self.metrics, "headroom": self.headroom, "tolerance": self.tolerance,
                 "timings": self.timings, "memory": self.memory, "compile": self.compile,
-                "quality": self.quality}
+                "quality": self.quality, "bench": self.bench}
 
 
 def classify_exception(exc: BaseException) -> str:

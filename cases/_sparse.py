@@ -31,3 +31,25 @@ QUICK_SELECTIONS = [
     dict(keep=0.01), dict(keep=0.05, order="sorted"), dict(keep=0.2), dict(keep=1.0),
     dict(keep=0.2, dup=True), dict(keep=0.2, empty=True), dict(keep=0.2, pad="garbage", extra=7),
 ]
+
+
+class SparseDecodeBench:
+    """Benchmark hooks shared by the token-sparse decode families (mixed into their Family):
+    the vendor baseline is SDPA over a dense cache of the selected tokens' size, built outside
+    the timing (the gather is excluded, as the report says); bytes are the selected K/V rows."""
+
+    def vendor_problem(self, case, inputs):
+        from attnsuite.bench.vendor import dense_stand_in
+
+        return dense_stand_in(inputs["q"], inputs["q"].shape[1], int(inputs["sparse_nnz"].max()),
+                              "gather excluded: SDPA over a dense cache of the selected tokens' size")
+
+    def work(self, case, inputs):
+        q = inputs["q"]
+        rows = int(inputs["sparse_nnz"].sum())
+        return {"bytes": 2 * rows * q.shape[-1] * q.element_size() + 2 * q.numel() * q.element_size()}
+
+    def sweep(self, case):
+        if {"bench", "kept"} & set(case.tags):
+            return {"name": "kept_ratio", "series": case["dtype"], "x": case["keep"]}
+        return None

@@ -34,12 +34,16 @@ BENCH = (
     + [dict(dtype=dt, B=1, Hq=32, Hkv=8, S=32000, D=128, lse=True) for dt in ("fp16", "bf16")]
 )
 
+# Latency against context length (the report's decode chart).
+CONTEXT_SWEEP = [dict(dtype="fp16", B=1, Hq=32, Hkv=8, S=2**e, D=128, lse=False) for e in range(10, 18)]
+
 
 class Decode(Family):
     name = "decode"
     cases = unique(make_cases(name, label, QUICK)
                    + make_cases(name, label, FULL, profile="full")
-                   + make_cases(name, label, BENCH, profile="full", tags=["bench"]))
+                   + make_cases(name, label, BENCH, profile="full", tags=["bench"])
+                   + make_cases(name, label, CONTEXT_SWEEP, profile="full", tags=["sweep", "context"]))
     impls = {"triton": decode}
 
     def make_inputs(self, case, gen):
@@ -57,6 +61,19 @@ class Decode(Family):
     def reference(self, case, inputs, compute_dtype):
         o, lse = decode_reference(inputs["q"], inputs["k"], inputs["v"], compute_dtype=compute_dtype)
         return lse_if(case, o, lse)
+
+    def vendor_problem(self, case, inputs):
+        return {"q": inputs["q"], "k": inputs["k"], "v": inputs["v"], "causal": False}
+
+    def work(self, case, inputs):
+        return {"bytes": sum(inputs[n].numel() * inputs[n].element_size() for n in ("q", "k", "v"))
+                + inputs["q"].numel() * inputs["q"].element_size()}
+
+    def sweep(self, case):
+        if "context" in case.tags:
+            return {"name": "context", "series": f"{case['dtype']} Hq{case['Hq']} Hkv{case['Hkv']} D{case['D']}",
+                    "x": case["S"]}
+        return None
 
 
 FAMILY = Decode()

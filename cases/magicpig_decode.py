@@ -11,6 +11,7 @@ from references.magicpig import magicpig_decode_reference
 from references.paged import sparse_paged_decode_reference
 
 from . import sparse_paged_decode as spd
+from ._sparse import SparseDecodeBench
 from ._attention import attention_outputs, lse_if
 
 #: How K and L are drawn: the integers of the MagicPIG paper, the origin's float range, and a
@@ -81,7 +82,7 @@ def _align_keys_with_queries(inputs, case):
     view[page, 0, h, t % P] = q[b, h] * sign[:, None]
 
 
-class MagicPigDecode(Family):
+class MagicPigDecode(SparseDecodeBench, Family):
     name = "magicpig_decode"
     cases = unique(make_cases(name, label, QUICK)
                    + make_cases(name, label, FULL, profile="full")

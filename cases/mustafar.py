@@ -166,6 +166,26 @@ class Mustafar(Family):
             return {"o": values_reference(inputs["p"], v, compute_dtype)}
         return {"o": attention_reference(inputs["q"], k, v, compute_dtype)}
 
+    def vendor_problem(self, case, inputs):
+        if case["op"] != "decode":
+            return None
+        return {"q": inputs["q"][:, :, None, :], "k": inputs["k"], "v": inputs["v"], "causal": False,
+                "note": "dense fp16 attention on the unpruned cache"}
+
+    def work(self, case, inputs):
+        reads = {"keys": ("kc_",), "values": ("vc_",), "decode": ("kc_", "vc_")}.get(case["op"], ())
+        return {"bytes": sum(t.numel() * t.element_size() for n, t in inputs.items() if n.startswith(reads))}
+
+    def extra_baselines(self, case, inputs, impl):
+        """Keys: dense fp16 ``q @ K^T`` in torch on the unpruned cache (the speed target's yardstick)."""
+        if case["op"] != "keys":
+            return {}
+        q, k = inputs["q"], inputs["k"]
+        B, Hkv, S, D = k.shape
+        qg = q.view(B, Hkv, q.shape[1] // Hkv, D)
+        kt = k.transpose(-1, -2)
+        return {"dense_qk": (lambda: qg @ kt, "torch fp16 q @ K^T on the dense cache")}
+
     def launches_kernel(self, case):
         return case["op"] != "compress"  # the compressor is vectorized torch
 

@@ -99,5 +99,16 @@ class PagedDecode(Family):
                                         layout=case["layout"], compute_dtype=compute_dtype)
         return lse_if(case, o, lse)
 
+    def vendor_problem(self, case, inputs):
+        from attnsuite.bench.vendor import dense_stand_in
+
+        return dense_stand_in(inputs["q"], case["Hkv"], max(case["lengths"]),
+                              "pages gathered outside the timing: SDPA over a contiguous cache of the longest sequence")
+
+    def work(self, case, inputs):
+        q = inputs["q"]
+        tokens = sum(case["lengths"]) * case["Hkv"]
+        return {"bytes": 2 * tokens * case["D"] * q.element_size() + 2 * q.numel() * q.element_size()}
+
 
 FAMILY = PagedDecode()

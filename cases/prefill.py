@@ -66,5 +66,12 @@ class Prefill(Family):
                                    compute_dtype=compute_dtype)
         return lse_if(case, o, lse)
 
+    def vendor_problem(self, case, inputs):
+        return {"q": inputs["q"], "k": inputs["k"], "v": inputs["v"], "causal": case["causal"]}
+
+    def work(self, case, inputs):
+        B, Hq, S, D = inputs["q"].shape
+        return {"flops": 4 * B * Hq * S * S * D * (0.5 if case["causal"] else 1.0)}
+
 
 FAMILY = Prefill()

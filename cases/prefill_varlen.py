@@ -138,5 +138,18 @@ class PrefillVarlen(Family):
         o, lse = prefill_packed_reference(inputs["q"], inputs["k"], inputs["v"], inputs["cu_seqlens"],
                                           causal=causal, compute_dtype=compute_dtype)
         return lse_if(case, o, lse)
+    def vendor_problem(self, case, inputs):
+        """SDPA over the padded batch [B, H, max length, D] (padding computed, not skipped)."""
+        B, S, D = len(case["lengths"]), case["S"], case["D"]
+        dev, dt = inputs["q"].device, inputs["q"].dtype
+        q = torch.randn((B, case["Hq"], S, D), dtype=dt, device=dev)
+        k = torch.randn((B, case["Hkv"], S, D), dtype=dt, device=dev)
+        return {"q": q, "k": k, "v": torch.randn_like(k), "causal": case["causal"],
+                "note": "SDPA over the padded batch: padding computed, not skipped"}
+
+    def work(self, case, inputs):
+        per_seq = sum(n * n for n in case["lengths"]) * (0.5 if case["causal"] else 1.0)
+        return {"flops": 4 * case["Hq"] * case["D"] * per_seq}
+
 
 FAMILY = PrefillVarlen()

@@ -9,7 +9,7 @@ from references.attention import decode_reference
 from references.sparse import sparse_decode_reference
 
 from ._attention import attention_outputs, heads, lse_if, qkv
-from ._sparse import QUICK_SELECTIONS, SELECTION, select_tokens, selection_label
+from ._sparse import QUICK_SELECTIONS, SELECTION, SparseDecodeBench, select_tokens, selection_label
 
 
 def label(p) -> str:
@@ -42,13 +42,16 @@ FULL = (
 # The origin's bench: q [1, 32, 1, 128], k [1, 8, 32000, 128], kept 2% (and the D=256, B=4 one).
 BENCH = [case(dtype=dt, B=B, Hq=32, Hkv=8, S=32000, D=D, keep=0.02, lse=False)
          for dt in ("fp16", "bf16") for (B, D) in ((1, 128), (4, 256))]
+# The wider kept-ratio curve at the first bench shape (the report's speedup-vs-kept chart).
+KEPT_SWEEP = [dict(BENCH[0], keep=k) for k in (0.01, 0.05, 0.1, 0.2, 0.5, 1.0)]
 
 
-class SparseDecode(Family):
+class SparseDecode(SparseDecodeBench, Family):
     name = "sparse_decode"
     cases = unique(make_cases(name, label, QUICK)
                    + make_cases(name, label, FULL, profile="full")
-                   + make_cases(name, label, BENCH, profile="full", tags=["bench"]))
+                   + make_cases(name, label, BENCH, profile="full", tags=["bench"])
+                   + make_cases(name, label, KEPT_SWEEP, profile="full", tags=["sweep", "kept"]))
     impls = {"triton": sparse_decode}
 
     def make_inputs(self, case, gen):

@@ -17,6 +17,7 @@ import triton.language as tl
 from ._checks import (DOT_INPUT_PRECISION, FLOAT_DTYPES, check_flag, check_index_tensor,
                       check_launchable, check_nonempty, check_out_lse, check_scale, check_tensor,
                       check_values_in_range, is_interpret, launch, LaunchPlan, next_pow2)
+from ._softmax import online_softmax_step
 from .prefill import prefill_config
 
 LOG2E = 1.4426950408889634
@@ -78,14 +79,8 @@ def _block_sparse_fwd(
                         mask=kv_mask, other=0.0)
             v = tl.load(v_base + cols[:, None].to(tl.int64) * stride_vs + offs_d[None, :],
                         mask=kv_mask, other=0.0)
-            s = tl.dot(q, tl.trans(k), input_precision=DOT_PRECISION) * qk_scale
-            s = tl.where(col_ok[None, :], s, float("-inf"))
-            m_new = tl.maximum(m_i, tl.max(s, 1))
-            alpha = tl.exp2(m_i - m_new)
-            p = tl.exp2(s - m_new[:, None])
-            l_i = l_i * alpha + tl.sum(p, 1)
-            acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision=DOT_PRECISION)
-            m_i = m_new
+            m_i, l_i, acc = online_softmax_step(q, k, v, col_ok[None, :], m_i, l_i, acc, qk_scale,
+                                                DOT_PRECISION)
 
     o = acc / l_i[:, None]
     tl.store(O + b * stride_ob + h * stride_oh + offs_m[:, None] * stride_os + offs_d[None, :],

@@ -104,3 +104,21 @@ def test_report_rerenders_and_merges_runs(run_suite, tmp_path):
     html = out.read_text()
     assert "decode[fp16-B2-Hq8-Hkv2-S17-D64-lse]" in html and "prefill[fp16-B2-Hq2-Hkv2-S17-D64-causal-lse]" in html
     assert json.loads(json.dumps(first.records[0]))["schema"] == 1
+
+
+def test_benchmarks_skip_on_cpu_with_the_reason_and_are_recorded_as_bench(run_suite):
+    run = run_suite("benchmarks", "-k", "decode")
+    assert run.returncode == 0, run.output[-3000:]
+    assert run.records and all(r["mode"] == "bench" and r["outcome"] == "skip" for r in run.records)
+    assert all("Triton interpreter" in r["message"] for r in run.records)
+    assert {r["family"] for r in run.records} >= {"decode", "paged_decode", "sparse_decode"}
+
+
+def test_bench_selection_is_headline_cases_plus_sweeps_in_full():
+    from attnsuite.plugin import bench_selection
+    from cases.decode import FAMILY
+
+    quick, full = bench_selection(FAMILY, "quick"), bench_selection(FAMILY, "full")
+    assert quick and all("bench" in c.tags for c in quick)
+    assert {c.id for c in quick} < {c.id for c in full}
+    assert any("context" in c.tags for c in full)

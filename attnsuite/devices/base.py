@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import os
 import time
-from typing import Callable
+from typing import Callable, Optional
 
 
 class DeviceUnavailable(RuntimeError):
@@ -83,8 +83,10 @@ class Device:
         wall clock."""
         return None
 
-    def time_events(self, fn: Callable[[], object], *, warmup: int = 3, repeat: int = 10) -> list[float]:
+    def time_events(self, fn: Callable[[], object], *, warmup: int = 3, repeat: int = 10,
+                    before: Optional[Callable[[], object]] = None) -> list[float]:
         """Milliseconds of each of ``repeat`` calls of ``fn()``, after ``warmup`` untimed calls.
+        ``before`` (e.g. an L2 flush) runs ahead of every timed call, outside its events.
 
         Accelerators bracket every call with a pair of timing events and read them all after one
         final synchronize, so the device queue is not drained between calls. Without a device
@@ -99,6 +101,8 @@ class Device:
         if mod is None:
             times = []
             for _ in range(repeat):
+                if before is not None:
+                    before()
                 t0 = time.perf_counter()
                 fn()
                 times.append((time.perf_counter() - t0) * 1e3)
@@ -107,6 +111,8 @@ class Device:
         pairs = []
         for _ in range(repeat):
             start, end = mod.Event(enable_timing=True), mod.Event(enable_timing=True)
+            if before is not None:
+                before()
             start.record()
             fn()
             end.record()

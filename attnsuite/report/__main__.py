@@ -12,6 +12,7 @@ import sys
 from attnsuite.records import read_records
 from attnsuite.records import merge_latest
 from attnsuite.report import DEFAULT_TITLE, render_report
+from attnsuite.report.bench import is_bench
 from attnsuite.report.sections import counts_summary
 
 
@@ -40,7 +41,12 @@ def main(argv: list[str] | None = None) -> int:
     out = render_report(records, args.output, title=args.title)
     merged = merge_latest(records)
     print(out)
-    print(f"{len(merged)} cases ({len(records)} records read): {counts_summary(merged)}")
+    cases = [r for r in merged if not is_bench(r)]
+    benches = [r for r in merged if is_bench(r)]
+    line = f"{len(cases)} cases ({len(records)} records read): {counts_summary(cases)}"
+    if benches:
+        line += f"; {len(benches)} benchmarks: {counts_summary(benches)}"
+    print(line)
     return 0
 
 

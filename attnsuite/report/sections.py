@@ -409,18 +409,24 @@ def _quality_cell(value: Any) -> str:
 
 def build_context(raw_records: list[dict], merged: list[dict], *, title: str, generated_at: str) -> dict:
     """Everything the template needs. ``raw_records`` are as read; ``merged`` one per key."""
+    # Imported here: bench.py builds on this module's helpers.
+    from attnsuite.report.bench import bench_context, is_bench
+    # Benchmark records are timings, not conformance cases: they count in the runs, the
+    # environments and their own section only.
+    cases = [r for r in merged if not is_bench(r)]
     return {
         "title": title,
         "outcome_classes": list(OUTCOMES) + ["other"],
         "generated_at": generated_at,
-        "total": len(merged),
+        "total": len(cases),
         "runs": run_summaries(raw_records, merged),
         "devices": devices_present(merged),
         "environments": environment_rows(merged),
-        "outcome_counts": outcome_counts(merged),
-        "matrix": family_device_matrix(merged),
+        "outcome_counts": outcome_counts(cases),
+        "matrix": family_device_matrix(cases),
         "tight_threshold": fmt_num(TIGHT_HEADROOM),
-        "tight_cases": tight_cases(merged),
-        "case_groups": case_groups(merged),
-        "quality_groups": quality_groups(merged),
+        "tight_cases": tight_cases(cases),
+        "case_groups": case_groups(cases),
+        "quality_groups": quality_groups(cases),
+        "bench": bench_context(merged),
     }

@@ -1,0 +1,75 @@
+"""One benchmark case: inputs -> kernel compile time and timing -> baselines in the same
+process on the same device -> speedups and throughput. Returns the record's ``bench`` payload."""
+from __future__ import annotations
+
+from typing import Callable
+
+import torch
+
+from .timing import device_lock, first_call_s, l2_flusher, measure
+from .vendor import vendor_baselines
+
+
+def _timed(device, fn: Callable, flush, *, warmup: int, runs: int, method: str) -> dict:
+    first = first_call_s(device, fn)
+    t = measure(device, fn, warmup=warmup, runs=runs, method=method, flush=flush)
+    return {**t.as_dict(), "compile_s": first}
+
+
+def run_bench(family, case, device, impl, *, runs: int = 30, warmup: int = 5, method: str = "events",
+              copy_gbps: float | None = None) -> dict:
+    inputs = {k: device.place(v) for k, v in family.make_inputs(case, case.generator()).items()}
+    outputs = {name: torch.empty(shape, dtype=dtype, device=device.torch_device)
+               for name, (shape, dtype) in family.output_specs(case, inputs).items()}
+    kernel = lambda: family.call(impl, case, inputs, outputs)  # noqa: E731
+    candidates = {"reference": (lambda: family.reference(case, inputs, case.dtype), None)}
+    candidates.update(vendor_baselines(device.kind, family.vendor_problem(case, inputs)))
+    candidates.update(family.extra_baselines(case, inputs, impl))
+    flush = l2_flusher(device)
+    timing = dict(warmup=warmup, runs=runs, method=method)
+    baselines = {}
+    with device_lock(device):
+        result = _timed(device, kernel, flush, **timing)
+        for name, (fn, note) in candidates.items():
+            if fn is None:
+                baselines[name] = {"unavailable": note}
+                continue
+            try:
+                baselines[name] = {**_timed(device, fn, flush, **timing), "note": note}
+            except Exception as exc:  # a baseline that fails must not lose the kernel's timing
+                baselines[name] = {"unavailable": f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"}
+    compile_s = result.pop("compile_s")
+    kernel_ms = result["median_ms"]
+    bench = {"kernel": {**result, "compile_s": compile_s}, "baselines": baselines,
+             "speedup": {n: b["median_ms"] / kernel_ms for n, b in baselines.items() if "median_ms" in b},
+             "config": _config(impl, case, family, inputs), "sweep": family.sweep(case)}
+    bench.update(throughput(family.work(case, inputs), kernel_ms, copy_gbps))
+    return bench
+
+
+def throughput(work: dict, kernel_ms: float, copy_gbps: float | None) -> dict:
+    flops, nbytes = work.get("flops"), work.get("bytes")
+    out = {"flops": flops, "bytes": nbytes, "copy_gbps": copy_gbps, "tflops": None, "gbps": None,
+           "copy_fraction": None}
+    seconds = kernel_ms * 1e-3
+    if flops:
+        out["tflops"] = flops / seconds / 1e12
+    if nbytes:
+        out["gbps"] = nbytes / seconds / 1e9
+        if copy_gbps:
+            out["copy_fraction"] = out["gbps"] / copy_gbps
+    return out
+
+
+def _config(impl, case, family, inputs) -> dict | None:
+    """The launch config the kernel chose: the captured plans' meta (tile sizes, warps)."""
+    from kernels._checks import capture_launches
+
+    try:
+        with capture_launches() as plans:
+            family.call(impl, case, inputs, {n: torch.empty(s, dtype=d, device=inputs[next(iter(inputs))].device)
+                                             for n, (s, d) in family.output_specs(case, inputs).items()})
+    except Exception:  # noqa: BLE001 - a config we cannot capture is just not shown
+        return None
+    return {getattr(p.kernel, "__name__", str(p.kernel)).lstrip("_"): {k: v for k, v in p.meta.items()
+            if isinstance(v, (int, str)) and not isinstance(v, bool)} for p in plans} or None

@@ -1,0 +1,79 @@
+"""What a benchmark test calls: ``bench.run(case)``. Thin glue between pytest (skips, the
+record, pytest-benchmark's storage) and ``run_bench``; the timing logic lives in run/timing."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from .run import run_bench
+from .timing import copy_bandwidth_gbps, device_lock, l2_flusher
+
+CPU_REASON = ("benchmarks need a GPU or NPU: on cpu kernels run in the Triton interpreter, whose "
+              "timings say nothing about a kernel")
+
+_COPY_GBPS: dict = {}
+
+
+def copy_gbps(device) -> float:
+    """The device's copy bandwidth, measured once per process (under the device's lock)."""
+    key = (device.kind, device.index)
+    if key not in _COPY_GBPS:
+        with device_lock(device):
+            _COPY_GBPS[key] = copy_bandwidth_gbps(device)
+    return _COPY_GBPS[key]
+
+
+class Bench:
+    def __init__(self, state, info: dict, families, benchmark=None):
+        self.state, self.info, self.benchmark = state, info, benchmark
+        self.families = {f.name: f for f in families}
+
+    def run(self, case) -> dict:
+        state = self.state
+        if state.compile_targets:
+            pytest.skip("compile-only: nothing to time")
+        if state.device.kind == "cpu":
+            pytest.skip(CPU_REASON)
+        family = self.families[case.family]
+        impl_name, impl = state.impl_for(family)
+        self.info["impl"] = impl_name
+        payload = run_bench(family, case, state.device, impl, runs=state.bench_runs,
+                            method=state.bench_method, copy_gbps=copy_gbps(state.device))
+        self.info["result_obj"].bench = payload
+        if self.benchmark is not None:
+            self._store(family, case, impl, payload)
+        return payload
+
+    def _store(self, family, case, impl, payload) -> None:
+        """pytest-benchmark's own numbers: synchronized wall clock per call (launch + kernel +
+        sync, after an untimed L2 flush); the device-event figures go to extra_info."""
+        device = self.state.device
+        inputs = {k: device.place(v) for k, v in family.make_inputs(case, case.generator()).items()}
+        outputs = {n: torch.empty(s, dtype=d, device=device.torch_device)
+                   for n, (s, d) in family.output_specs(case, inputs).items()}
+
+        def synced():
+            family.call(impl, case, inputs, outputs)
+            device.synchronize()
+
+        flush = l2_flusher(device)
+
+        def setup():  # pedantic reads a setup's return value as (args, kwargs): return nothing
+            flush()
+
+        self.benchmark.extra_info.update(flatten(payload))
+        with device_lock(device):
+            self.benchmark.pedantic(synced, setup=setup, rounds=self.state.bench_runs,
+                                    warmup_rounds=2, iterations=1)
+
+
+def flatten(payload: dict, prefix: str = "") -> dict:
+    """Nested dicts -> flat ``a.b.c`` keys (pytest-benchmark's compare reads flat extra_info)."""
+    out = {}
+    for k, v in payload.items():
+        key = f"{prefix}{k}"
+        if isinstance(v, dict):
+            out.update(flatten(v, key + "."))
+        else:
+            out[key] = v
+    return out

@@ -1,0 +1,66 @@
+"""The vendor baselines a bench case is timed against, per device kind: SDPA FLASH and CUDNN on
+CUDA; npu_fusion_attention (prefill) or npu_fused_infer_attention_score (decode) on NPU. Each is
+a zero-argument callable over the case's dense equivalent, built (and tried once) outside the
+timing; one that cannot run here is reported with its reason instead."""
+from __future__ import annotations
+
+from typing import Callable, Optional
+
+import torch
+
+from attnsuite.baselines import BaselineUnavailable
+
+
+def vendor_baselines(device_kind: str, problem: Optional[dict]) -> dict[str, tuple]:
+    """name -> (callable, note) or (None, reason)."""
+    if not problem:
+        return {}
+    q, k, v, causal = problem["q"], problem["k"], problem["v"], problem.get("causal", False)
+    base_note = problem.get("note")
+    builders: dict[str, Callable] = {}
+    if device_kind == "cuda":
+        from attnsuite.baselines.cuda import BACKENDS, sdpa_call
+
+        builders = {name: (lambda n=name: sdpa_call(n, q, k, v, causal=causal)) for name in BACKENDS}
+    elif device_kind == "npu":
+        builders = {_npu_name(q): lambda: _npu_call(q, k, v, causal)}
+    out = {}
+    for name, build in builders.items():
+        try:
+            fn, note = build()
+            out[name] = (fn, "; ".join(n for n in (base_note, note) if n) or None)
+        except BaselineUnavailable as exc:
+            out[name] = (None, str(exc))
+    return out
+
+
+def _npu_name(q) -> str:
+    from attnsuite.baselines import npu
+
+    return npu.FUSED_INFER if q.shape[2] == 1 else npu.FUSION_ATTENTION
+
+
+def _npu_call(q, k, v, causal):
+    from attnsuite.baselines import npu
+
+    torch_npu = npu.import_torch_npu()
+    if q.shape[2] == 1:
+        call = npu.fused_infer_args(q, k, v, scale_keyword=npu.scale_keyword(npu._fused_infer_argument_names()))
+    else:
+        call = npu.fusion_attention_args(q, k, v, causal=causal)
+    npu.run(call, torch_npu)  # once, so a failure is reported here rather than mid-timing
+    return (lambda: npu.run(call, torch_npu)), None
+
+
+def dense_stand_in(q, heads: int, n_keys: int, note: str) -> dict:
+    """A dense problem of the same size as a paged or sparse decode: q as [B, Hq, 1, D] and
+    K/V [B, heads, n_keys, D] of random values. Only its shape matters for timing; it is built
+    here, so gathering the selected rows is not part of any timed call."""
+    q4 = q if q.dim() == 4 else q[:, :, None, :]
+    B, _, _, D = q4.shape
+    k = torch.randn((B, heads, max(int(n_keys), 1), D), dtype=q.dtype, device=q.device)
+    return {"q": q4.contiguous(), "k": k, "v": torch.randn_like(k), "causal": False, "note": note}
+
+
+def elsize(t) -> int:
+    return t.element_size()
