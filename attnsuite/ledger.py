@@ -9,6 +9,7 @@ the ledger never hides a new bug behind an old one.
 from __future__ import annotations
 
 import functools
+import fnmatch
 import re
 from dataclasses import dataclass, field
 from importlib import metadata
@@ -48,9 +49,15 @@ class KnownFailure:
     mode: str = "numeric"
     #: The porting_notes.md section (heading anchor) that explains it.
     note: str = ""
+    #: Implementation names it applies to (fnmatch globs): e.g. not to a vendor op that never
+    #: goes through the Triton compiler the entry is about.
+    impls: tuple[str, ...] = ("*",)
 
-    def applies(self, case, device_kind: str, versions: Mapping[str, str], mode: str = "numeric") -> bool:
+    def applies(self, case, device_kind: str, versions: Mapping[str, str], mode: str = "numeric",
+                impl: str | None = None) -> bool:
         if mode != self.mode or device_kind not in self.devices or case.family not in self.families:
+            return False
+        if impl is not None and not any(fnmatch.fnmatchcase(impl, g) for g in self.impls):
             return False
         installed = versions.get(self.package)
         if installed is None or not _in_range(installed, self.versions):
@@ -72,8 +79,8 @@ def load(path: str | Path) -> list[KnownFailure]:
     entries = []
     for raw in data.get("failure", []):
         raw = dict(raw)
-        for key in ("devices", "families"):
-            raw[key] = tuple(raw.get(key, ()))
+        for key in ("devices", "families", "impls"):
+            raw[key] = tuple(raw.get(key, ("*",) if key == "impls" else ()))
         raw["where"] = {k: tuple(v) for k, v in raw.get("where", {}).items()}
         try:
             entries.append(KnownFailure(**raw))
@@ -116,9 +123,10 @@ def installed_versions() -> dict[str, str]:
 
 
 def lookup(entries: Iterable[KnownFailure], case, device_kind: str,
-           versions: Mapping[str, str] | None = None, mode: str = "numeric") -> KnownFailure | None:
+           versions: Mapping[str, str] | None = None, mode: str = "numeric",
+           impl: str | None = None) -> KnownFailure | None:
     versions = installed_versions() if versions is None else versions
     for entry in entries:
-        if entry.applies(case, device_kind, versions, mode):
+        if entry.applies(case, device_kind, versions, mode, impl):
             return entry
     return None

@@ -15,6 +15,7 @@ import pytest
 from . import outcome as _outcome
 from .case import PROFILES, select
 from .devices import BACKENDS, DeviceUnavailable, device_class, host_device, open_device
+from .interfaces import Unsupported
 from .records import RecordWriter, build_record, read_records
 
 STATE = pytest.StashKey["SessionState"]()
@@ -31,8 +32,8 @@ class SessionState:
     report_path: Path | None
     worker: str
     controller: bool
-    #: family -> (spec, callable) from --impl, loaded up front so a bad spec stops the run.
-    impl_overrides: dict[str, tuple[str, object]]
+    #: family -> [(name, implementation)] from --impl, resolved up front so a bad spec stops the run.
+    impl_overrides: dict[str, list[tuple[str, object]]]
     case_timeout: float
     #: compile-only: the targets every case is compiled for (empty for a numeric run).
     compile_targets: list[str]
@@ -59,15 +60,20 @@ class SessionState:
             self._ledger = load(self.ledger_path)
         return self._ledger
 
-    def impl_for(self, family) -> tuple[str, object]:
-        return self.impl_overrides.get(family.name) or family.default_impl()
+    def impls_for(self, family) -> list[tuple[str, object]]:
+        """The implementations this session tests for ``family`` (the default one unless --impl)."""
+        return self.impl_overrides.get(family.name) or [family.default_impl()]
+
+    def impl_for(self, family, name: str | None = None) -> tuple[str, object]:
+        impls = self.impls_for(family)
+        return next((i for i in impls if i[0] == name), impls[0])
 
     @property
     def mode(self) -> str:
         return "compile" if self.compile_targets else "numeric"
 
-    def repro(self, nodeid: str) -> str:
-        extra = "".join(f" --impl {fam}={spec}" for fam, (spec, _) in sorted(self.impl_overrides.items()))
+    def repro(self, nodeid: str, family: str | None = None, impl: str | None = None) -> str:
+        extra = f" --impl {family}={impl}" if family in self.impl_overrides and impl else ""
         if self.compile_targets:
             extra += " --compile-only " + " ".join(_target_options(self.device_kind, self.compile_targets))
         return f"pytest '{nodeid}' --device {self.device_kind} --profile {self.profile}{extra}"
@@ -99,29 +105,13 @@ def compile_targets(kind: str, cuda_arch: str, soc: str) -> list[str]:
     return [soc]
 
 
-def load_callable(spec: str):
-    module, _, attr = spec.partition(":")
-    if not module or not attr:
-        raise pytest.UsageError(f"--impl: expected FAMILY=package.module:callable, got {spec!r}")
+def _parse_impls(values: list[str]) -> dict[str, list[tuple[str, object]]]:
+    from .impls import ImplError, parse_options, resolve_all
+
     try:
-        obj = importlib.import_module(module)
-        for part in attr.split("."):
-            obj = getattr(obj, part)
-    except (ImportError, AttributeError) as exc:
-        raise pytest.UsageError(f"--impl: cannot load {spec!r}: {exc}") from None
-    if not callable(obj):
-        raise pytest.UsageError(f"--impl: {spec!r} is not callable")
-    return obj
-
-
-def _parse_impls(values: list[str]) -> dict[str, tuple[str, object]]:
-    impls = {}
-    for value in values or []:
-        family, sep, spec = value.partition("=")
-        if not sep or not family:
-            raise pytest.UsageError(f"--impl: expected FAMILY=package.module:callable, got {value!r}")
-        impls[family] = (spec, load_callable(spec))
-    return impls
+        return resolve_all(parse_options(values))
+    except ImplError as exc:
+        raise pytest.UsageError(str(exc)) from None
 
 
 # -- options and set-up -------------------------------------------------------------------------
@@ -158,6 +148,7 @@ def pytest_addoption(parser):
 def pytest_configure(config):
     config.addinivalue_line("markers", "conformance: a conformance case of a kernel family")
     config.addinivalue_line("markers", "bench: a benchmark case (benchmarks/)")
+    config.addinivalue_line("markers", "impl(name): the implementation a conformance case runs")
     kind = config.getoption("device")
     device_class(kind).prepare_environment()  # before anything imports triton
 
@@ -222,15 +213,20 @@ def pytest_generate_tests(metafunc):
     ledger = state.ledger()
     from .ledger import KnownFailureHit, lookup
 
+    impls = [name for name, _ in state.impls_for(family)]
     params = []
     for case in select(family.cases, state.profile):
-        marks = [pytest.mark.conformance]
-        known = lookup(ledger, case, state.device_kind, mode=state.mode)
-        if known is not None:
-            marks.append(pytest.mark.xfail(strict=True, raises=KnownFailureHit, reason=(
-                f"known failure {known.id}: {known.reason} (porting_notes.md#{known.note}); "
-                f"if this case passes, the ledger entry {known.id!r} looks stale")))
-        params.append(pytest.param(case, id=case.label, marks=marks))
+        for impl in impls:
+            marks = [pytest.mark.conformance, pytest.mark.impl(impl)]
+            known = lookup(ledger, case, state.device_kind, mode=state.mode, impl=impl)
+            if known is not None:
+                marks.append(pytest.mark.xfail(strict=True, raises=KnownFailureHit, reason=(
+                    f"known failure {known.id}: {known.reason} (porting_notes.md#{known.note}); "
+                    f"if this case passes, the ledger entry {known.id!r} looks stale")))
+            # Each case once per implementation; ids name the implementation only when there
+            # are several, so a single-implementation run keeps the plain case ids.
+            case_id = case.label if len(impls) == 1 else f"{case.label}@{impl}"
+            params.append(pytest.param(case, id=case_id, marks=marks))
     metafunc.parametrize("case", params)
 
 
@@ -269,15 +265,20 @@ class Conformance:
         from .ledger import lookup
         from .runner import run_case
 
-        impl_name, impl = self.state.impl_for(family)
+        marker = self.item.get_closest_marker("impl")
+        impl_name, impl = self.state.impl_for(family, marker.args[0] if marker else None)
         if self.state.compile_targets and not family.launches_kernel(case):
             pytest.skip(f"compile-only: {case.id} runs plain PyTorch, no kernel to compile")
-        known = lookup(self.state.ledger(), case, self.state.device_kind, mode=self.state.mode)
+        known = lookup(self.state.ledger(), case, self.state.device_kind, mode=self.state.mode,
+                       impl=impl_name)
         info = self.item.stash[CASE_INFO]
         info["impl"] = impl_name
         info["known_failure"] = known.describe() if known else None
-        return run_case(family, case, self.state.device, impl, known, info["result_obj"],
-                        compile_targets=self.state.compile_targets)
+        try:
+            return run_case(family, case, self.state.device, impl, known, info["result_obj"],
+                            compile_targets=self.state.compile_targets)
+        except Unsupported as exc:
+            pytest.skip(f"{impl_name} does not support this case: {exc}")
 
 
 @pytest.fixture
@@ -299,6 +300,11 @@ def bench(request):
                  request.module.FAMILIES, benchmark)
 
 
+def _impl_marker(item) -> str | None:
+    marker = item.get_closest_marker("impl")
+    return marker.args[0] if marker else None
+
+
 def _now() -> str:
     return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="milliseconds")
 
@@ -316,7 +322,8 @@ def pytest_runtest_setup(item):
         "params": dict(case.params), "profile": state.profile, "tags": sorted(case.tags),
         "impl": None, "device": state.device_kind, "device_index": state.device.index,
         "mode": "bench" if item.get_closest_marker("bench") else state.mode,
-        "worker": state.worker, "env": state.env_fingerprint(), "repro": state.repro(item.nodeid),
+        "worker": state.worker, "env": state.env_fingerprint(),
+        "repro": state.repro(item.nodeid, case.family, _impl_marker(item)),
         "started_at": _now(), "result_obj": CaseResult(),
     }
 

@@ -11,6 +11,7 @@ from typing import Callable
 import torch
 
 from . import tolerance
+from .interfaces import Unsupported
 from .ledger import KnownFailure, KnownFailureHit
 
 #: NaN-filled elements kept on both sides of every output buffer; a write that lands there
@@ -120,7 +121,7 @@ def _run(family, case, device, impl, result: CaseResult) -> None:
         try:
             produced = family.call(impl, case, inputs, {n: view for n, (view, _) in buffers.items()})
             device.synchronize()
-        except CaseFailure:
+        except (CaseFailure, Unsupported):
             raise
         except Exception as exc:
             raise CaseFailure(classify_exception(exc), f"{type(exc).__name__}: {exc}") from exc
@@ -130,7 +131,7 @@ def _run(family, case, device, impl, result: CaseResult) -> None:
         stage = "reference"
         ref = family.reference(case, inputs, torch.float64)
         base = family.reference(case, inputs, case.dtype)
-    except CaseFailure:
+    except (CaseFailure, Unsupported):
         raise
     except Exception as exc:
         raise CaseFailure(stage, f"{type(exc).__name__}: {exc}") from exc

@@ -325,20 +325,26 @@ def matrix_cell(records: list[dict]) -> dict:
 
 
 def family_device_matrix(records: list[dict]) -> dict:
-    """Rows are families, columns the devices present; each cell is a ``matrix_cell``."""
+    """Rows are families (one row per implementation where a family has several, so they can be
+    compared), columns the devices present; each cell is a ``matrix_cell``."""
     devices = devices_present(records)
     by_cell: dict[tuple, list] = defaultdict(list)
+    impls: dict[str, set] = defaultdict(set)
     for r in records:
-        by_cell[(_str(r.get("family")), column(r))].append(r)
+        family, impl = _str(r.get("family")), _str(r.get("impl"))
+        by_cell[(family, impl, column(r))].append(r)
+        impls[family].add(impl)
     families = families_present(records)
     anchors = family_anchors(families)
     rows = []
     for family in families:
-        rows.append({
-            "family": family,
-            "anchor": anchors[family],
-            "cells": [dict(matrix_cell(by_cell.get((family, d), [])), device=d) for d in devices],
-        })
+        for impl in sorted(impls[family]):
+            rows.append({
+                "family": family,
+                "impl": impl if len(impls[family]) > 1 else None,
+                "anchor": anchors[family],
+                "cells": [dict(matrix_cell(by_cell.get((family, impl, d), [])), device=d) for d in devices],
+            })
     return {"devices": devices, "rows": rows}
 
 

@@ -1,0 +1,94 @@
+"""Which implementations a session tests, per family.
+
+An implementation is chosen by ``--impl FAMILY=SPEC`` (repeatable: several implementations of
+one family run side by side, each case once per implementation). SPEC is either a registered
+name (the family's own ``impls``, e.g. ``triton`` or ``sdpa``, plus the setuptools entry points
+of group ``attnsuite.impls`` named ``FAMILY.NAME``) or ``package.module:callable``. Every
+implementation is checked against the family's interface (attnsuite/interfaces.py) when it is
+resolved, so a wrong signature stops the run before any case.
+"""
+from __future__ import annotations
+
+import importlib
+from importlib import metadata
+from typing import Callable
+
+from .interfaces import BadImplementation, check_impl
+
+ENTRY_POINT_GROUP = "attnsuite.impls"
+
+
+class ImplError(ValueError):
+    pass
+
+
+def parse_options(values: list[str]) -> dict[str, list[str]]:
+    """``["decode=triton", "decode=pkg.mod:fn"]`` -> ``{"decode": ["triton", "pkg.mod:fn"]}``."""
+    specs: dict[str, list[str]] = {}
+    for value in values or []:
+        family, sep, spec = value.partition("=")
+        if not sep or not family or not spec:
+            raise ImplError(f"--impl: expected FAMILY=NAME or FAMILY=package.module:callable, got {value!r}")
+        specs.setdefault(family, [])
+        if spec not in specs[family]:
+            specs[family].append(spec)
+    return specs
+
+
+def load_callable(spec: str) -> Callable:
+    module, _, attr = spec.partition(":")
+    if not module or not attr:
+        raise ImplError(f"--impl: expected package.module:callable, got {spec!r}")
+    try:
+        obj = importlib.import_module(module)
+        for part in attr.split("."):
+            obj = getattr(obj, part)
+    except (ImportError, AttributeError) as exc:
+        raise ImplError(f"--impl: cannot load {spec!r}: {exc}") from None
+    return obj
+
+
+def entry_points(family: str) -> dict[str, str]:
+    """Entry points of group attnsuite.impls for ``family``: name -> "module:callable"."""
+    found = {}
+    for ep in metadata.entry_points(group=ENTRY_POINT_GROUP):
+        fam, _, name = ep.name.partition(".")
+        if fam == family and name:
+            found[name] = ep.value
+    return found
+
+
+def registered(family) -> dict[str, object]:
+    """name -> implementation or "module:callable" (entry points load on use)."""
+    return {**dict(family.impls), **entry_points(family.name)}
+
+
+def resolve(family, spec: str) -> tuple[str, Callable]:
+    """(name, implementation) for one --impl SPEC, checked against the family's interface."""
+    if ":" in spec:
+        name, fn = spec, load_callable(spec)
+    else:
+        known = registered(family)
+        if spec not in known:
+            raise ImplError(f"--impl {family.name}={spec}: no implementation of that name; registered: "
+                            f"{', '.join(sorted(known))} (or give package.module:callable)")
+        name, fn = spec, known[spec]
+        if isinstance(fn, str):
+            fn = load_callable(fn)
+    try:
+        check_impl(family.name, name, fn)
+    except BadImplementation as exc:
+        raise ImplError(f"--impl {family.name}={spec}: {exc}") from None
+    return name, fn
+
+
+def family_module(name: str):
+    try:
+        return importlib.import_module(f"cases.{name}").FAMILY
+    except (ImportError, AttributeError):
+        raise ImplError(f"--impl: unknown family {name!r} (no cases/{name}.py with a FAMILY)") from None
+
+
+def resolve_all(specs: dict[str, list[str]]) -> dict[str, list[tuple[str, Callable]]]:
+    return {fam: [resolve(family_module(fam), s) for s in family_specs]
+            for fam, family_specs in specs.items()}

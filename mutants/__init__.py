@@ -1,0 +1,1 @@
+"""Planted-bug implementations (mutants) per family: the suite must fail each one."""

@@ -1,0 +1,113 @@
+"""Mutants of dense decode (``kernels.decode.decode``): each has the kernel's signature and exactly
+one realistic bug. Some wrap the project's kernel, the others are plain torch with the bug
+written in (never the suite's references)."""
+from __future__ import annotations
+
+import math
+from typing import Optional
+
+import torch
+
+from kernels.decode import decode as _decode
+
+from ._common import finish
+
+
+def _scale(q, scale):
+    return 1.0 / math.sqrt(q.shape[-1]) if scale is None else float(scale)
+
+
+def _scores(q, k, scale):
+    """fp32 scores [B, Hq, 1, S]; query head h reads KV head h // G."""
+    G = q.shape[1] // k.shape[1]
+    return (q.float() @ k.float().repeat_interleave(G, dim=1).transpose(-1, -2)) * scale
+
+
+def _values(q, v):
+    return v.float().repeat_interleave(q.shape[1] // v.shape[1], dim=1)
+
+
+_finish = finish
+
+
+def decode_drops_last_key(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, scale: Optional[float] = None,
+                          return_lse: bool = False, out: Optional[torch.Tensor] = None,
+                          lse: Optional[torch.Tensor] = None, num_splits: Optional[int] = None):
+    """KV loop bound off by one (S - 1): the last key is never attended (S = 1 attends nothing)."""
+    S = k.shape[2]
+    if S > 1:
+        return _decode(q, k[:, :, :S - 1], v[:, :, :S - 1], scale=scale, return_lse=return_lse, out=out,
+                       lse=lse, num_splits=None if num_splits is None else min(num_splits, S - 1))
+    # No key left: the empty-row result (o = 0, lse = -inf).
+    B, Hq, _, D = q.shape
+    return _finish(q, q.new_zeros((B, Hq, 1, D), dtype=torch.float32),
+                   torch.full((B, Hq, 1), float("-inf"), device=q.device), return_lse, out, lse)
+
+
+def decode_missing_scale(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, scale: Optional[float] = None,
+                         return_lse: bool = False, out: Optional[torch.Tensor] = None,
+                         lse: Optional[torch.Tensor] = None, num_splits: Optional[int] = None):
+    """Softmax scale never applied by default: scale=None means 1.0 instead of 1/sqrt(D)."""
+    return _decode(q, k, v, scale=1.0 if scale is None else scale, return_lse=return_lse, out=out, lse=lse,
+                   num_splits=num_splits)
+
+
+def decode_lse_unscaled_max(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, scale: Optional[float] = None,
+                            return_lse: bool = False, out: Optional[torch.Tensor] = None,
+                            lse: Optional[torch.Tensor] = None, num_splits: Optional[int] = None):
+    """LSE off by the scale: m_raw + log(l) with the running max of the unscaled scores (not scale * m_raw)."""
+    sc = _scale(q, scale)
+    raw = _scores(q, k, 1.0)
+    m_raw = raw.amax(-1, keepdim=True)
+    p = torch.exp(sc * (raw - m_raw))
+    l = p.sum(-1, keepdim=True)
+    o = (p @ _values(q, v)) / l
+    return _finish(q, o, (m_raw + torch.log(l))[..., 0], return_lse, out, lse)
+
+
+def decode_split_merge_unweighted(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *,
+                                  scale: Optional[float] = None, return_lse: bool = False,
+                                  out: Optional[torch.Tensor] = None, lse: Optional[torch.Tensor] = None,
+                                  num_splits: Optional[int] = None):
+    """Split-KV merge averages the splits' outputs instead of weighting them by exp(lse_i - lse)."""
+    split = 128
+    s = _scores(q, k, _scale(q, scale))
+    vv = _values(q, v)
+    outs, lses = [], []
+    for start in range(0, k.shape[2], split):  # each split: its own softmax and LSE
+        si = s[..., start:start + split]
+        outs.append(torch.softmax(si, dim=-1) @ vv[:, :, start:start + split])
+        lses.append(torch.logsumexp(si, dim=-1))
+    o = torch.stack(outs).mean(0)  # should be sum_i exp(lse_i - lse) * o_i
+    return _finish(q, o, torch.logsumexp(torch.stack(lses), dim=0), return_lse, out, lse)
+
+
+def decode_softmax_no_max(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, scale: Optional[float] = None,
+                          return_lse: bool = False, out: Optional[torch.Tensor] = None,
+                          lse: Optional[torch.Tensor] = None, num_splits: Optional[int] = None):
+    """Softmax without subtracting the row max: exp(scores) in the input dtype overflows on large logits."""
+    s = _scores(q, k, _scale(q, scale))
+    p = torch.exp(s.to(q.dtype)).float()  # fp16: inf once a score passes ~11.1
+    l = p.sum(-1, keepdim=True)
+    o = (p @ _values(q, v)) / l
+    return _finish(q, o, torch.log(l)[..., 0], return_lse, out, lse)
+
+
+def decode_output_through_bf16(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *,
+                               scale: Optional[float] = None, return_lse: bool = False,
+                               out: Optional[torch.Tensor] = None, lse: Optional[torch.Tensor] = None,
+                               num_splits: Optional[int] = None):
+    """Output stored in the wrong dtype: the accumulator is cast to bf16 (hard-coded) before the fp16 store."""
+    o, l = _decode(q, k, v, scale=scale, return_lse=return_lse, out=out, lse=lse, num_splits=num_splits)
+    o.copy_(o.to(torch.bfloat16))
+    return o, l
+
+
+MUTANTS = {f.__name__: f for f in (
+    decode_drops_last_key,
+    decode_missing_scale,
+    decode_lse_unscaled_max,
+    decode_split_merge_unweighted,
+    decode_softmax_no_max,
+    decode_output_through_bf16,
+)}

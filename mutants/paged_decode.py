@@ -1,0 +1,160 @@
+"""Mutants of paged decode (``kernels.paged_decode.paged_decode``): each has the kernel's signature
+and exactly one realistic bug. Most wrap the project's kernel (changing what it is given or what
+it wrote); one is plain torch with the bug written in (never the suite's references)."""
+from __future__ import annotations
+
+import math
+from typing import Optional
+
+import torch
+
+from kernels.paged_decode import paged_decode as _paged_decode
+
+
+def _head_axis(layout):
+    return 2 if layout == "HND" else 3
+
+
+def _page_size(kv_cache, layout):
+    return kv_cache.shape[3] if layout == "HND" else kv_cache.shape[2]
+
+
+def paged_decode_last_page_len_off_by_one(q: torch.Tensor, kv_cache: torch.Tensor, kv_page_indptr: torch.Tensor,
+                                          kv_page_indices: torch.Tensor, kv_last_page_len: torch.Tensor, *,
+                                          layout: str = "HND", scale: Optional[float] = None,
+                                          return_lse: bool = False, out: Optional[torch.Tensor] = None,
+                                          lse: Optional[torch.Tensor] = None, num_splits: Optional[int] = None,
+                                          check_indices: bool = True):
+    """Off by one at the last page: L = page_size * (pages - 1) + last - 1, the newest token is dropped."""
+    return _torch_paged(q, kv_cache, kv_page_indptr, kv_page_indices, kv_last_page_len, layout=layout,
+                        scale=scale, return_lse=return_lse, out=out, lse=lse, last_offset=-1)
+
+
+def _torch_paged(q, kv_cache, kv_page_indptr, kv_page_indices, kv_last_page_len, *, layout, scale, return_lse,
+                 out, lse, last_offset):
+    """Plain-torch paged decode (fp32, row max subtracted) over L_b = page_size * (pages_b - 1) +
+    last_b + last_offset tokens; a sequence with no token gives o = 0, lse = -inf."""
+    B, Hq, D = q.shape
+    P = _page_size(kv_cache, layout)
+    scale = 1.0 / math.sqrt(D) if scale is None else float(scale)
+    pages = (kv_page_indptr[1:] - kv_page_indptr[:-1]).long()
+    lengths = torch.where(pages > 0, P * (pages - 1) + kv_last_page_len.long() + last_offset,
+                          torch.zeros_like(pages)).clamp(min=0)
+    n_max = max(int(lengths.max()) if B else 0, 1)
+    t = torch.arange(n_max, device=q.device)
+    valid = t[None, :] < lengths[:, None]                                     # [B, N]
+    slot_in_table = (kv_page_indptr[:-1].long()[:, None] + t[None, :] // P)
+    slot_in_table = torch.where(valid, slot_in_table, torch.zeros_like(slot_in_table))
+    page = kv_page_indices.long()[slot_in_table.clamp(max=max(kv_page_indices.numel() - 1, 0))]
+    rows = page * P + t[None, :] % P                                          # [B, N] cache rows
+    hnd = kv_cache if layout == "HND" else kv_cache.transpose(2, 3)          # [pages, 2, Hkv, P, D]
+    Hkv = hnd.shape[2]
+    flat = hnd.permute(1, 2, 0, 3, 4).reshape(2, Hkv, -1, D).float()          # [2, Hkv, pages*P, D]
+    kv = flat[:, :, rows]                                                     # [2, Hkv, B, N, D]
+    kv = torch.where(valid[None, None, :, :, None], kv, torch.zeros_like(kv))  # cache holds NaN slots
+    k, v = (x.permute(1, 0, 2, 3).repeat_interleave(Hq // Hkv, dim=1) for x in kv)  # [B, Hq, N, D]
+    s = (q.float()[:, :, None, :] @ k.transpose(-1, -2))[:, :, 0] * scale    # [B, Hq, N]
+    s = s.masked_fill(~valid[:, None, :], float("-inf"))
+    m = s.amax(-1, keepdim=True)
+    m = torch.where(torch.isfinite(m), m, torch.zeros_like(m))
+    p = torch.exp(s - m)
+    l = p.sum(-1, keepdim=True)
+    o = (p[:, :, None, :] @ v)[:, :, 0] / torch.where(l > 0, l, torch.ones_like(l))
+    if out is None:
+        out = torch.empty((B, Hq, D), dtype=q.dtype, device=q.device)
+    out.copy_(o.to(out.dtype))
+    if not return_lse:
+        return out, None
+    if lse is None:
+        lse = torch.empty((B, Hq), dtype=torch.float32, device=q.device)
+    lse.copy_((m + torch.log(l))[..., 0])
+    return out, lse
+
+
+def paged_decode_page_table_off_by_one(q: torch.Tensor, kv_cache: torch.Tensor, kv_page_indptr: torch.Tensor,
+                                       kv_page_indices: torch.Tensor, kv_last_page_len: torch.Tensor, *,
+                                       layout: str = "HND", scale: Optional[float] = None,
+                                       return_lse: bool = False, out: Optional[torch.Tensor] = None,
+                                       lse: Optional[torch.Tensor] = None, num_splits: Optional[int] = None,
+                                       check_indices: bool = True):
+    """Page-table indexing off by one: page j is read at indices[indptr[b] + j + 1] (the last slot wraps)."""
+    shifted = kv_page_indices.roll(-1) if kv_page_indices.numel() else kv_page_indices
+    return _paged_decode(q, kv_cache, kv_page_indptr, shifted, kv_last_page_len, layout=layout, scale=scale,
+                         return_lse=return_lse, out=out, lse=lse, num_splits=num_splits,
+                         check_indices=check_indices)
+
+
+def paged_decode_ignores_page_table(q: torch.Tensor, kv_cache: torch.Tensor, kv_page_indptr: torch.Tensor,
+                                    kv_page_indices: torch.Tensor, kv_last_page_len: torch.Tensor, *,
+                                    layout: str = "HND", scale: Optional[float] = None,
+                                    return_lse: bool = False, out: Optional[torch.Tensor] = None,
+                                    lse: Optional[torch.Tensor] = None, num_splits: Optional[int] = None,
+                                    check_indices: bool = True):
+    """Skips the page-table lookup: page j of sequence b is pool page indptr[b] + j (assumes contiguous pages)."""
+    identity = torch.arange(kv_page_indices.numel(), dtype=kv_page_indices.dtype, device=kv_page_indices.device)
+    return _paged_decode(q, kv_cache, kv_page_indptr, identity, kv_last_page_len, layout=layout, scale=scale,
+                         return_lse=return_lse, out=out, lse=lse, num_splits=num_splits,
+                         check_indices=check_indices)
+
+
+def paged_decode_nhd_read_as_hnd(q: torch.Tensor, kv_cache: torch.Tensor, kv_page_indptr: torch.Tensor,
+                                 kv_page_indices: torch.Tensor, kv_last_page_len: torch.Tensor, *,
+                                 layout: str = "HND", scale: Optional[float] = None,
+                                 return_lse: bool = False, out: Optional[torch.Tensor] = None,
+                                 lse: Optional[torch.Tensor] = None, num_splits: Optional[int] = None,
+                                 check_indices: bool = True):
+    """Wrong layout: an NHD cache [pages, 2, page_size, Hkv, D] is addressed with HND strides."""
+    if layout == "NHD":
+        n, two, P, Hkv, D = kv_cache.shape
+        kv_cache, layout = kv_cache.view(n, two, Hkv, P, D), "HND"  # same memory, HND strides
+    return _paged_decode(q, kv_cache, kv_page_indptr, kv_page_indices, kv_last_page_len, layout=layout,
+                         scale=scale, return_lse=return_lse, out=out, lse=lse, num_splits=num_splits,
+                         check_indices=check_indices)
+
+
+def paged_decode_gqa_head_modulo(q: torch.Tensor, kv_cache: torch.Tensor, kv_page_indptr: torch.Tensor,
+                                 kv_page_indices: torch.Tensor, kv_last_page_len: torch.Tensor, *,
+                                 layout: str = "HND", scale: Optional[float] = None,
+                                 return_lse: bool = False, out: Optional[torch.Tensor] = None,
+                                 lse: Optional[torch.Tensor] = None, num_splits: Optional[int] = None,
+                                 check_indices: bool = True):
+    """Wrong GQA head mapping: query head h reads KV head h % Hkv instead of h // G."""
+    axis = _head_axis(layout)
+    reps = [1] * kv_cache.dim()
+    reps[axis] = q.shape[1] // kv_cache.shape[axis]  # tiled heads: h // 1 reads KV head h % Hkv
+    return _paged_decode(q, kv_cache.repeat(*reps), kv_page_indptr, kv_page_indices, kv_last_page_len,
+                         layout=layout, scale=scale, return_lse=return_lse, out=out, lse=lse,
+                         num_splits=num_splits, check_indices=check_indices)
+
+
+def paged_decode_empty_sequence_unwritten(q: torch.Tensor, kv_cache: torch.Tensor, kv_page_indptr: torch.Tensor,
+                                          kv_page_indices: torch.Tensor, kv_last_page_len: torch.Tensor, *,
+                                          layout: str = "HND", scale: Optional[float] = None,
+                                          return_lse: bool = False, out: Optional[torch.Tensor] = None,
+                                          lse: Optional[torch.Tensor] = None, num_splits: Optional[int] = None,
+                                          check_indices: bool = True):
+    """Early exit for a zero-page sequence before the store: its o (0) and lse (-inf) are never written."""
+    o, l = _paged_decode(q, kv_cache, kv_page_indptr, kv_page_indices, kv_last_page_len, layout=layout,
+                         scale=scale, return_lse=return_lse, num_splits=num_splits, check_indices=check_indices)
+    B, Hq, D = q.shape
+    if out is None:
+        out = torch.empty((B, Hq, D), dtype=q.dtype, device=q.device)
+    if return_lse and lse is None:
+        lse = torch.empty((B, Hq), dtype=torch.float32, device=q.device)
+    has_pages = (kv_page_indptr[1:] > kv_page_indptr[:-1]).tolist()
+    for b in range(B):
+        if has_pages[b]:
+            out[b].copy_(o[b])
+            if return_lse:
+                lse[b].copy_(l[b])
+    return out, (lse if return_lse else None)
+
+
+MUTANTS = {f.__name__: f for f in (
+    paged_decode_last_page_len_off_by_one,
+    paged_decode_page_table_off_by_one,
+    paged_decode_ignores_page_table,
+    paged_decode_nhd_read_as_hnd,
+    paged_decode_gqa_head_modulo,
+    paged_decode_empty_sequence_unwritten,
+)}

@@ -1,0 +1,105 @@
+"""Choosing the implementation under test: out-of-tree callables, entry points, registered
+names, several implementations side by side, and the interface check at registration."""
+import importlib
+import textwrap
+
+import pytest
+
+from attnsuite.impls import ImplError, parse_options, resolve
+from attnsuite.interfaces import INTERFACES, BadImplementation, check_impl
+from attnsuite.ledger import KnownFailure
+from tests.conftest import ROOT
+
+DECODE_CASE = "cases/test_decode.py::test_decode[fp16-B2-Hq8-Hkv2-S17-D64-lse]"
+
+OWN_KERNEL = '''
+def decode(q, k, v, *, scale=None, return_lse=False, out=None, lse=None):
+    """An out-of-tree decode: here the project's kernel, called through another package."""
+    from kernels.decode import decode as project_decode
+    return project_decode(q, k, v, scale=scale, return_lse=return_lse, out=out, lse=lse)
+
+
+def wrong(q, k):
+    return q
+'''
+
+
+@pytest.fixture
+def mypkg(tmp_path):
+    """A throwaway package ``mypkg.mykernel`` and an installed-looking distribution that
+    registers it as the entry point ``decode.mine``."""
+    pkg = tmp_path / "mypkg"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "mykernel.py").write_text(textwrap.dedent(OWN_KERNEL))
+    dist = tmp_path / "mypkg-0.1.dist-info"
+    dist.mkdir()
+    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: mypkg\nVersion: 0.1\n")
+    (dist / "entry_points.txt").write_text("[attnsuite.impls]\ndecode.mine = mypkg.mykernel:decode\n")
+    return {"PYTHONPATH": f"{ROOT}:{tmp_path}"}
+
+
+def test_an_out_of_tree_callable_runs_the_decode_cases(run_suite, mypkg):
+    run = run_suite("cases/test_decode.py", "--impl", "decode=mypkg.mykernel:decode", env=mypkg)
+    assert run.returncode == 0, run.output[-3000:]
+    assert run.records and {r["impl"] for r in run.records} == {"mypkg.mykernel:decode"}
+    assert {r["outcome"] for r in run.records} <= {"pass", "xfail"}
+    assert all("--impl decode=mypkg.mykernel:decode" in r["repro"] for r in run.records)
+
+
+def test_an_entry_point_is_selected_by_name(run_suite, mypkg):
+    run = run_suite(DECODE_CASE, "--impl", "decode=mine", env=mypkg)
+    assert run.returncode == 0, run.output[-3000:]
+    assert [(r["impl"], r["outcome"]) for r in run.records] == [("mine", "pass")]
+
+
+def test_a_wrong_signature_stops_the_run_before_any_case(run_suite, mypkg):
+    run = run_suite("cases/test_decode.py", "--impl", "decode=mypkg.mykernel:wrong", env=mypkg)
+    assert run.returncode == 4 and not run.records
+    assert "cannot be called as decode(q, k, v, *, return_lse=..., out=..., lse=...)" in run.output
+
+
+def test_two_implementations_side_by_side_each_case_once_per_implementation(run_suite):
+    run = run_suite(DECODE_CASE.replace("[fp16-B2-Hq8-Hkv2-S17-D64-lse]", ""), "-k", "S17-D64",
+                    "--impl", "decode=triton", "--impl", "decode=sdpa")
+    assert run.returncode == 0, run.output[-3000:]
+    by_impl = {}
+    for r in run.records:
+        by_impl.setdefault(r["impl"], set()).add(r["case_id"])
+    assert set(by_impl) == {"triton", "sdpa"} and by_impl["triton"] == by_impl["sdpa"]
+    lse_cases = [r for r in run.records if r["impl"] == "sdpa" and r["params"]["lse"]]
+    assert lse_cases and all(r["outcome"] == "skip" and "no LSE" in r["message"] for r in lse_cases)
+    assert "decode · sdpa" in run.report.read_text().replace("</a> <span class=\"muted\">", " ").replace("</span>", "")
+
+
+@pytest.mark.parametrize("family", sorted(set(INTERFACES) - {"probes"}))
+def test_every_registered_implementation_fits_its_interface(family):
+    fam = importlib.import_module(f"cases.{family}").FAMILY
+    for name, impl in fam.impls.items():
+        check_impl(family, name, impl)
+
+
+def test_interface_check_names_the_expected_call():
+    with pytest.raises(BadImplementation, match=r"block_sparse\(q, k, v, sabi, \*, block_shape=..."):
+        check_impl("block_sparse", "mine", lambda q, k, v: None)
+    with pytest.raises(BadImplementation, match="missing compress, decompress, keys, values, decode"):
+        check_impl("mustafar", "mine", object())
+
+
+def test_option_parsing_and_unknown_names():
+    assert parse_options(["decode=triton", "decode=a.b:c", "decode=triton"]) == {"decode": ["triton", "a.b:c"]}
+    with pytest.raises(ImplError, match="FAMILY=NAME"):
+        parse_options(["decode"])
+    fam = importlib.import_module("cases.decode").FAMILY
+    with pytest.raises(ImplError, match="registered: sdpa, triton"):
+        resolve(fam, "nope")
+
+
+def test_ledger_entries_can_be_limited_to_implementations():
+    entry = KnownFailure(id="x", devices=("cpu",), package="triton", versions=">=0", families=("decode",),
+                         stage="numeric", match=".", reason="r", impls=("triton", "*:*"))
+    case = importlib.import_module("cases.decode").FAMILY.cases[0]
+    versions = {"triton": "3.9.0"}
+    assert entry.applies(case, "cpu", versions, impl="triton")
+    assert entry.applies(case, "cpu", versions, impl="mypkg.mykernel:decode")
+    assert not entry.applies(case, "cpu", versions, impl="sdpa")
