@@ -26,7 +26,7 @@ Global tile index ``i * tiles_per_slice + local``. Buffers, all flat over the gl
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, replace
 from typing import Optional
 
 import torch
@@ -181,8 +181,13 @@ def compress(x: torch.Tensor, sparsity: float, *, kind: str, bits: int = 16) -> 
     _check_shape("compress", x, kind, bits)
     if not 0.0 <= float(sparsity) < 1.0:
         raise ValueError(f"compress: sparsity must be in [0, 1), got {sparsity}")
-    # Kept = selected by the pruning, whatever its value (a kept 0.0 stays in the bitmap).
-    mask = to_tiles(prune_mask(x, sparsity), kind)
+    return pack(x, prune_mask(x, sparsity), kind=kind, bits=bits)
+
+
+def pack(x: torch.Tensor, keep: torch.Tensor, *, kind: str, bits: int) -> Compressed:
+    """The buffers of ``x`` keeping the entries where ``keep`` (same shape) is True, whatever
+    their value (a kept 0.0 stays in the bitmap)."""
+    mask = to_tiles(keep, kind)
     tiles = to_tiles(x, kind)
     bitmaps = bitmaps_from_mask(mask)
     counts = mask.sum(-1)
@@ -196,13 +201,25 @@ def compress(x: torch.Tensor, sparsity: float, *, kind: str, bits: int = 16) -> 
     scale, zero = quant_params(tiles, mask)
     codes = quantize(tiles, scale, zero).gather(-1, order)
     codes = torch.where(slot < counts[:, None], codes, torch.zeros_like(codes))
-    # 16 codes per word, LSB first; a tile uses ceil(count / 16) of its 4 possible words.
-    shifts = (2 * torch.arange(CODES_PER_WORD, device=x.device)).to(torch.int64)
-    words64 = (codes.view(-1, TILE // CODES_PER_WORD, CODES_PER_WORD).to(torch.int64) << shifts).sum(-1)
-    words = (words64 - ((words64 >= 2**31).to(torch.int64) << 32)).to(torch.int32)  # as int32 bits
+    words = pack_codes(codes.view(-1, CODES_PER_WORD)).view(-1, TILE // CODES_PER_WORD)
+    # A tile uses ceil(count / 16) of its 4 possible words.
     n_words = (counts + CODES_PER_WORD - 1) // CODES_PER_WORD
     packed = words[torch.arange(TILE // CODES_PER_WORD, device=x.device)[None, :] < n_words[:, None]]
     return Compressed(kind, 2, tuple(x.shape), bitmaps, _offsets(n_words), packed, scale, zero)
+
+
+_SHIFTS = 2 * torch.arange(CODES_PER_WORD, dtype=torch.int64)
+
+
+def pack_codes(codes: torch.Tensor) -> torch.Tensor:
+    """[n, 16] codes in [0, 3] -> int32 [n] words, code p at bits 2p and 2p + 1 (LSB first)."""
+    words64 = (codes.to(torch.int64) << _SHIFTS.to(codes.device)).sum(-1)
+    return (words64 - ((words64 >= 2**31).to(torch.int64) << 32)).to(torch.int32)  # int32 bits
+
+
+def unpack_codes(words: torch.Tensor) -> torch.Tensor:
+    """The inverse of ``pack_codes``: int32 [n] -> int32 [n, 16]."""
+    return ((words.to(torch.int64)[:, None] >> _SHIFTS.to(words.device)) & 3).to(torch.int32)
 
 
 def decompress(c: Compressed) -> torch.Tensor:

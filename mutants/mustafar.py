@@ -5,8 +5,9 @@ with one part replaced through ``dataclasses.replace``) that introduces one bug:
 
 * format-read bugs of the compute kernels run the project's kernels on transformed buffers
   (``_mustafar_with``), the compressor untouched;
-* compressor bugs replace ``compress`` (``_compress``: the format's packing written out, with
-  the bug) and keep the project's ``decompress``, so the round-trip cases see them;
+* compressor bugs replace ``compress`` (the format's ``pack`` given the wrong keep-mask, or its
+  words re-packed MSB first) and keep the project's ``decompress``, so the round-trip cases see
+  them;
 * the other compute bugs are vectorized torch ops (float64) on the dense cache the buffers
   describe (``kernels.mustafar_format.decompress``, or a variant of it with the bug).
 
@@ -20,9 +21,8 @@ import math
 import torch
 
 from cases.mustafar import TRITON
-from kernels.mustafar_format import (CODES_PER_WORD, TILE, Compressed, _offsets, bitmaps_from_mask,
-                                     decompress, dequantize, from_tiles, mask_from_bitmaps,
-                                     quant_params, quantize, to_tiles)
+from kernels.mustafar_format import (Compressed, bitmaps_from_mask, compress, decompress,
+                                     mask_from_bitmaps, pack, pack_codes, unpack_codes)
 
 
 # --- format-read bugs: the project's kernels on transformed buffers ----------------------------
@@ -64,62 +64,23 @@ def _threshold_mask(x: torch.Tensor, sparsity: float) -> torch.Tensor:
     return a >= thr
 
 
-def _topk_mask(x: torch.Tensor, sparsity: float) -> torch.Tensor:
-    D = x.shape[-1]
-    keep = D - int(sparsity * D)
-    idx = (-x.abs()).argsort(dim=-1, stable=True)[..., :keep]
-    return torch.zeros_like(x, dtype=torch.bool).scatter_(-1, idx, True)
-
-
-def _compress(x, sparsity, *, kind, bits=16, mask_fn=_topk_mask, msb_first=False):
-    """The format's compressor written out (kernels/mustafar_format.py), with switchable bugs."""
-    mask = to_tiles(mask_fn(x, sparsity), kind)
-    tiles = to_tiles(x, kind)
-    bitmaps = bitmaps_from_mask(mask)
-    counts = mask.sum(-1)
-    order = (~mask).to(torch.int8).argsort(dim=-1, stable=True)
-    slot = torch.arange(TILE, device=x.device)[None, :]
-    if bits == 16:
-        packed = tiles.gather(-1, order)[slot < counts[:, None]]
-        return Compressed(kind, 16, tuple(x.shape), bitmaps, _offsets(counts), packed)
-    scale, zero = quant_params(tiles, mask)
-    codes = quantize(tiles, scale, zero).gather(-1, order)
-    codes = torch.where(slot < counts[:, None], codes, torch.zeros_like(codes))
-    pos = torch.arange(CODES_PER_WORD, device=x.device)
-    if msb_first:
-        pos = CODES_PER_WORD - 1 - pos
-    shifts = (2 * pos).to(torch.int64)
-    words64 = (codes.view(-1, TILE // CODES_PER_WORD, CODES_PER_WORD).to(torch.int64) << shifts).sum(-1)
-    words = (words64 - ((words64 >= 2**31).to(torch.int64) << 32)).to(torch.int32)
-    n_words = (counts + CODES_PER_WORD - 1) // CODES_PER_WORD
-    packed = words[torch.arange(TILE // CODES_PER_WORD, device=x.device)[None, :] < n_words[:, None]]
-    return Compressed(kind, 2, tuple(x.shape), bitmaps, _offsets(n_words), packed, scale, zero)
-
-
 def _compress_threshold(x, sparsity, *, kind, bits=16):
-    return _compress(x, sparsity, kind=kind, bits=bits, mask_fn=_threshold_mask)
+    return pack(x, _threshold_mask(x, sparsity), kind=kind, bits=bits)
 
 
 def _compress_msb_first(x, sparsity, *, kind, bits=16):
-    return _compress(x, sparsity, kind=kind, bits=bits, msb_first=True)
+    c = compress(x, sparsity, kind=kind, bits=bits)
+    if bits != 2 or c.packed.numel() == 0:
+        return c
+    return dataclasses.replace(c, packed=pack_codes(unpack_codes(c.packed).flip(-1)))
 
 
 # --- compute bugs: torch ops on the dense cache the buffers describe ---------------------------
 
 def _decompress_shifted(c: Compressed) -> torch.Tensor:
     """``decompress`` reading each tile from one word (2-bit) / value (fp16) past offsets[i]."""
-    mask = mask_from_bitmaps(c.bitmaps)
-    rank = mask.to(torch.int64).cumsum(-1) - 1
-    start = c.offsets[:-1].to(torch.int64)[:, None] + 1
-    packed = torch.cat([c.packed, c.packed.new_zeros(2)])
-    spare = packed.numel() - 1
-    if c.bits == 16:
-        vals = packed[torch.where(mask, start + rank, spare)]
-        return from_tiles(torch.where(mask, vals, torch.zeros_like(vals)), c.kind, c.shape)
-    words = packed[torch.where(mask, start + rank.div(CODES_PER_WORD, rounding_mode="floor"), spare)]
-    codes = ((words.to(torch.int64) >> (2 * (rank % CODES_PER_WORD))) & 3).to(torch.int32)
-    vals = dequantize(codes, c.scale, c.zero)
-    return from_tiles(torch.where(mask, vals, torch.zeros_like(vals)), c.kind, c.shape)
+    return decompress(dataclasses.replace(c, offsets=c.offsets + 1,
+                                          packed=torch.cat([c.packed, c.packed.new_zeros(1)])))
 
 
 def _decompress_values_as_keys(c: Compressed) -> torch.Tensor:

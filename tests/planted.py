@@ -7,8 +7,6 @@ import math
 import os
 import time
 
-import torch
-
 from kernels.decode import decode
 
 

@@ -16,12 +16,17 @@ def _timed(device, fn: Callable, flush, *, warmup: int, runs: int, method: str) 
     return {**t.as_dict(), "compile_s": first}
 
 
-def run_bench(family, case, device, impl, *, runs: int = 30, warmup: int = 5, method: str = "events",
-              copy_gbps: float | None = None) -> dict:
+def prepare(family, case, device, impl) -> tuple[dict, dict, Callable]:
+    """The case's inputs on the device, its outputs, and the kernel call to time."""
     inputs = {k: device.place(v) for k, v in family.make_inputs(case, case.generator()).items()}
     outputs = {name: torch.empty(shape, dtype=dtype, device=device.torch_device)
                for name, (shape, dtype) in family.output_specs(case, inputs).items()}
-    kernel = lambda: family.call(impl, case, inputs, outputs)  # noqa: E731
+    return inputs, outputs, lambda: family.call(impl, case, inputs, outputs)
+
+
+def run_bench(family, case, device, impl, *, runs: int = 30, warmup: int = 5, method: str = "events",
+              copy_gbps: float | None = None, prepared: tuple | None = None) -> dict:
+    inputs, outputs, kernel = prepared or prepare(family, case, device, impl)
     candidates = {"reference": (lambda: family.reference(case, inputs, case.dtype), None)}
     candidates.update(vendor_baselines(device.kind, family.vendor_problem(case, inputs)))
     candidates.update(family.extra_baselines(case, inputs, impl))
@@ -42,7 +47,7 @@ def run_bench(family, case, device, impl, *, runs: int = 30, warmup: int = 5, me
     kernel_ms = result["median_ms"]
     bench = {"kernel": {**result, "compile_s": compile_s}, "baselines": baselines,
              "speedup": {n: b["median_ms"] / kernel_ms for n, b in baselines.items() if "median_ms" in b},
-             "config": _config(impl, case, family, inputs), "sweep": family.sweep(case)}
+             "config": _config(impl, case, family, inputs, outputs), "sweep": family.sweep(case)}
     bench.update(throughput(family.work(case, inputs), kernel_ms, copy_gbps))
     return bench
 
@@ -61,14 +66,13 @@ def throughput(work: dict, kernel_ms: float, copy_gbps: float | None) -> dict:
     return out
 
 
-def _config(impl, case, family, inputs) -> dict | None:
+def _config(impl, case, family, inputs, outputs) -> dict | None:
     """The launch config the kernel chose: the captured plans' meta (tile sizes, warps)."""
     from kernels._checks import capture_launches
 
     try:
         with capture_launches() as plans:
-            family.call(impl, case, inputs, {n: torch.empty(s, dtype=d, device=inputs[next(iter(inputs))].device)
-                                             for n, (s, d) in family.output_specs(case, inputs).items()})
+            family.call(impl, case, inputs, outputs)
     except Exception:  # noqa: BLE001 - a config we cannot capture is just not shown
         return None
     return {getattr(p.kernel, "__name__", str(p.kernel)).lstrip("_"): {k: v for k, v in p.meta.items()

@@ -3,9 +3,8 @@ record, pytest-benchmark's storage) and ``run_bench``; the timing logic lives in
 from __future__ import annotations
 
 import pytest
-import torch
 
-from .run import run_bench
+from .run import prepare, run_bench
 from .timing import copy_bandwidth_gbps, device_lock, l2_flusher
 
 CPU_REASON = ("benchmarks need a GPU or NPU: on cpu kernels run in the Triton interpreter, whose "
@@ -37,23 +36,22 @@ class Bench:
         family = self.families[case.family]
         impl_name, impl = state.impl_for(family)
         self.info["impl"] = impl_name
+        prepared = prepare(family, case, state.device, impl)
         payload = run_bench(family, case, state.device, impl, runs=state.bench_runs,
-                            method=state.bench_method, copy_gbps=copy_gbps(state.device))
+                            method=state.bench_method, copy_gbps=copy_gbps(state.device),
+                            prepared=prepared)
         self.info["result_obj"].bench = payload
         if self.benchmark is not None:
-            self._store(family, case, impl, payload)
+            self._store(prepared[2], payload)
         return payload
 
-    def _store(self, family, case, impl, payload) -> None:
+    def _store(self, kernel, payload) -> None:
         """pytest-benchmark's own numbers: synchronized wall clock per call (launch + kernel +
         sync, after an untimed L2 flush); the device-event figures go to extra_info."""
         device = self.state.device
-        inputs = {k: device.place(v) for k, v in family.make_inputs(case, case.generator()).items()}
-        outputs = {n: torch.empty(s, dtype=d, device=device.torch_device)
-                   for n, (s, d) in family.output_specs(case, inputs).items()}
 
         def synced():
-            family.call(impl, case, inputs, outputs)
+            kernel()
             device.synchronize()
 
         flush = l2_flusher(device)
