@@ -71,14 +71,17 @@ def paged_cache(gen, lengths, page_size, Hkv, D, dtype, layout, indptr, indices,
 
 def dense_to_cache(k: torch.Tensor, v: torch.Tensor, page_size: int, layout: str, indices: torch.Tensor,
                    num_pages: int) -> torch.Tensor:
-    """Write dense k/v [B, Hkv, S, D] (S <= page_size) as one page per sequence at ``indices``."""
+    """Write dense k/v [B, Hkv, S, D] into pages: sequence b owns ``n = ceil(S / page_size)``
+    pages, ``indices[b * n : (b + 1) * n]`` in order; slots past S hold NaN."""
     B, Hkv, S, D = k.shape
-    if S > page_size:
-        raise ValueError(f"one page per sequence needs S <= page_size, got S={S}, page_size={page_size}")
+    n = pages_for(S, page_size)
     cache = torch.full(cache_shape(num_pages, Hkv, page_size, D, layout), float("nan"), dtype=k.dtype)
     view = token_view(cache, layout)
-    view[indices.long(), 0, :, :S] = k
-    view[indices.long(), 1, :, :S] = v
+    for part, x in ((0, k), (1, v)):
+        padded = torch.full((B, Hkv, n * page_size, D), float("nan"), dtype=k.dtype)
+        padded[:, :, :S] = x
+        pages = padded.view(B, Hkv, n, page_size, D).transpose(1, 2).reshape(B * n, Hkv, page_size, D)
+        view[indices.long(), part] = pages
     return cache
 
 

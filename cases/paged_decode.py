@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from attnsuite.case import make_cases, unique
 from attnsuite.family import Family
+from kernels.decode import decode as contiguous_decode
 from kernels.paged_decode import paged_decode
 from references.attention import decode_reference
 from references.paged import paged_decode_reference
@@ -56,13 +57,19 @@ FULL = (
 BENCH_LENGTHS = (256 * 269 + 63, 256 * 349 + 22, 256 * 320 + 55)
 BENCH = [case(dtype=dt, P=256, placement="scattered", pool=1024, lengths=BENCH_LENGTHS, Hq=32, Hkv=8, D=256,
               lse=False) for dt in ("fp16", "bf16")]
+# Paged against our contiguous decode at equal lengths (performance.md: <= 1.1x), on decode's two
+# bench shapes, pages of 16 and 256 tokens, shuffled.
+VS_DECODE_BENCH = [case(P=P, lengths=(L,) * B, Hq=Hq, Hkv=Hkv, D=D, lse=False, vs="decode")
+                   for B, Hq, Hkv, L, D in ((8, 64, 16, 1024, 64), (1, 32, 8, 32000, 128))
+                   for P in (16, 256)]
 
 
 class PagedDecode(Family):
     name = "paged_decode"
     cases = unique(make_cases(name, label, QUICK)
                    + make_cases(name, label, FULL, profile="full")
-                   + make_cases(name, label, BENCH, profile="full", tags=["bench"]))
+                   + make_cases(name, label, BENCH, profile="full", tags=["bench"])
+                   + make_cases(name, label, VS_DECODE_BENCH, profile="full", tags=["bench", "vs_decode"]))
     impls = {"triton": paged_decode}
 
     def make_inputs(self, case, gen):
@@ -104,6 +111,14 @@ class PagedDecode(Family):
 
         return dense_stand_in(inputs["q"], case["Hkv"], max(case["lengths"]),
                               "pages gathered outside the timing: SDPA over a contiguous cache of the longest sequence")
+
+    def extra_baselines(self, case, inputs, impl):
+        """At equal lengths: our contiguous decode over the same K/V, unpaged."""
+        if case["vs"] != "decode":
+            return {}
+        q = inputs["q"][:, :, None]
+        return {"decode": (lambda: contiguous_decode(q, inputs["k_dense"], inputs["v_dense"]),
+                           "kernels.decode over the same tokens, contiguous")}
 
     def work(self, case, inputs):
         q = inputs["q"]

@@ -43,8 +43,10 @@ FULL = [
 ]
 
 # The origin's bench shape: B=8, Hkv=16, G=4, S=1024, D=64, causal, fp16.
+# Long prefill (performance.md's TFLOP/s target): B=1, Hq=32, Hkv=8, S=16384, D=128, causal, bf16.
 BENCH = [dict(dtype=dt, **_gqa(8, 16, 4), S=1024, D=64, causal=True, lse=lse)
-         for dt in ("fp16", "bf16") for lse in (False, True)]
+         for dt in ("fp16", "bf16") for lse in (False, True)] + [
+    dict(dtype="bf16", **_gqa(1, 8, 4), S=16384, D=128, causal=True, lse=False)]
 
 
 class Prefill(Family):

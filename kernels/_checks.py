@@ -51,6 +51,12 @@ def capture_launches() -> Iterator[list]:
         _captured = previous
 
 
+def cdiv(a: int, b: int) -> int:
+    """Ceiling division for host code (``triton.cdiv`` is a jit-able function: ~5 us a call,
+    which a decode wrapper pays several times per launch)."""
+    return -(-int(a) // int(b))
+
+
 def next_pow2(n: int) -> int:
     return 1 if n <= 1 else 1 << (int(n) - 1).bit_length()
 
@@ -227,6 +233,8 @@ class LaunchPlan:
     args: tuple
     meta: dict = field(default_factory=dict)
     then: Optional["LaunchPlan"] = None
+    #: Where the tile config came from: "default", "cache" or "tuned" (``kernels._tune``).
+    tuning: str = "default"
 
     def chain(self) -> Iterator["LaunchPlan"]:
         p: Optional[LaunchPlan] = self
@@ -239,8 +247,36 @@ def launch(plan: LaunchPlan) -> None:
     if _captured is not None:
         _captured.append(plan)
         return
+    run_plan(plan)
+
+
+def run_plan(plan: LaunchPlan) -> None:
+    """Launch every kernel of the chain (no capture: the tuner times candidates with this)."""
     for p in plan.chain():
         p.kernel[p.grid](*p.args, **p.meta)
+
+
+def is_live(t: torch.Tensor) -> bool:
+    """True when a plan for ``t`` is for a real device (not the interpreter, not compile-only's
+    CPU tensors). Capturing a device call (the benchmarks record its config) stays live."""
+    return not is_interpret() and t.device.type != "cpu"
+
+
+#: ``portable`` | ``fast`` | unset (auto). The fast paths are backend-specific kernels (CUDA);
+#: auto uses them on CUDA tensors and the portable kernels everywhere else (NPU, interpreter,
+#: compile-only's CPU tensors). ``portable`` forces the portable kernels on CUDA too (how a GPU run
+#: keeps them conformant); ``fast`` forces the fast paths, also in the interpreter.
+KERNEL_PATH_ENV = "ATTNSUITE_KERNEL_PATH"
+KERNEL_PATHS = ("auto", "portable", "fast")
+
+
+def use_fast_path(t: torch.Tensor) -> bool:
+    choice = os.environ.get(KERNEL_PATH_ENV, "auto") or "auto"
+    if choice not in KERNEL_PATHS:
+        raise ValueError(f"{KERNEL_PATH_ENV} must be one of {KERNEL_PATHS}, got {choice!r}")
+    if choice == "auto":
+        return t.device.type == "cuda"
+    return choice == "fast"
 
 
 # --- Index tensors (page tables, token lists): dtype/device/rank, then their contents. ---

@@ -4,15 +4,19 @@ import triton.language as tl
 
 
 @triton.jit
-def online_softmax_step(q, k, v, visible, m_i, l_i, acc, qk_scale, DOT_PRECISION: tl.constexpr):
+def online_softmax_step(q, k, v, visible, m_i, l_i, acc, qk_scale, DOT_PRECISION: tl.constexpr,
+                        MASKED: tl.constexpr = True):
     """Fold one K/V tile into the running (max, sum, accumulator) of a block of query rows.
 
     Scores are kept in base 2 (``qk_scale`` has log2(e) folded in) so the update uses exp2;
-    ``visible`` [BLOCK_M, BLOCK_N] masks keys a row may not see. A caller must guarantee each row
-    sees at least one key in its first tile, so the running max is finite from then on.
+    ``visible`` [BLOCK_M, BLOCK_N] masks keys a row may not see; ``MASKED=False`` says every key
+    of the tile is visible, so the select is left out (the hot loop of a tiled kernel: the select
+    costs about as much as the exp2 it guards). A caller must guarantee each row sees at least one
+    key in its first tile, so the running max is finite from then on.
     """
     s = tl.dot(q, tl.trans(k), input_precision=DOT_PRECISION) * qk_scale
-    s = tl.where(visible, s, float("-inf"))
+    if MASKED:
+        s = tl.where(visible, s, float("-inf"))
     m_new = tl.maximum(m_i, tl.max(s, 1))
     alpha = tl.exp2(m_i - m_new)
     p = tl.exp2(s - m_new[:, None])

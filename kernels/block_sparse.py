@@ -14,7 +14,7 @@ import torch
 import triton
 import triton.language as tl
 
-from ._checks import (DOT_INPUT_PRECISION, FLOAT_DTYPES, check_flag, check_index_tensor,
+from ._checks import (cdiv, DOT_INPUT_PRECISION, FLOAT_DTYPES, check_flag, check_index_tensor,
                       check_launchable, check_nonempty, check_out_lse, check_scale, check_tensor,
                       check_values_in_range, is_interpret, launch, LaunchPlan, next_pow2)
 from ._softmax import online_softmax_step
@@ -121,7 +121,7 @@ def block_sparse_plan(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, sabi: t
             sabi.stride(0), sabi.stride(1), sabi.stride(2), sabi.stride(3),
             H, S, D, bq, bkv, sabi.shape[2], float(scale) * LOG2E)
     meta = dict(RETURN_LSE=return_lse, DOT_PRECISION=DOT_INPUT_PRECISION, **cfg)
-    grid = (triton.cdiv(S, cfg["BLOCK_M"]), B * H)
+    grid = (cdiv(S, cfg["BLOCK_M"]), B * H)
     return LaunchPlan(kernel=_block_sparse_fwd, grid=grid, args=args, meta=meta)
 
 
@@ -168,7 +168,7 @@ def _validate(q, k, v, sabi, block_shape, scale, return_lse, out, lse) -> tuple[
         check_tensor(fn, name, t, rank=4, dims=dims, dtypes=(q.dtype,), device=q.device, like="q",
                      shape=(B, H, S, D))
     bq, bkv = _check_block_shape(fn, block_shape)
-    n_rows, n_cols = triton.cdiv(S, bq), triton.cdiv(S, bkv)
+    n_rows, n_cols = cdiv(S, bq), cdiv(S, bkv)
     check_index_tensor(fn, "sabi", sabi, device=q.device, rank=4, shape=(B, H, n_rows, n_cols),
                        dims="[B, H, ceil(S/BQ), ceil(S/BKV)]")
     check_flag(fn, "return_lse", return_lse)

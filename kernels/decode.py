@@ -15,28 +15,29 @@ import torch
 import triton
 import triton.language as tl
 
-from ._split import merge_plan, split_outputs
-from ._checks import (DOT_INPUT_PRECISION, check_decode_qkv, check_flag, check_int_range,
-                      check_launchable, check_out_lse, check_scale, is_interpret, launch,
-                      LaunchPlan, next_pow2)
+from ._split import merge_in_last_program, merge_plan, split_outputs
+from ._checks import (cdiv, DOT_INPUT_PRECISION, check_decode_qkv, check_flag, check_int_range,
+                      check_launchable, check_out_lse, check_scale, is_interpret, is_live, launch,
+                      LaunchPlan, next_pow2, use_fast_path)
+from ._tune import pick
 
 LOG2E = 1.4426950408889634
 MAX_HEAD_DIM = 256
-# H100 has 132 SMs: split S until (batch x KV heads x splits) gives about two waves.
-TARGET_PROGRAMS = 256
 MIN_SPLIT_LEN = 512
 
 
 @triton.jit
 def _decode_fwd(
-    Q, K, V, O, LSE,
+    Q, K, V, O, LSE, OUT, LSE_OUT, COUNTER,
     stride_qb, stride_qh,
     stride_kb, stride_kh, stride_ks,
     stride_vb, stride_vh, stride_vs,
     stride_ob, stride_oh, stride_osplit,
     stride_lb, stride_lh, stride_lsplit,
-    Hkv, S, D, G, SPLIT_LEN, qk_scale,
-    RETURN_LSE: tl.constexpr, DOT_PRECISION: tl.constexpr,
+    stride_outb, stride_outh, stride_lob, stride_loh,
+    Hkv, S, D, G, SPLIT_LEN, NUM_SPLITS, qk_scale,
+    RETURN_LSE: tl.constexpr, DOT_PRECISION: tl.constexpr, FUSED_MERGE: tl.constexpr,
+    RETURN_LSE_OUT: tl.constexpr,
     BLOCK_G: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
 ):
     pid_bk = tl.program_id(0)
@@ -81,34 +82,71 @@ def _decode_fwd(
     if RETURN_LSE:
         lse = (m_i + tl.log2(l_i)) * 0.6931471805599453  # natural log
         tl.store(LSE + b * stride_lb + heads * stride_lh + split * stride_lsplit, lse, mask=offs_g < G)
+    if FUSED_MERGE:
+        merge_in_last_program(O, LSE, OUT, LSE_OUT, COUNTER + pid_bk, b, heads, offs_g < G, offs_d,
+                               io_mask, stride_ob, stride_oh, stride_osplit, stride_lb, stride_lh,
+                               stride_lsplit, stride_outb, stride_outh, stride_lob, stride_loh,
+                               NUM_SPLITS, RETURN_LSE_OUT)
 
+
+#: (BLOCK_N, num_warps, num_stages, target programs) per 16-bit dtype?; the first is the default.
+#: The split count is ``target // (B * Hkv)`` (at least 1): the second launch that merges splits
+#: costs ~4 us on an H100, so a batch that fills the GPU alone (B8 Hkv16: 128 programs) runs
+#: unsplit (0.022 ms, vs 0.026 ms split in two), and B1 Hkv8 S32000 D128 splits 16 ways.
+_TILES = {
+    True: [(128, 4, 3, 132), (128, 8, 3, 132), (64, 4, 3, 132), (128, 4, 3, 264), (64, 4, 2, 264),
+           (64, 4, 3, 528), (32, 4, 3, 528)],
+    False: [(64, 4, 3, 132), (32, 4, 3, 132), (64, 4, 2, 264), (32, 4, 3, 528)],
+}
+
+
+def decode_candidates(D: int, dtype: torch.dtype) -> list[dict]:
+    """GPU launch configs the tuner may choose from; the first is the default. ``TARGET`` is the
+    program count the KV split aims at (``split_for``)."""
+    shrink = max(1, max(16, next_pow2(D)) // 128)  # D=256: half the rows per tile, same bytes
+    return [dict(BLOCK_N=max(16, block_n // shrink), num_warps=warps, num_stages=stages, TARGET=target)
+            for block_n, warps, stages, target in _TILES[dtype.itemsize == 2]]
+
+
+def _with_split(cfg: dict, S: int, want: int) -> dict:
+    split_len = cdiv(cdiv(S, want), cfg["BLOCK_N"]) * cfg["BLOCK_N"]
+    return {**cfg, "SPLIT_LEN": split_len, "NUM_SPLITS": cdiv(S, split_len)}
+
+
+def split_for(cfg: dict, B: int, Hkv: int, S: int, num_splits: Optional[int]) -> dict:
+    """The tiles plus SPLIT_LEN and NUM_SPLITS: ``num_splits`` if given, else TARGET // (B * Hkv)
+    splits of at least MIN_SPLIT_LEN keys; rounded so every split is non-empty."""
+    cfg = dict(cfg)
+    target = cfg.pop("TARGET", 0)
+    want = num_splits or max(1, min(target // (B * Hkv), cdiv(S, MIN_SPLIT_LEN)))
+    return _with_split(cfg, S, want)
 
 
 def decode_config(B: int, Hkv: int, S: int, D: int, G: int, dtype: torch.dtype, interpret: bool,
                   num_splits: Optional[int] = None) -> dict:
-    """Tiles, launch meta and the KV split: BLOCK_G, BLOCK_N, BLOCK_D, num_warps, num_stages,
-    SPLIT_LEN, NUM_SPLITS (every split non-empty)."""
+    """The portable default (interpreter, NPU, compile-only): BLOCK_G, BLOCK_N, BLOCK_D,
+    num_warps, num_stages, SPLIT_LEN, NUM_SPLITS (every split non-empty). CUDA tunes from
+    ``decode_candidates`` instead."""
     block_d = max(16, next_pow2(D))
     block_g = max(16, next_pow2(G))  # tl.dot needs M >= 16
     if interpret:
         # Few, large programs: the interpreter's cost grows with program count.
         block_n, warps, stages = min(128, max(16, next_pow2(S))), 4, 1
-        auto_splits = triton.cdiv(S, MIN_SPLIT_LEN)  # still exercises the merge for S > 512
+        auto = cdiv(S, MIN_SPLIT_LEN)  # still exercises the merge for S > 512
     else:
         if dtype.itemsize == 2:
             block_n, warps, stages = (64, 4, 3) if block_d <= 128 else (32, 4, 2)
         else:
             block_n, warps, stages = (32, 4, 3) if block_d <= 128 else (16, 4, 2)
-        auto_splits = max(1, min(triton.cdiv(TARGET_PROGRAMS, B * Hkv), triton.cdiv(S, MIN_SPLIT_LEN)))
-    want = auto_splits if num_splits is None else num_splits
-    split_len = triton.cdiv(triton.cdiv(S, want), block_n) * block_n
-    return dict(BLOCK_G=block_g, BLOCK_N=block_n, BLOCK_D=block_d, num_warps=warps,
-                num_stages=stages, SPLIT_LEN=split_len, NUM_SPLITS=triton.cdiv(S, split_len))
+        auto = max(1, min(cdiv(256, B * Hkv), cdiv(S, MIN_SPLIT_LEN)))
+    cfg = _with_split(dict(BLOCK_N=block_n, num_warps=warps, num_stages=stages), S,
+                      auto if num_splits is None else num_splits)
+    return dict(BLOCK_G=block_g, BLOCK_D=block_d, **cfg)
 
 
 def decode_plan(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor,
                 lse: Optional[torch.Tensor], *, scale: float, num_splits: Optional[int] = None,
-                interpret: Optional[bool] = None) -> LaunchPlan:
+                interpret: Optional[bool] = None, config: Optional[dict] = None) -> LaunchPlan:
     """The launch chain for validated inputs and allocated outputs (``lse`` None: no LSE).
 
     With more than one KV split, the plan allocates fp32 scratch for the partial results and its
@@ -118,20 +156,40 @@ def decode_plan(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Te
     Hkv, S = k.shape[1], k.shape[2]
     G = Hq // Hkv
     interpret = is_interpret() if interpret is None else interpret
-    cfg = decode_config(B, Hkv, S, D, G, q.dtype, interpret, num_splits)
+    tuning = "default"
+    if config is None and (interpret or q.device.type != "cuda"):
+        cfg = decode_config(B, Hkv, S, D, G, q.dtype, interpret, num_splits)
+    else:
+        if config is None:
+            config, tuning = pick("decode", (B * Hkv, next_pow2(S), D, G, str(q.dtype), num_splits or 0),
+                                  lambda: decode_candidates(D, q.dtype),
+                                  lambda c: decode_plan(q, k, v, out, lse, scale=scale,
+                                                        num_splits=num_splits, interpret=False,
+                                                        config=c),
+                                  q.device, live=is_live(q))
+        cfg = dict(BLOCK_G=max(16, next_pow2(G)), BLOCK_D=max(16, next_pow2(D)),
+                   **split_for(config, B, Hkv, S, num_splits))
     splits = cfg.pop("NUM_SPLITS")
     split_len = cfg.pop("SPLIT_LEN")
     return_lse = lse is not None
     o_dst, l_dst, write_lse, o_strides, l_strides = split_outputs(out, lse, splits, B, Hq, D)
-    args = (q, k, v, o_dst, l_dst,
+    fused = splits > 1 and use_fast_path(q)
+    # Fused merge: a zeroed ticket counter per (batch, KV head), fresh per call so concurrent
+    # calls on different streams never share one.
+    counter = torch.zeros(B * Hkv, dtype=torch.int32, device=q.device) if fused else out
+    lse_out = lse if return_lse else out
+    args = (q, k, v, o_dst, l_dst, out, lse_out, counter,
             q.stride(0), q.stride(1),
             k.stride(0), k.stride(1), k.stride(2),
             v.stride(0), v.stride(1), v.stride(2),
             *o_strides, *l_strides,
-            Hkv, S, D, G, split_len, float(scale) * LOG2E)
-    meta = dict(RETURN_LSE=write_lse, DOT_PRECISION=DOT_INPUT_PRECISION, **cfg)
-    plan = LaunchPlan(kernel=_decode_fwd, grid=(B * Hkv, splits), args=args, meta=meta)
-    if splits > 1:
+            out.stride(0), out.stride(1),
+            *((lse.stride(0), lse.stride(1)) if return_lse else (0, 0)),
+            Hkv, S, D, G, split_len, splits, float(scale) * LOG2E)
+    meta = dict(RETURN_LSE=write_lse, DOT_PRECISION=DOT_INPUT_PRECISION, FUSED_MERGE=fused,
+                RETURN_LSE_OUT=return_lse and fused, **cfg)
+    plan = LaunchPlan(kernel=_decode_fwd, grid=(B * Hkv, splits), args=args, meta=meta, tuning=tuning)
+    if splits > 1 and not fused:
         plan.then = merge_plan(o_dst, l_dst, out, lse if return_lse else None, cfg["BLOCK_D"])
     return plan
 

@@ -18,9 +18,11 @@ import torch
 import triton
 import triton.language as tl
 
-from ._checks import (DOT_INPUT_PRECISION, check_flag, check_gqa, check_int_range, check_launchable,
-                      check_scale, is_interpret, launch, LaunchPlan, next_pow2)
-from ._split import merge_plan, split_outputs
+from ._checks import (cdiv, DOT_INPUT_PRECISION, check_flag, check_gqa, check_int_range, check_launchable,
+                      check_scale, is_interpret, is_live, launch, LaunchPlan, next_pow2,
+                      use_fast_path)
+from ._tune import pick
+from ._split import merge_in_last_program, merge_plan, split_outputs
 from ._paged import (check_index_values, check_layout, check_outputs, check_page_table,
                      check_paged_kv, check_q, kv_dims, kv_strides)
 
@@ -29,6 +31,36 @@ MAX_HEAD_DIM = 256
 # H100: 132 SMs; split the pages until (batch x KV heads x splits) gives about two waves.
 TARGET_PROGRAMS = 256
 MIN_SPLIT_TOKENS = 512
+
+
+@triton.jit
+def _guarded_step(q, k, v, tok_ok, m_i, l_i, acc, qk_scale, DOT_PRECISION: tl.constexpr):
+    """One chunk of keys into the running (max, sum, acc) of the G packed query rows. The running
+    max is replaced by 0 while it is still -inf, so a fully masked chunk never produces NaN."""
+    s = tl.dot(q, tl.trans(k), input_precision=DOT_PRECISION) * qk_scale
+    s = tl.where(tok_ok[None, :], s, float("-inf"))
+    m_new = tl.maximum(m_i, tl.max(s, 1))
+    m_use = tl.where(m_new == float("-inf"), 0.0, m_new)
+    alpha = tl.exp2(m_i - m_use)
+    pr = tl.exp2(s - m_use[:, None])
+    l_i = l_i * alpha + tl.sum(pr, 1)
+    acc = acc * alpha[:, None] + tl.dot(pr.to(v.dtype), v, input_precision=DOT_PRECISION)
+    return m_new, l_i, acc
+
+
+@triton.jit
+def _store_split(O, LSE, b64, heads, split, offs_d, io_mask, g_ok, acc, m_i, l_i,
+                 stride_ob, stride_oh, stride_osplit, stride_lb, stride_lh, stride_lsplit,
+                 RETURN_LSE: tl.constexpr):
+    """A split's normalised output and natural-log LSE; nothing seen: o = 0, lse = -inf."""
+    nonempty = l_i > 0
+    o = acc / tl.where(nonempty, l_i, 1.0)[:, None]
+    tl.store(O + b64 * stride_ob + heads[:, None] * stride_oh + split * stride_osplit + offs_d[None, :],
+             o.to(O.dtype.element_ty), mask=io_mask)
+    if RETURN_LSE:
+        lse = tl.where(nonempty, (m_i + tl.log2(tl.where(nonempty, l_i, 1.0))) * 0.6931471805599453,
+                       float("-inf"))
+        tl.store(LSE + b64 * stride_lb + heads * stride_lh + split * stride_lsplit, lse, mask=g_ok)
 
 
 @triton.jit
@@ -65,8 +97,7 @@ def _paged_decode_fwd(
     p_start = split * PAGES_PER_SPLIT
     p_end = tl.minimum(p_start + PAGES_PER_SPLIT, n_pages)
 
-    # Scores in base 2 (qk_scale has log2(e) folded in). The running max is replaced by 0 while it
-    # is still -inf, so a fully masked chunk or an empty split never produces NaN.
+    # Scores in base 2 (qk_scale has log2(e) folded in); see _guarded_step for the -inf guard.
     m_i = tl.full([BLOCK_G], float("-inf"), dtype=tl.float32)
     l_i = tl.zeros([BLOCK_G], dtype=tl.float32)
     acc = tl.zeros([BLOCK_G, BLOCK_D], dtype=tl.float32)
@@ -81,25 +112,93 @@ def _paged_decode_fwd(
             kv_off = slot[:, None] * stride_slot + offs_d[None, :]
             k = tl.load(k_base + kv_off, mask=kv_mask, other=0.0)
             v = tl.load(k_base + stride_kv + kv_off, mask=kv_mask, other=0.0)
-            s = tl.dot(q, tl.trans(k), input_precision=DOT_PRECISION) * qk_scale
-            s = tl.where(tok_ok[None, :], s, float("-inf"))
-            m_new = tl.maximum(m_i, tl.max(s, 1))
-            m_use = tl.where(m_new == float("-inf"), 0.0, m_new)
-            alpha = tl.exp2(m_i - m_use)
-            pr = tl.exp2(s - m_use[:, None])
-            l_i = l_i * alpha + tl.sum(pr, 1)
-            acc = acc * alpha[:, None] + tl.dot(pr.to(v.dtype), v, input_precision=DOT_PRECISION)
-            m_i = m_new
+            m_i, l_i, acc = _guarded_step(q, k, v, tok_ok, m_i, l_i, acc, qk_scale, DOT_PRECISION)
 
-    nonempty = l_i > 0
-    o = acc / tl.where(nonempty, l_i, 1.0)[:, None]
-    tl.store(O + b64 * stride_ob + heads[:, None] * stride_oh + split * stride_osplit + offs_d[None, :],
-             o.to(O.dtype.element_ty), mask=io_mask)
-    if RETURN_LSE:
-        lse = tl.where(nonempty, (m_i + tl.log2(tl.where(nonempty, l_i, 1.0))) * 0.6931471805599453,
-                       float("-inf"))
-        tl.store(LSE + b64 * stride_lb + heads * stride_lh + split * stride_lsplit, lse,
-                 mask=offs_g < G)
+    _store_split(O, LSE, b64, heads, split, offs_d, io_mask, offs_g < G, acc, m_i, l_i,
+                 stride_ob, stride_oh, stride_osplit, stride_lb, stride_lh, stride_lsplit, RETURN_LSE)
+
+
+@triton.jit
+def _paged_decode_flat(
+    Q, KV, PAGE_INDPTR, PAGE_INDICES, LAST_LEN, O, LSE,
+    stride_qb, stride_qh,
+    stride_page, stride_kv, stride_head, stride_slot,
+    stride_ob, stride_oh, stride_osplit,
+    stride_lb, stride_lh, stride_lsplit,
+    Hkv, D, G, TOKENS_PER_SPLIT, qk_scale,
+    OUT, LSE_OUT, COUNTER, stride_outb, stride_outh, stride_lob, stride_loh, NUM_SPLITS,
+    PAGE_SIZE: tl.constexpr, RETURN_LSE: tl.constexpr, DOT_PRECISION: tl.constexpr,
+    FUSED_MERGE: tl.constexpr, RETURN_LSE_OUT: tl.constexpr,
+    BLOCK_G: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
+):
+    """CUDA fast path: one flat loop over the split's tokens, BLOCK_N at a time whatever the page
+    size; each token's page id is gathered (``t // PAGE_SIZE``, a shift) and its K/V row read
+    from that page. Small pages then cost no more steps than big ones. The vector page lookup is
+    the construct triton-ascend rejects ("cannot div 0"), so the portable kernel above stays."""
+    pid_bk = tl.program_id(0)
+    split = tl.program_id(1)
+    b = pid_bk // Hkv
+    hk = (pid_bk % Hkv).to(tl.int64)
+    offs_g = tl.arange(0, BLOCK_G)
+    offs_n = tl.arange(0, BLOCK_N)
+    offs_d = tl.arange(0, BLOCK_D)
+    heads = hk * G + offs_g
+    d_ok = offs_d[None, :] < D
+    io_mask = (offs_g[:, None] < G) & d_ok
+    b64 = b.to(tl.int64)
+    q = tl.load(Q + b64 * stride_qb + heads[:, None] * stride_qh + offs_d[None, :], mask=io_mask,
+                other=0.0)
+    page_lo = tl.load(PAGE_INDPTR + b)
+    n_pages = tl.load(PAGE_INDPTR + b + 1) - page_lo
+    seq_len = tl.where(n_pages > 0, (n_pages - 1) * PAGE_SIZE + tl.load(LAST_LEN + b), 0)
+    t_start = split * TOKENS_PER_SPLIT
+    t_end = tl.minimum(t_start + TOKENS_PER_SPLIT, seq_len)
+    kv_base = KV + hk * stride_head
+    m_i = tl.full([BLOCK_G], float("-inf"), dtype=tl.float32)
+    l_i = tl.zeros([BLOCK_G], dtype=tl.float32)
+    acc = tl.zeros([BLOCK_G, BLOCK_D], dtype=tl.float32)
+    for n in range(t_start, t_end, BLOCK_N):
+        t = n + offs_n
+        tok_ok = t < t_end
+        page = tl.load(PAGE_INDICES + page_lo + t // PAGE_SIZE, mask=tok_ok, other=0).to(tl.int64)
+        row = page * stride_page + (t % PAGE_SIZE) * stride_slot
+        kv_mask = tok_ok[:, None] & d_ok
+        k = tl.load(kv_base + row[:, None] + offs_d[None, :], mask=kv_mask, other=0.0)
+        v = tl.load(kv_base + stride_kv + row[:, None] + offs_d[None, :], mask=kv_mask, other=0.0)
+        m_i, l_i, acc = _guarded_step(q, k, v, tok_ok, m_i, l_i, acc, qk_scale, DOT_PRECISION)
+    # An empty split (t_start >= t_end) leaves l_i = 0: it is stored as o = 0, lse = -inf.
+    _store_split(O, LSE, b64, heads, split, offs_d, io_mask, offs_g < G, acc, m_i, l_i,
+                 stride_ob, stride_oh, stride_osplit, stride_lb, stride_lh, stride_lsplit, RETURN_LSE)
+    if FUSED_MERGE:
+        merge_in_last_program(O, LSE, OUT, LSE_OUT, COUNTER + pid_bk, b64, heads, offs_g < G, offs_d,
+                              io_mask, stride_ob, stride_oh, stride_osplit, stride_lb, stride_lh,
+                              stride_lsplit, stride_outb, stride_outh, stride_lob, stride_loh,
+                              NUM_SPLITS, RETURN_LSE_OUT)
+
+
+#: Fast path (flat token loop) configs: (BLOCK_N, num_warps, num_stages, target programs), 16-bit
+#: dtypes; the first is the default. As dense decode: unsplit when B x Hkv fills the GPU.
+_FLAT_TILES = [(64, 4, 3, 132), (128, 4, 3, 132), (64, 4, 2, 264), (32, 4, 3, 264), (64, 8, 3, 132),
+               (32, 4, 3, 528)]
+
+
+def flat_candidates(D: int, dtype: torch.dtype) -> list[dict]:
+    shrink = max(1, max(16, next_pow2(D)) // 128) * (1 if dtype.itemsize == 2 else 2)
+    return [dict(BLOCK_N=max(16, block_n // shrink), num_warps=warps, num_stages=stages, TARGET=target)
+            for block_n, warps, stages, target in _FLAT_TILES]
+
+
+def flat_split(cfg: dict, B: int, Hkv: int, typical: int, longest: int,
+               num_splits: Optional[int]) -> dict:
+    """The tiles plus TOKENS_PER_SPLIT (a multiple of BLOCK_N, sized for a ``typical`` sequence)
+    and NUM_SPLITS covering the ``longest`` one; shorter ones leave their last splits empty
+    (merged as -inf)."""
+    cfg = dict(cfg)
+    target = cfg.pop("TARGET", 0)
+    want = num_splits or max(1, min(target // (B * Hkv), cdiv(typical, MIN_SPLIT_TOKENS)))
+    block_n = cfg["BLOCK_N"]
+    per = max(block_n, cdiv(cdiv(max(typical, 1), want), block_n) * block_n)
+    return {**cfg, "TOKENS_PER_SPLIT": per, "NUM_SPLITS": max(1, cdiv(longest, per))}
 
 
 def paged_decode_config(B: int, Hkv: int, G: int, D: int, page_size: int, max_pages: int,
@@ -116,7 +215,7 @@ def paged_decode_config(B: int, Hkv: int, G: int, D: int, page_size: int, max_pa
     if interpret:
         # Few, large programs: the interpreter's cost grows with program and step count.
         block_n, warps, stages = min(128, page_n), 4, 1
-        auto_splits = triton.cdiv(max_pages * page_size, MIN_SPLIT_TOKENS)
+        auto_splits = cdiv(max_pages * page_size, MIN_SPLIT_TOKENS)
     else:
         # H200, bench shape (fp16, D=256, page 256): BLOCK_N 64, 4 warps, 2 stages reads K/V at
         # ~4.2 TB/s; BLOCK_N 32 with 2 stages ~3.7.
@@ -125,11 +224,11 @@ def paged_decode_config(B: int, Hkv: int, G: int, D: int, page_size: int, max_pa
         else:
             block_n, warps, stages = (32, 4, 3) if block_d <= 128 else (32, 4, 2)
         block_n = min(block_n, page_n)
-        auto_splits = min(triton.cdiv(TARGET_PROGRAMS, B * Hkv),
-                          triton.cdiv(max_pages * page_size, MIN_SPLIT_TOKENS))
+        auto_splits = min(cdiv(TARGET_PROGRAMS, B * Hkv),
+                          cdiv(max_pages * page_size, MIN_SPLIT_TOKENS))
     want = max(1, auto_splits if num_splits is None else num_splits)
-    pages_per_split = max(1, triton.cdiv(max_pages, want))
-    splits = max(1, triton.cdiv(max_pages, pages_per_split))
+    pages_per_split = max(1, cdiv(max_pages, want))
+    splits = max(1, cdiv(max_pages, pages_per_split))
     return dict(BLOCK_G=block_g, BLOCK_N=block_n, BLOCK_D=block_d, num_warps=warps,
                 num_stages=stages, PAGES_PER_SPLIT=pages_per_split, NUM_SPLITS=splits)
 
@@ -138,34 +237,90 @@ def paged_decode_plan(q: torch.Tensor, kv_cache: torch.Tensor, kv_page_indptr: t
                       kv_page_indices: torch.Tensor, kv_last_page_len: torch.Tensor,
                       out: torch.Tensor, lse: Optional[torch.Tensor], *, layout: str, scale: float,
                       num_splits: Optional[int] = None, max_pages: Optional[int] = None,
-                      interpret: Optional[bool] = None) -> LaunchPlan:
+                      interpret: Optional[bool] = None, config: Optional[dict] = None) -> LaunchPlan:
     """The launch chain for validated inputs and allocated outputs (``lse`` None: no LSE).
 
     ``max_pages`` (the most pages of any sequence) sizes the page split; if None it is read from
     ``kv_page_indptr`` (one device sync). With more than one split the plan allocates fp32
-    scratch and its ``then`` is the merge launch.
+    scratch and its ``then`` is the merge launch. On CUDA (``_checks.use_fast_path``) the plan is
+    the flat-token kernel with tuned tiles; elsewhere the portable page-walking kernel.
     """
     B, Hq, D = q.shape
     _, Hkv, page_size, _ = kv_dims(kv_cache, layout)
-    stride_page, stride_kv, stride_head, stride_slot = kv_strides(kv_cache, layout)
     G = Hq // Hkv
+    interpret = is_interpret() if interpret is None else interpret
+    if use_fast_path(q) and config is None:
+        return _flat_plan(q, kv_cache, kv_page_indptr, kv_page_indices, kv_last_page_len, out, lse,
+                          layout=layout, scale=scale, num_splits=num_splits, max_pages=max_pages)
     if max_pages is None:
         max_pages = max(0, int((kv_page_indptr[1:] - kv_page_indptr[:-1]).max()))
-    interpret = is_interpret() if interpret is None else interpret
-    cfg = paged_decode_config(B, Hkv, G, D, page_size, max_pages, q.dtype, interpret, num_splits)
+    cfg = dict(config) if config is not None else paged_decode_config(
+        B, Hkv, G, D, page_size, max_pages, q.dtype, interpret, num_splits)
+    if "TARGET" in cfg:  # a flat-kernel config (the tuner's candidates)
+        return _flat_plan(q, kv_cache, kv_page_indptr, kv_page_indices, kv_last_page_len, out, lse,
+                          layout=layout, scale=scale, num_splits=num_splits, max_pages=max_pages,
+                          config=cfg)
     splits = cfg.pop("NUM_SPLITS")
     pages_per_split = cfg.pop("PAGES_PER_SPLIT")
+    return _plan(_paged_decode_fwd, q, kv_cache, kv_page_indptr, kv_page_indices, kv_last_page_len,
+                 out, lse, layout, scale, splits, pages_per_split, cfg, "default")
+
+
+def _flat_plan(q, kv_cache, kv_page_indptr, kv_page_indices, kv_last_page_len, out, lse, *, layout,
+               scale, num_splits, max_pages, config=None) -> LaunchPlan:
+    B, Hq, D = q.shape
+    _, Hkv, page_size, _ = kv_dims(kv_cache, layout)
+    G = Hq // Hkv
+    if max_pages is None:
+        # No device sync for the longest sequence: the splits are sized for an average one and
+        # cover the whole page list (exact for B = 1; extra splits of shorter sequences are
+        # empty programs that exit at once, merged in-kernel).
+        longest = kv_page_indices.shape[0] * page_size
+        typical = cdiv(longest, B)
+    else:
+        longest = typical = max_pages * page_size
+    tuning = "default"
+    if config is None:
+        config, tuning = pick("paged_decode_flat",
+                              (B * Hkv, next_pow2(typical), page_size, D, G,
+                               str(q.dtype), num_splits or 0),
+                              lambda: flat_candidates(D, q.dtype),
+                              lambda c: _flat_plan(q, kv_cache, kv_page_indptr, kv_page_indices,
+                                                   kv_last_page_len, out, lse, layout=layout,
+                                                   scale=scale, num_splits=num_splits,
+                                                   max_pages=max_pages, config=c),
+                              q.device, live=is_live(q))
+    cfg = flat_split(config, B, Hkv, typical, longest, num_splits)
+    splits = cfg.pop("NUM_SPLITS")
+    per = cfg.pop("TOKENS_PER_SPLIT")
+    cfg.update(BLOCK_G=max(16, next_pow2(G)), BLOCK_D=max(16, next_pow2(D)))
+    return _plan(_paged_decode_flat, q, kv_cache, kv_page_indptr, kv_page_indices,
+                 kv_last_page_len, out, lse, layout, scale, splits, per, cfg, tuning, fused=True)
+
+
+def _plan(kernel, q, kv_cache, kv_page_indptr, kv_page_indices, kv_last_page_len, out, lse, layout,
+          scale, splits, per_split, cfg, tuning, fused=False) -> LaunchPlan:
+    """``fused``: the flat kernel's extra arguments; it merges splits itself (no second launch)."""
+    B, Hq, D = q.shape
+    _, Hkv, page_size, _ = kv_dims(kv_cache, layout)
+    stride_page, stride_kv, stride_head, stride_slot = kv_strides(kv_cache, layout)
     return_lse = lse is not None
     o_dst, l_dst, write_lse, o_strides, l_strides = split_outputs(out, lse, splits, B, Hq, D)
     args = (q, kv_cache, kv_page_indptr, kv_page_indices, kv_last_page_len, o_dst, l_dst,
             q.stride(0), q.stride(1),
             stride_page, stride_kv, stride_head, stride_slot,
             *o_strides, *l_strides,
-            Hkv, D, G, pages_per_split, float(scale) * LOG2E)
+            Hkv, D, Hq // Hkv, per_split, float(scale) * LOG2E)
     meta = dict(PAGE_SIZE=page_size, RETURN_LSE=write_lse, DOT_PRECISION=DOT_INPUT_PRECISION,
                 **cfg)
-    plan = LaunchPlan(kernel=_paged_decode_fwd, grid=(B * Hkv, splits), args=args, meta=meta)
-    if splits > 1:
+    if fused:
+        merge = splits > 1
+        counter = torch.zeros(B * Hkv, dtype=torch.int32, device=q.device) if merge else out
+        args += (out, lse if return_lse else out, counter, out.stride(0), out.stride(1),
+                 *((lse.stride(0), lse.stride(1)) if return_lse else (0, 0)), splits)
+        meta.update(FUSED_MERGE=merge, RETURN_LSE_OUT=merge and return_lse)
+    plan = LaunchPlan(kernel=kernel, grid=(B * Hkv, splits), args=args, meta=meta, tuning=tuning)
+    if splits > 1 and not fused:
         plan.then = merge_plan(o_dst, l_dst, out, lse if return_lse else None, cfg["BLOCK_D"])
     return plan
 

@@ -13,9 +13,10 @@ import triton
 import triton.language as tl
 
 from ._softmax import online_softmax_step
-from ._checks import (DOT_INPUT_PRECISION, FLOAT_DTYPES, check_flag, check_gqa, check_launchable,
+from ._checks import (cdiv, DOT_INPUT_PRECISION, FLOAT_DTYPES, check_flag, check_gqa, check_launchable,
                       check_nonempty, check_out_lse, check_scale, check_tensor, is_interpret,
-                      launch, LaunchPlan, next_pow2)
+                      is_live, launch, LaunchPlan, next_pow2)
+from ._tune import pick
 
 LOG2E = 1.4426950408889634
 MAX_HEAD_DIM = 256
@@ -33,8 +34,15 @@ def _prefill_fwd(
     CAUSAL: tl.constexpr, RETURN_LSE: tl.constexpr, DOT_PRECISION: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
 ):
-    pid_m = tl.program_id(0)
     pid_bh = tl.program_id(1)
+    if CAUSAL:
+        # Heaviest query blocks (most keys) first, so the short ones fill the tail of the wave.
+        # Written tensor-first: with S specialised to the constant 1, `constant - program_id`
+        # fails upstream's frontend ("'block_argument' object has no attribute 'dtype'"), and
+        # triton-ascend 3.2's frontend rejects tl.cdiv and tl.num_programs here.
+        pid_m = tl.program_id(0) * -1 + ((S + BLOCK_M - 1) // BLOCK_M - 1)
+    else:
+        pid_m = tl.program_id(0)
     # int64 bases: B*H*S*D can exceed 2**31 elements.
     b = (pid_bh // Hq).to(tl.int64)
     h = (pid_bh % Hq).to(tl.int64)
@@ -50,20 +58,30 @@ def _prefill_fwd(
     k_base = K + b * stride_kb + hk * stride_kh
     v_base = V + b * stride_vb + hk * stride_vh
 
-    # Per-row end of the visible keys. Every row (padding rows included) sees key 0, which is in
-    # the first tile, so the running max is finite after one step and no row ever turns into NaN.
+    # Keys [0, lo) are visible to every row of the block: no mask there. Keys [lo, hi) get the
+    # per-row mask (the diagonal tiles, or the partial last tile). Every row (padding rows
+    # included) sees key 0, which is in the first tile either loop visits, so the running max is
+    # finite after one step and no row ever turns into NaN.
     if CAUSAL:
         kv_end = tl.minimum(offs_m + 1, S)
+        lo = (pid_m * BLOCK_M) // BLOCK_N * BLOCK_N
         hi = tl.minimum((pid_m + 1) * BLOCK_M, S)
     else:
         kv_end = tl.zeros([BLOCK_M], dtype=tl.int32) + S
+        lo = S // BLOCK_N * BLOCK_N
         hi = S
 
     # Scores are kept in base 2 (qk_scale has log2(e) folded in) so the loop uses exp2.
     m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
     l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
     acc = tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32)
-    for start in range(0, hi, BLOCK_N):
+    for start in range(0, lo, BLOCK_N):
+        cols = start + offs_n
+        k = tl.load(k_base + cols[:, None] * stride_ks + offs_d[None, :], mask=d_ok, other=0.0)
+        v = tl.load(v_base + cols[:, None] * stride_vs + offs_d[None, :], mask=d_ok, other=0.0)
+        m_i, l_i, acc = online_softmax_step(q, k, v, d_ok, m_i, l_i, acc, qk_scale, DOT_PRECISION,
+                                            MASKED=False)
+    for start in range(lo, hi, BLOCK_N):
         cols = start + offs_n
         kv_mask = (cols[:, None] < S) & d_ok
         k = tl.load(k_base + cols[:, None] * stride_ks + offs_d[None, :], mask=kv_mask, other=0.0)
@@ -81,40 +99,67 @@ def _prefill_fwd(
 
 
 
+#: Tile candidates (BLOCK_M, BLOCK_N, num_warps, num_stages) per (16-bit dtype?, BLOCK_D), the
+#: first one the default. From an H100 sweep of the two bench shapes (~227 KB shared memory):
+#: D=64 fp16 causal S=1024: 64x64 w4 s3 0.225 ms (128x64 w8 s3 0.240, 128x128 w4 s2 0.286);
+#: D=128 bf16 causal S=16384: 128x128 w8 s3 521 TFLOP/s (128x64 w8 s3 502, 64x64 w4 s3 482).
+_TILES = {
+    (True, 64): [(64, 64, 4, 3), (64, 64, 4, 2), (128, 64, 8, 3), (64, 32, 4, 3), (128, 128, 8, 3)],
+    (True, 128): [(128, 128, 8, 3), (128, 64, 8, 3), (128, 64, 8, 4), (64, 64, 4, 3), (128, 128, 8, 2)],
+    (True, 256): [(64, 32, 4, 2), (64, 64, 8, 2), (128, 32, 8, 2), (32, 32, 4, 2)],
+    # fp32 tiles are twice the bytes.
+    (False, 64): [(64, 64, 4, 3), (64, 32, 4, 3), (128, 32, 8, 2)],
+    (False, 128): [(64, 32, 4, 2), (64, 64, 8, 2), (32, 32, 4, 2)],
+    (False, 256): [(32, 32, 4, 2), (64, 16, 4, 2)],
+}
+
+
+def prefill_candidates(D: int, dtype: torch.dtype) -> list[dict]:
+    """Launch configs the tuner may choose from on a GPU; the first is the default."""
+    block_d = max(16, next_pow2(D))
+    tiles = _TILES[(dtype.itemsize == 2, max(64, block_d))]
+    return [dict(BLOCK_M=bm, BLOCK_N=bn, BLOCK_D=block_d, num_warps=w, num_stages=st)
+            for bm, bn, w, st in tiles]
+
+
 def prefill_config(S: int, D: int, dtype: torch.dtype, interpret: bool) -> dict:
-    """Tile sizes and launch meta for one call: BLOCK_M, BLOCK_N, BLOCK_D, num_warps, num_stages."""
+    """Conservative tiles (BLOCK_M, BLOCK_N, BLOCK_D, num_warps, num_stages) that fit in every
+    kernel built on this loop and on every backend: the block-sparse and varlen kernels use
+    these, and so does ``prefill`` off CUDA (128x128 tiles at D=128 overflow an Ascend core's
+    192 KB unified buffer). ``prefill`` on CUDA starts from ``prefill_candidates``."""
     block_d = max(16, next_pow2(D))
     if interpret:
         # The interpreter's cost grows with program count, not tile size: few, large tiles.
-        bm = bn = min(128, max(16, next_pow2(S)))
-        warps, stages = 4, 1
-    elif dtype.itemsize == 2:
-        # H100, ~227 KB shared memory: q tile + num_stages * (k + v tiles) must fit.
-        if block_d <= 64:
-            bm, bn, warps, stages = 128, 64, 4, 3
-        elif block_d == 128:
-            bm, bn, warps, stages = 128, 64, 8, 3
-        else:
-            bm, bn, warps, stages = 64, 32, 4, 2
+        bm = min(128, max(16, next_pow2(S)))
+        return dict(BLOCK_M=bm, BLOCK_N=bm, BLOCK_D=block_d, num_warps=4, num_stages=1)
+    if dtype.itemsize == 2:
+        bm, bn, warps, stages = {64: (128, 64, 4, 3), 128: (128, 64, 8, 3)}.get(
+            max(64, block_d), (64, 32, 4, 2))
     else:
-        # fp32 tiles are twice the bytes.
-        if block_d <= 64:
-            bm, bn, warps, stages = 64, 64, 4, 3
-        elif block_d == 128:
-            bm, bn, warps, stages = 64, 32, 4, 2
-        else:
-            bm, bn, warps, stages = 32, 32, 4, 2
+        bm, bn, warps, stages = {64: (64, 64, 4, 3), 128: (64, 32, 4, 2)}.get(
+            max(64, block_d), (32, 32, 4, 2))
     return dict(BLOCK_M=bm, BLOCK_N=bn, BLOCK_D=block_d, num_warps=warps, num_stages=stages)
 
 
 def prefill_plan(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor,
                  lse: Optional[torch.Tensor], *, causal: bool, scale: float,
-                 interpret: Optional[bool] = None) -> LaunchPlan:
-    """The launch for already-validated inputs and allocated outputs (``lse`` None: no LSE)."""
+                 interpret: Optional[bool] = None, config: Optional[dict] = None) -> LaunchPlan:
+    """The launch for already-validated inputs and allocated outputs (``lse`` None: no LSE).
+    ``config`` fixes the tiles; by default they are the tuned ones on a GPU (``kernels._tune``)."""
     B, Hq, S, D = q.shape
     Hkv = k.shape[1]
     interpret = is_interpret() if interpret is None else interpret
-    cfg = prefill_config(S, D, q.dtype, interpret)
+    tuning = "default"
+    if config is not None:
+        cfg = dict(config)
+    elif interpret or q.device.type != "cuda":
+        cfg = prefill_config(S, D, q.dtype, interpret)
+    else:  # the default is prefill_candidates(...)[0]
+        cfg, tuning = pick("prefill", (int(causal), next_pow2(S), D, str(q.dtype)),
+                           lambda: prefill_candidates(D, q.dtype),
+                           lambda c: prefill_plan(q, k, v, out, lse, causal=causal, scale=scale,
+                                                  interpret=False, config=c),
+                           q.device, live=is_live(q))
     return_lse = lse is not None
     lse_arg = lse if return_lse else out  # never touched when RETURN_LSE is False
     lse_strides = (lse.stride(0), lse.stride(1)) if return_lse else (0, 0)
@@ -127,8 +172,8 @@ def prefill_plan(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.T
             Hq, S, D, Hq // Hkv, float(scale) * LOG2E)
     meta = dict(CAUSAL=bool(causal), RETURN_LSE=return_lse, DOT_PRECISION=DOT_INPUT_PRECISION,
                 **cfg)
-    grid = (triton.cdiv(S, cfg["BLOCK_M"]), B * Hq)
-    return LaunchPlan(kernel=_prefill_fwd, grid=grid, args=args, meta=meta)
+    grid = (cdiv(S, cfg["BLOCK_M"]), B * Hq)
+    return LaunchPlan(kernel=_prefill_fwd, grid=grid, args=args, meta=meta, tuning=tuning)
 
 
 def _validate(q, k, v, causal, scale, return_lse, out, lse) -> float:

@@ -20,7 +20,7 @@ import triton
 import triton.language as tl
 
 from ._softmax import online_softmax_step
-from ._checks import (DOT_INPUT_PRECISION, FLOAT_DTYPES, check_flag, check_gqa, check_index_tensor,
+from ._checks import (cdiv, DOT_INPUT_PRECISION, FLOAT_DTYPES, check_flag, check_gqa, check_index_tensor,
                       check_int_range, check_launchable, check_nonempty, check_out_lse, check_scale,
                       check_tensor, check_values_in_range, is_interpret, launch, LaunchPlan)
 from .prefill import LOG2E, MAX_HEAD_DIM, prefill_config
@@ -109,7 +109,7 @@ def _plan(q, k, v, out, lse, seq, *, packed, B, S, rows, D, Hq, Hkv, causal, sca
             Hq, S, D, Hq // Hkv, float(scale) * LOG2E)
     meta = dict(PACKED=packed, CAUSAL=bool(causal), RETURN_LSE=return_lse,
                 DOT_PRECISION=DOT_INPUT_PRECISION, **cfg)
-    grid = (triton.cdiv(max(1, rows), cfg["BLOCK_M"]), B * Hq)
+    grid = (cdiv(max(1, rows), cfg["BLOCK_M"]), B * Hq)
     return LaunchPlan(kernel=_prefill_varlen_fwd, grid=grid, args=args, meta=meta)
 
 

@@ -24,7 +24,7 @@ import triton
 import triton.language as tl
 
 from ._split import merge_plan, split_outputs
-from ._checks import (check_decode_qkv, check_flag, check_index_tensor, check_int_range,
+from ._checks import (cdiv, check_decode_qkv, check_flag, check_index_tensor, check_int_range,
                       check_launchable, check_out_lse, check_scale, check_values_in_range,
                       is_interpret, launch, LaunchPlan, next_pow2)
 
@@ -105,19 +105,19 @@ def sparse_decode_config(B: int, Hq: int, L_max: int, D: int, dtype: torch.dtype
     if interpret:
         # Few, large programs: the interpreter's cost grows with program count.
         block_n, warps, stages = min(128, max(16, next_pow2(L_max))), 4, 1
-        auto_splits = triton.cdiv(L_max, 512)  # still exercises the merge for L_max > 512
+        auto_splits = cdiv(L_max, 512)  # still exercises the merge for L_max > 512
     else:
         # Two gathered [BLOCK_N, BLOCK_D] tiles (K, V) live in registers as fp32.
         block_n = 64 if block_d <= 128 else 32
         if dtype == torch.float32:
             block_n //= 2
         warps, stages = 4, 2
-        auto_splits = min(triton.cdiv(TARGET_PROGRAMS, B * Hq), triton.cdiv(L_max, MIN_SPLIT_LEN))
+        auto_splits = min(cdiv(TARGET_PROGRAMS, B * Hq), cdiv(L_max, MIN_SPLIT_LEN))
     want = max(1, auto_splits if num_splits is None else num_splits)
     span = max(1, L_max)
-    split_len = triton.cdiv(triton.cdiv(span, want), block_n) * block_n
+    split_len = cdiv(cdiv(span, want), block_n) * block_n
     return dict(BLOCK_N=block_n, BLOCK_D=block_d, num_warps=warps, num_stages=stages,
-                SPLIT_LEN=split_len, NUM_SPLITS=triton.cdiv(span, split_len))
+                SPLIT_LEN=split_len, NUM_SPLITS=cdiv(span, split_len))
 
 
 def sparse_decode_plan(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, sparse_ind: torch.Tensor,

@@ -24,8 +24,9 @@ import torch
 import triton
 import triton.language as tl
 
-from ._checks import (check_flag, check_gqa, check_int_range, check_launchable, check_scale,
-                      is_interpret, launch, LaunchPlan, next_pow2)
+from ._checks import (cdiv, check_flag, check_gqa, check_int_range, check_launchable, check_scale,
+                      is_interpret, is_live, launch, LaunchPlan, next_pow2, use_fast_path)
+from ._tune import pick
 from ._math import pow_nonneg, simhash_collision_prob, two_hit_prob
 from ._split import merge_plan, split_outputs
 from ._paged import (check_index_values, check_layout, check_outputs, check_page_table,
@@ -34,24 +35,22 @@ from ._paged import (check_index_values, check_layout, check_outputs, check_page
 
 LOG2E = 1.4426950408889634
 MAX_HEAD_DIM = 256
-TARGET_PROGRAMS = 1024
-TARGET_PROGRAMS_MAGICPIG = 512
 MIN_SPLIT_LEN = 256
 
 
 @triton.jit
 def _sparse_paged_fwd(
-    Q, KV, ROWS, NNZ, KP, LP, O, LSE,
+    Q, KV, ROWS, NNZ, KP, LP, O, LSE, PAGE_INDPTR, PAGE_INDICES,
     stride_qb, stride_qh,
-    stride_kv, stride_head, row_unit,
+    stride_kv, stride_head, row_unit, stride_page, stride_slot,
     stride_rb, stride_rh,
     stride_nb, stride_nh,
     stride_kpb, stride_kph, stride_lpb, stride_lph,
     stride_ob, stride_oh, stride_osplit,
     stride_lb, stride_lh, stride_lsplit,
     Hq, D, G, SPLIT_LEN, qk_scale,
-    MAGICPIG: tl.constexpr, RETURN_LSE: tl.constexpr,
-    BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
+    MAGICPIG: tl.constexpr, RETURN_LSE: tl.constexpr, LOOKUP: tl.constexpr,
+    PAGE_SIZE: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
 ):
     pid = tl.program_id(0)
     split = tl.program_id(1)
@@ -73,6 +72,8 @@ def _sparse_paged_fwd(
     end = tl.minimum(start + SPLIT_LEN, nnz)
     row_ptr = ROWS + b * stride_rb + h * stride_rh
     k_base = KV + hk * stride_head
+    if LOOKUP:
+        page_lo = tl.load(PAGE_INDPTR + b)
 
     # Scores in base 2 (qk_scale has log2(e) folded in). The running max is replaced by 0 while it
     # is still -inf, so a fully masked tile or an empty split never produces NaN.
@@ -83,7 +84,14 @@ def _sparse_paged_fwd(
         j = n + offs_n
         ok = j < end
         # Contiguous window of row ids, then whole-row gathers [BLOCK_N, BLOCK_D] (int64 offsets).
-        row = tl.load(row_ptr + j, mask=ok, other=0).to(tl.int64) * row_unit
+        if LOOKUP:
+            # CUDA fast path: ROWS holds logical positions; the page lookup happens here, which
+            # saves the host pre-pass (~10 small launches). Ascend rejects the vector `t // P`.
+            t = tl.load(row_ptr + j, mask=ok, other=0)
+            page = tl.load(PAGE_INDICES + page_lo + t // PAGE_SIZE, mask=ok, other=0).to(tl.int64)
+            row = page * stride_page + (t % PAGE_SIZE).to(tl.int64) * stride_slot
+        else:
+            row = tl.load(row_ptr + j, mask=ok, other=0).to(tl.int64) * row_unit
         kv_mask = ok[:, None] & d_ok[None, :]
         kv_off = row[:, None] + offs_d[None, :]
         # Both gathers issued before the math (H200: ~20% faster than loading V after the scores).
@@ -129,31 +137,51 @@ def _sparse_paged_fwd(
         tl.store(LSE + b * stride_lb + h * stride_lh + split * stride_lsplit, lse)
 
 
-def sparse_paged_config(B: int, Hq: int, L_max: int, D: int, dtype: torch.dtype, interpret: bool,
-                        num_splits: Optional[int] = None, magicpig: bool = False) -> dict:
-    """Tiles, launch meta and the list split: BLOCK_N, BLOCK_D, num_warps, num_stages, SPLIT_LEN,
-    NUM_SPLITS (splits cover [0, L_max); those past a row's nnz are empty and merge as -inf).
+#: (BLOCK_N, num_warps, num_stages, target programs) GPU candidates for 16-bit D <= 128 (BLOCK_N
+#: halves for D=256 and for fp32, keeping a tile's K/V under 16 KB); the first is the default.
+_TILES = [(64, 4, 2, 1024), (64, 4, 3, 1024), (32, 4, 2, 1024), (64, 8, 2, 512), (32, 2, 2, 2048),
+          (64, 4, 2, 2048), (128, 8, 2, 512)]
 
-    GPU: the loop is a chain of dependent loads (row ids, then K/V rows), so it wants many
-    programs in flight more than big tiles: about 1024 programs (8 per SM) for the plain kernel,
-    512 with the heavier MagicPIG math. The K/V tiles live in registers (GPU) or the 192 KB
-    unified buffer (Ascend), so a tile holds at most 16 KB of input: BLOCK_N * BLOCK_D * itemsize
-    <= 16K (fp16 D=256: 32 rows; fp32 D=128 with 64 rows overflows the Ascend buffer). (H200,
-    bench cache, kept ratio 0.05: ~1.6 TB/s of gathered K/V rows plain, ~1.0 TB/s MagicPIG.)
+
+def sparse_paged_candidates(D: int, dtype: torch.dtype, magicpig: bool = False) -> list[dict]:
+    """GPU launch configs the tuner may choose from; the first is the default.
+
+    The loop is a chain of dependent loads (row ids, then K/V rows), so it wants many programs in
+    flight more than big tiles: about 1024 programs (8 per SM) for the plain kernel, half that
+    with the heavier MagicPIG math. A tile holds at most 16 KB of input: the unified buffer on
+    Ascend is 192 KB (fp16 D=256: 32 rows; fp32 D=128 with 64 rows overflows it).
     """
     block_d = max(16, next_pow2(D))
+    cap = max(16, 16384 // (block_d * dtype.itemsize))
+    return [dict(BLOCK_N=min(block_n, cap), BLOCK_D=block_d, num_warps=warps, num_stages=stages,
+                 TARGET=target // 2 if magicpig else target)
+            for block_n, warps, stages, target in _TILES]
+
+
+def list_split(cfg: dict, B: int, Hq: int, L_max: int, num_splits: Optional[int]) -> dict:
+    cfg = dict(cfg)
+    target = cfg.pop("TARGET", 0)
+    want = num_splits or min(cdiv(target, B * Hq), cdiv(L_max, MIN_SPLIT_LEN))
+    return _with_split(cfg, L_max, want)
+
+
+def _with_split(cfg: dict, L_max: int, want: int) -> dict:
+    block_n = cfg["BLOCK_N"]
+    split_len = max(block_n, cdiv(cdiv(max(L_max, 1), max(1, want)), block_n) * block_n)
+    return {**cfg, "SPLIT_LEN": split_len, "NUM_SPLITS": max(1, cdiv(L_max, split_len))}
+
+
+def sparse_paged_config(B: int, Hq: int, L_max: int, D: int, dtype: torch.dtype, interpret: bool,
+                        num_splits: Optional[int] = None, magicpig: bool = False) -> dict:
+    """The default tiles, launch meta and list split: BLOCK_N, BLOCK_D, num_warps, num_stages,
+    SPLIT_LEN, NUM_SPLITS (splits cover [0, L_max); those past a row's nnz are empty and merge
+    as -inf). (H200, bench cache, kept ratio 0.05: ~1.6 TB/s of gathered K/V rows plain,
+    ~1.0 TB/s MagicPIG.)"""
     if interpret:
-        block_n, warps, stages = min(128, max(16, next_pow2(L_max))), 4, 1
-        auto_splits = triton.cdiv(L_max, 512)
-    else:
-        block_n = max(16, min(64, 16384 // (block_d * dtype.itemsize)))
-        warps, stages = 4, 2
-        target = TARGET_PROGRAMS_MAGICPIG if magicpig else TARGET_PROGRAMS
-        auto_splits = min(triton.cdiv(target, B * Hq), triton.cdiv(L_max, MIN_SPLIT_LEN))
-    want = max(1, auto_splits if num_splits is None else num_splits)
-    split_len = max(block_n, triton.cdiv(triton.cdiv(max(L_max, 1), want), block_n) * block_n)
-    return dict(BLOCK_N=block_n, BLOCK_D=block_d, num_warps=warps, num_stages=stages,
-                SPLIT_LEN=split_len, NUM_SPLITS=max(1, triton.cdiv(L_max, split_len)))
+        block_n = min(128, max(16, next_pow2(L_max)))
+        cfg = dict(BLOCK_N=block_n, BLOCK_D=max(16, next_pow2(D)), num_warps=4, num_stages=1)
+        return _with_split(cfg, L_max, cdiv(L_max, 512) if num_splits is None else num_splits)
+    return list_split(sparse_paged_candidates(D, dtype, magicpig)[0], B, Hq, L_max, num_splits)
 
 
 def sparse_kernel_plan(q: torch.Tensor, kv_cache: torch.Tensor, kv_page_indptr: torch.Tensor,
@@ -161,37 +189,60 @@ def sparse_kernel_plan(q: torch.Tensor, kv_cache: torch.Tensor, kv_page_indptr: 
                        sparse_nnz: torch.Tensor, out: torch.Tensor, lse: Optional[torch.Tensor], *,
                        layout: str, scale: float, K: Optional[torch.Tensor] = None,
                        L: Optional[torch.Tensor] = None, num_splits: Optional[int] = None,
-                       interpret: Optional[bool] = None) -> LaunchPlan:
+                       interpret: Optional[bool] = None, config: Optional[dict] = None) -> LaunchPlan:
     """Shared planner of sparse_paged_decode (K, L None) and magicpig_decode (K, L given).
 
-    Runs the host pre-pass (``_paged.sparse_rows``) that makes the int32 physical row ids the
-    kernel reads; with more than one split it allocates fp32 scratch and chains the merge.
+    Portable path: runs the host pre-pass (``_paged.sparse_rows``) that makes the int32 physical
+    row ids the kernel reads. CUDA fast path (``_checks.use_fast_path``): the kernel looks the
+    pages up itself (``LOOKUP``). With more than one split it allocates fp32 scratch and chains
+    the merge.
     """
     B, Hq, D = q.shape
-    _, Hkv, _, _ = kv_dims(kv_cache, layout)
-    _, stride_kv, stride_head, _ = kv_strides(kv_cache, layout)
+    _, Hkv, page_size, _ = kv_dims(kv_cache, layout)
+    stride_page, stride_kv, stride_head, stride_slot = kv_strides(kv_cache, layout)
     L_max = sparse_ind.shape[2]
+    magicpig = K is not None
     interpret = is_interpret() if interpret is None else interpret
-    cfg = sparse_paged_config(B, Hq, L_max, D, q.dtype, interpret, num_splits, K is not None)
+    lookup = use_fast_path(q)
+    tuning = "default"
+    if interpret and config is None:
+        cfg = sparse_paged_config(B, Hq, L_max, D, q.dtype, True, num_splits, magicpig)
+    else:
+        if config is None:
+            config, tuning = pick("magicpig_decode" if magicpig else "sparse_paged_decode",
+                                  (B * Hq, next_pow2(max(L_max, 1)), D, str(q.dtype), int(lookup),
+                                   num_splits or 0),
+                                  lambda: sparse_paged_candidates(D, q.dtype, magicpig),
+                                  lambda c: sparse_kernel_plan(q, kv_cache, kv_page_indptr,
+                                                               kv_page_indices, sparse_ind, sparse_nnz,
+                                                               out, lse, layout=layout, scale=scale,
+                                                               K=K, L=L, num_splits=num_splits,
+                                                               interpret=False, config=c),
+                                  q.device, live=is_live(q))
+        cfg = list_split(config, B, Hq, L_max, num_splits)
     splits = cfg.pop("NUM_SPLITS")
     split_len = cfg.pop("SPLIT_LEN")
-    rows, unit = sparse_rows(kv_cache, layout, kv_page_indptr, kv_page_indices, sparse_ind,
-                             sparse_nnz)
-    magicpig = K is not None
+    if lookup:
+        rows, unit = sparse_ind, 1
+    else:
+        rows, unit = sparse_rows(kv_cache, layout, kv_page_indptr, kv_page_indices, sparse_ind,
+                                 sparse_nnz)
     return_lse = lse is not None
     o_dst, l_dst, write_lse, o_strides, l_strides = split_outputs(out, lse, splits, B, Hq, D)
     k_arg, l_arg = (K, L) if magicpig else (q, q)  # never read without MAGICPIG
     k_strides = (K.stride(0), K.stride(1), L.stride(0), L.stride(1)) if magicpig else (0, 0, 0, 0)
-    args = (q, kv_cache, rows, sparse_nnz, k_arg, l_arg, o_dst, l_dst,
+    args = (q, kv_cache, rows, sparse_nnz, k_arg, l_arg, o_dst, l_dst, kv_page_indptr,
+            kv_page_indices,
             q.stride(0), q.stride(1),
-            stride_kv, stride_head, unit,
+            stride_kv, stride_head, unit, stride_page, stride_slot,
             rows.stride(0), rows.stride(1),
             sparse_nnz.stride(0), sparse_nnz.stride(1),
             *k_strides,
             *o_strides, *l_strides,
             Hq, D, Hq // Hkv, split_len, float(scale) * LOG2E)
-    meta = dict(MAGICPIG=magicpig, RETURN_LSE=write_lse, **cfg)
-    plan = LaunchPlan(kernel=_sparse_paged_fwd, grid=(B * Hq, splits), args=args, meta=meta)
+    meta = dict(MAGICPIG=magicpig, RETURN_LSE=write_lse, LOOKUP=lookup, PAGE_SIZE=page_size, **cfg)
+    plan = LaunchPlan(kernel=_sparse_paged_fwd, grid=(B * Hq, splits), args=args, meta=meta,
+                      tuning=tuning)
     if splits > 1:
         plan.then = merge_plan(o_dst, l_dst, out, lse if return_lse else None, cfg["BLOCK_D"])
     return plan

@@ -13,6 +13,9 @@ from typing import Optional
 
 import torch
 
+#: Bytes of attention scores materialised at once (per chunk of query heads).
+SCORE_BYTES = 2**30
+
 
 def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool,
               scale: Optional[float] = None, compute_dtype: torch.dtype = torch.float64,
@@ -32,14 +35,22 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool
     q = q.to(compute_dtype)
     k = k.to(compute_dtype).repeat_interleave(G, dim=1)
     v = v.to(compute_dtype).repeat_interleave(G, dim=1)
+    future = torch.ones(Sq, Skv, dtype=torch.bool, device=q.device).triu(1) if causal else None
+    # Long sequences: a few heads at a time, so the [B, heads, Sq, Skv] scores stay near 1 GiB.
+    per_head = q.shape[0] * Sq * Skv * q.element_size()
+    step = max(1, min(Hq, SCORE_BYTES // max(1, per_head)))
+    outs = [_softmax_attention(q[:, h:h + step], k[:, h:h + step], v[:, h:h + step], scale, future)
+            for h in range(0, Hq, step)]
+    return torch.cat([o for o, _ in outs], dim=1), torch.cat([lse for _, lse in outs], dim=1)
+
+
+def _softmax_attention(q, k, v, scale, future):
     scores = (q @ k.transpose(-1, -2)) * scale
-    if causal:
-        future = torch.ones(Sq, Skv, dtype=torch.bool, device=q.device).triu(1)
+    if future is not None:
         scores = scores.masked_fill(future, float("-inf"))
     lse = torch.logsumexp(scores, dim=-1)
     p = torch.softmax(scores, dim=-1)
-    o = p @ v
-    return o, lse
+    return p @ v, lse
 
 
 def prefill_reference(q, k, v, *, causal: bool, scale: Optional[float] = None,

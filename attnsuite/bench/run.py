@@ -2,6 +2,8 @@
 process on the same device -> speedups and throughput. Returns the record's ``bench`` payload."""
 from __future__ import annotations
 
+import functools
+import inspect
 from typing import Callable
 
 import torch
@@ -16,12 +18,24 @@ def _timed(device, fn: Callable, flush, *, warmup: int, runs: int, method: str) 
     return {**t.as_dict(), "compile_s": first}
 
 
+def unchecked(impl: Callable) -> Callable:
+    """The implementation as a serving loop calls it once its index tensors are known good:
+    ``check_indices=False`` where it has that switch (the data-dependent checks cost a device
+    sync per call). The checked call is timed too, as the ``checked_call`` baseline."""
+    try:
+        takes = "check_indices" in inspect.signature(impl).parameters
+    except (TypeError, ValueError):
+        takes = False
+    return functools.partial(impl, check_indices=False) if takes else impl
+
+
 def prepare(family, case, device, impl) -> tuple[dict, dict, Callable]:
     """The case's inputs on the device, its outputs, and the kernel call to time."""
     inputs = {k: device.place(v) for k, v in family.make_inputs(case, case.generator()).items()}
     outputs = {name: torch.empty(shape, dtype=dtype, device=device.torch_device)
                for name, (shape, dtype) in family.output_specs(case, inputs).items()}
-    return inputs, outputs, lambda: family.call(impl, case, inputs, outputs)
+    fast = unchecked(impl)
+    return inputs, outputs, lambda: family.call(fast, case, inputs, outputs)
 
 
 def run_bench(family, case, device, impl, *, runs: int = 30, warmup: int = 5, method: str = "events",
@@ -30,6 +44,9 @@ def run_bench(family, case, device, impl, *, runs: int = 30, warmup: int = 5, me
     candidates = {"reference": (lambda: family.reference(case, inputs, case.dtype), None)}
     candidates.update(vendor_baselines(device.kind, family.vendor_problem(case, inputs)))
     candidates.update(family.extra_baselines(case, inputs, impl))
+    if unchecked(impl) is not impl:
+        candidates["checked_call"] = (lambda: family.call(impl, case, inputs, outputs),
+                                      "the same call with check_indices=True (one device sync)")
     flush = l2_flusher(device)
     timing = dict(warmup=warmup, runs=runs, method=method)
     baselines = {}
@@ -47,7 +64,8 @@ def run_bench(family, case, device, impl, *, runs: int = 30, warmup: int = 5, me
     kernel_ms = result["median_ms"]
     bench = {"kernel": {**result, "compile_s": compile_s}, "baselines": baselines,
              "speedup": {n: b["median_ms"] / kernel_ms for n, b in baselines.items() if "median_ms" in b},
-             "config": _config(impl, case, family, inputs, outputs), "sweep": family.sweep(case)}
+             "config": _config(unchecked(impl), case, family, inputs, outputs),
+             "sweep": family.sweep(case)}
     bench.update(throughput(family.work(case, inputs), kernel_ms, copy_gbps))
     return bench
 
@@ -75,5 +93,11 @@ def _config(impl, case, family, inputs, outputs) -> dict | None:
             family.call(impl, case, inputs, outputs)
     except Exception:  # noqa: BLE001 - a config we cannot capture is just not shown
         return None
-    return {getattr(p.kernel, "__name__", str(p.kernel)).lstrip("_"): {k: v for k, v in p.meta.items()
-            if isinstance(v, (int, str)) and not isinstance(v, bool)} for p in plans} or None
+    return {_kernel_name(p.kernel): {**{k: v for k, v in p.meta.items() if isinstance(v, (int, str))},
+                                     "tuning": p.tuning}
+            for plan in plans for p in plan.chain()} or None
+
+
+def _kernel_name(kernel) -> str:
+    fn = getattr(kernel, "fn", kernel)  # a JITFunction wraps the Python function
+    return getattr(fn, "__name__", str(kernel)).lstrip("_")
