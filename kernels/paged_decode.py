@@ -6,7 +6,10 @@ program walks its pages with one scalar page-id load per page, then the page in 
 chunks; the valid-token mask is arithmetic (``p * PAGE_SIZE + slot < seq_len``), never an ``if``
 inside the loop. Long sequences are split over pages; each split writes a normalised partial
 output and its LSE, and ``_split.merge_plan`` combines them. Zero-page sequences (and empty
-splits) give o = 0, lse = -inf.
+splits) give o = 0, lse = -inf. That is the portable kernel (NPU, interpreter, compile-only).
+
+On CUDA (``_checks.use_fast_path``) ``_paged_decode_flat`` runs instead: one flat token loop with
+a per-token page lookup, splits sized without a device sync, merged in-kernel by the last split.
 
 ``paged_decode`` validates, asks ``paged_decode_plan`` for the launch (chain), then launches it.
 """
