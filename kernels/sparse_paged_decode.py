@@ -7,7 +7,8 @@ fp32 from the upcast K/V values -- no ``tl.dot`` (it would need M >= 16 rows of 
 
 Logical positions are translated to physical row ids on the host (``_paged.sparse_rows``: one
 vectorized torch pass; the in-kernel page lookup with a vector ``t // PAGE_SIZE`` is the Ascend
-"cannot div 0" construct). The kernel then loads a contiguous window of row ids and gathers whole
+"cannot div 0" construct; on CUDA the fast path, ``LOOKUP``, does that lookup in the kernel
+instead). The kernel then loads a contiguous window of row ids and gathers whole
 rows (``row[:, None] * unit + arange(D)[None, :]``), the portable gather form. Tail masks are
 arithmetic (``j < end``). ``MAGICPIG`` (constexpr) adds the LSH collision-probability correction
 ``-log(u)`` to every score (see ``magicpig_decode``); the per-key norms are computed over the
