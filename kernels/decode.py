@@ -3,7 +3,10 @@
 One program per (batch, KV head, KV split) loads the G = Hq / Hkv query heads that share the KV
 head as the M dimension of ``tl.dot`` (padded to >= 16 rows, masked), so K/V are read once per
 group instead of once per query head. When a split has more than one program per (batch, KV
-head), each writes a partial output and its LSE to fp32 scratch and a second kernel merges them.
+head), each writes a partial output and its LSE to fp32 scratch and a second kernel merges them;
+on CUDA (``_checks.use_fast_path``) the last split program of each group merges instead
+(``_split.merge_in_last_program``), saving the second launch. Tiles and the split are tuned per
+GPU on CUDA (``kernels._tune``); elsewhere ``decode_config`` gives the portable defaults.
 
 ``decode`` validates, asks ``decode_plan`` for the launch (chain), then launches it.
 """

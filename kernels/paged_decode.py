@@ -246,7 +246,8 @@ def paged_decode_plan(q: torch.Tensor, kv_cache: torch.Tensor, kv_page_indptr: t
     ``max_pages`` (the most pages of any sequence) sizes the page split; if None it is read from
     ``kv_page_indptr`` (one device sync). With more than one split the plan allocates fp32
     scratch and its ``then`` is the merge launch. On CUDA (``_checks.use_fast_path``) the plan is
-    the flat-token kernel with tuned tiles; elsewhere the portable page-walking kernel.
+    the flat-token kernel with tuned tiles; elsewhere the portable page-walking kernel. A given
+    ``config`` (``paged_decode_config``'s keys) runs the portable kernel with it.
     """
     B, Hq, D = q.shape
     _, Hkv, page_size, _ = kv_dims(kv_cache, layout)
@@ -259,10 +260,6 @@ def paged_decode_plan(q: torch.Tensor, kv_cache: torch.Tensor, kv_page_indptr: t
         max_pages = max(0, int((kv_page_indptr[1:] - kv_page_indptr[:-1]).max()))
     cfg = dict(config) if config is not None else paged_decode_config(
         B, Hkv, G, D, page_size, max_pages, q.dtype, interpret, num_splits)
-    if "TARGET" in cfg:  # a flat-kernel config (the tuner's candidates)
-        return _flat_plan(q, kv_cache, kv_page_indptr, kv_page_indices, kv_last_page_len, out, lse,
-                          layout=layout, scale=scale, num_splits=num_splits, max_pages=max_pages,
-                          config=cfg)
     splits = cfg.pop("NUM_SPLITS")
     pages_per_split = cfg.pop("PAGES_PER_SPLIT")
     return _plan(_paged_decode_fwd, q, kv_cache, kv_page_indptr, kv_page_indices, kv_last_page_len,

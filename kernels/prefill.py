@@ -37,9 +37,8 @@ def _prefill_fwd(
     pid_bh = tl.program_id(1)
     if CAUSAL:
         # Heaviest query blocks (most keys) first, so the short ones fill the tail of the wave.
-        # Written tensor-first: with S specialised to the constant 1, `constant - program_id`
-        # fails upstream's frontend ("'block_argument' object has no attribute 'dtype'"), and
-        # triton-ascend 3.2's frontend rejects tl.cdiv and tl.num_programs here.
+        # (A tl.cdiv(S, BLOCK_M) here stopped triton-ascend 3.2's frontend with "'NotImplementedType'
+        # object has no attribute 'type'" in the compile-only tier; not reduced to a probe yet.)
         pid_m = tl.program_id(0) * -1 + ((S + BLOCK_M - 1) // BLOCK_M - 1)
     else:
         pid_m = tl.program_id(0)

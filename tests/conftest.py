@@ -47,3 +47,35 @@ def run_suite(tmp_path):
         return SuiteRun(proc.returncode, proc.stdout + proc.stderr, found, report)
 
     return _run
+
+
+def _language_namespaces() -> list:
+    """The objects Triton's interpreter patches (triton/runtime/interpreter.py, ``_patch_lang``)."""
+    try:
+        import triton.language as tl
+    except ImportError:
+        return []
+    core = tl.core
+    names = ("tensor", "tensor_descriptor_base", "condition", "dtype")
+    return [tl, core, getattr(tl, "math", None)] + [getattr(core, n, None) for n in names]
+
+
+@pytest.fixture(autouse=True)
+def _undo_interpreter_patches():
+    """Triton 3.9's interpreter patches ``triton.language`` when an interpreted kernel calls a
+    @jit helper and never restores it (``InterpretedFunction.__call__``). A later real compile
+    in the same process (tests/test_compile_core.py, on a cold Triton cache) then fails in the
+    frontend with "'value' object has no attribute 'dtype'". Put the namespaces back after
+    every test, so test order cannot matter."""
+    saved = [(obj, dict(vars(obj))) for obj in _language_namespaces() if obj is not None]
+    yield
+    for obj, before in saved:
+        now = vars(obj)
+        for name in [n for n in now if n not in before]:
+            delattr(obj, name)
+        for name, value in before.items():
+            if now.get(name, _ABSENT) is not value:
+                setattr(obj, name, value)
+
+
+_ABSENT = object()
