@@ -143,12 +143,12 @@ def pytest_addoption(parser):
                          "of triton-ascend's do_bench (TRITON_BENCH_METHOD=npu)")
     group.addoption("--autotune", action="store_true", default=False,
                     help="GPU: time the tile candidates of every kernel shape not yet in the tune "
-                         "cache and cache the fastest (ATTNSUITE_AUTOTUNE=1; cache at "
+                         "cache and cache the fastest (kernels.settings.autotune; cache at "
                          "ATTNSUITE_TUNE_CACHE, default ~/.cache/attnsuite/tune.json)")
     group.addoption("--kernel-path", choices=("auto", "portable", "fast"), default=None,
                     help="auto (default): backend fast paths on CUDA, portable kernels elsewhere; "
                          "portable: the portable kernels everywhere; fast: the fast paths, also "
-                         "in the interpreter (ATTNSUITE_KERNEL_PATH)")
+                         "in the interpreter (kernels.settings.kernel_path)")
     parser.addini("attnsuite_ledger", "known-failure ledger (TOML), relative to the rootdir",
                   default=DEFAULT_LEDGER)
 
@@ -159,11 +159,11 @@ def pytest_configure(config):
     config.addinivalue_line("markers", "impl(name): the implementation a conformance case runs")
     kind = config.getoption("device")
     device_class(kind).prepare_environment()  # before anything imports triton
-    # Read by the kernels' planners at call time (xdist workers inherit the environment).
-    if config.getoption("autotune"):
-        os.environ["ATTNSUITE_AUTOTUNE"] = "1"
-    if config.getoption("kernel_path"):
-        os.environ["ATTNSUITE_KERNEL_PATH"] = config.getoption("kernel_path")
+    # The kernels' own settings object, set in every process (xdist workers run this hook too).
+    import kernels.settings
+
+    kernels.settings.configure(kernel_path=config.getoption("kernel_path"),
+                               autotune=True if config.getoption("autotune") else None)
 
     workerinput = getattr(config, "workerinput", None)
     controller = workerinput is None and getattr(config.option, "dist", "no") != "no"

@@ -19,6 +19,8 @@ from typing import Any, Iterator, Optional, Sequence
 
 import torch
 
+from . import settings
+
 FLOAT_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 
 #: ``input_precision`` for every ``tl.dot``, always spelled out: "ieee" keeps fp32 products exact
@@ -34,8 +36,10 @@ _captured: Optional[list] = None
 
 def is_interpret() -> bool:
     """True when Triton runs kernels in its CPU interpreter (read at call time). False while
-    launches are captured for compile-only: the plans must be the ones a device would run."""
-    return _captured is None and os.environ.get("TRITON_INTERPRET") == "1"
+    planning for compile-only (``settings.host_compile``, or launches captured): the plans must
+    be the ones a device would run."""
+    return (_captured is None and not settings.current().host_compile
+            and os.environ.get("TRITON_INTERPRET") == "1")
 
 
 @contextmanager
@@ -118,7 +122,8 @@ def check_nonempty(fn: str, name: str, t: torch.Tensor, dims: Optional[str] = No
 
 def check_launchable(fn: str, name: str, t: torch.Tensor) -> None:
     """A CPU tensor can only run under the Triton interpreter."""
-    if t.device.type == "cpu" and not is_interpret() and _captured is None:
+    if t.device.type == "cpu" and not is_interpret() and _captured is None \
+            and not settings.current().host_compile:
         raise ValueError(f"{fn}: {name} is on cpu; Triton kernels need a GPU device "
                          f"(or TRITON_INTERPRET=1 set before importing triton)")
 
@@ -262,18 +267,11 @@ def is_live(t: torch.Tensor) -> bool:
     return not is_interpret() and t.device.type != "cpu"
 
 
-#: ``portable`` | ``fast`` | unset (auto). The fast paths are backend-specific kernels (CUDA);
-#: auto uses them on CUDA tensors and the portable kernels everywhere else (NPU, interpreter,
-#: compile-only's CPU tensors). ``portable`` forces the portable kernels on CUDA too (how a GPU run
-#: keeps them conformant); ``fast`` forces the fast paths, also in the interpreter.
-KERNEL_PATH_ENV = "ATTNSUITE_KERNEL_PATH"
-KERNEL_PATHS = ("auto", "portable", "fast")
-
-
 def use_fast_path(t: torch.Tensor) -> bool:
-    choice = os.environ.get(KERNEL_PATH_ENV, "auto") or "auto"
-    if choice not in KERNEL_PATHS:
-        raise ValueError(f"{KERNEL_PATH_ENV} must be one of {KERNEL_PATHS}, got {choice!r}")
+    """Whether a wrapper takes its backend-specific fast path for ``t`` (``settings.kernel_path``):
+    auto uses them on CUDA tensors and the portable kernels everywhere else (NPU, interpreter,
+    compile-only's host tensors)."""
+    choice = settings.current().kernel_path
     if choice == "auto":
         return t.device.type == "cuda"
     return choice == "fast"

@@ -5,7 +5,7 @@ is the hand-picked default (the one the Ascend compile-only tier and the interpr
 use). On a CUDA device:
 
 * a config cached for (device name, kernel, key) is used as is;
-* with ``ATTNSUITE_AUTOTUNE=1`` (the benchmarks set it), a missing key is tuned: every
+* with ``settings.autotune`` (``--autotune``), a missing key is tuned: every
   candidate is built, launched and timed (device events, L2 flushed), the fastest is written
   to the cache and used;
 * otherwise the default is used.
@@ -25,7 +25,8 @@ from typing import Callable, Optional
 
 import torch
 
-AUTOTUNE_ENV = "ATTNSUITE_AUTOTUNE"
+from . import settings
+
 CACHE_ENV = "ATTNSUITE_TUNE_CACHE"
 _FLUSH_BYTES = 256 * 2**20
 
@@ -42,7 +43,7 @@ def cache_path() -> Path:
 
 
 def autotune_enabled() -> bool:
-    return os.environ.get(AUTOTUNE_ENV) == "1"
+    return settings.current().autotune
 
 
 def _load() -> dict:

@@ -3,6 +3,7 @@ run in the interpreter with ``--kernel-path fast``, so CPU CI checks them agains
 references as the portable kernels; and the switch picks the kernel it says it does."""
 import torch
 
+import kernels.settings as ks
 from kernels._checks import capture_launches
 
 FAST_FAMILIES = ("decode", "paged_decode", "sparse_paged_decode", "magicpig_decode")
@@ -18,8 +19,7 @@ def test_fast_paths_pass_the_quick_conformance_cases_in_the_interpreter(run_suit
 
 
 def _kernels(monkeypatch, path, call):
-    monkeypatch.setenv("ATTNSUITE_KERNEL_PATH", path)
-    with capture_launches() as plans:
+    with ks.using(kernel_path=path), capture_launches() as plans:
         call()
     return [getattr(p.kernel, "fn", p.kernel).__name__ for plan in plans for p in plan.chain()]
 
@@ -53,16 +53,20 @@ def test_fused_merge_replaces_the_merge_launch_on_the_fast_path(monkeypatch):
     assert _kernels(monkeypatch, "fast", call) == ["_decode_fwd"]
 
 
-def test_unknown_kernel_path_is_refused(monkeypatch):
-    from kernels._checks import use_fast_path
-
-    monkeypatch.setenv("ATTNSUITE_KERNEL_PATH", "fastest")
+def test_unknown_kernel_path_is_refused():
     try:
-        use_fast_path(torch.zeros(1))
+        ks.configure(kernel_path="fastest")
     except ValueError as exc:
-        assert "ATTNSUITE_KERNEL_PATH" in str(exc)
+        assert "kernel_path" in str(exc) and "fastest" in str(exc)
     else:
         raise AssertionError("no error for an unknown kernel path")
+    assert ks.current().kernel_path != "fastest"
+
+
+def test_the_environment_is_read_once_as_the_user_s_default():
+    assert ks.Settings.from_env({"ATTNSUITE_KERNEL_PATH": "fast", "ATTNSUITE_AUTOTUNE": "1"}) == ks.Settings(
+        kernel_path="fast", autotune=True)
+    assert ks.Settings.from_env({}) == ks.Settings()
 
 
 def test_in_kernel_split_merge_matches_the_reference_in_the_interpreter():

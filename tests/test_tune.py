@@ -4,14 +4,14 @@ import json
 
 import torch
 
-from kernels import _tune
+from kernels import _tune, settings
 
 CANDIDATES = [{"BLOCK_N": 64}, {"BLOCK_N": 128}]
 
 
 def _fresh(monkeypatch, tmp_path, autotune="0"):
     monkeypatch.setenv(_tune.CACHE_ENV, str(tmp_path / "tune.json"))
-    monkeypatch.setenv(_tune.AUTOTUNE_ENV, autotune)
+    monkeypatch.setattr(settings, "_current", settings.Settings(autotune=autotune == "1"))
     monkeypatch.setattr(_tune, "_cache", None)
     monkeypatch.setattr(_tune, "_memo", {})
     monkeypatch.setattr(_tune, "_names", {})

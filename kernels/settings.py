@@ -1,0 +1,79 @@
+"""How the kernel wrappers run: one documented settings object, set explicitly by whoever drives
+them (the suite's pytest plugin, a benchmark script, a serving loop), never behind their back.
+
+    import kernels.settings as ks
+    ks.configure(kernel_path="portable")      # for this process, from now on
+    with ks.using(autotune=True):              # for one block
+        decode(q, k, v)
+
+Fields:
+
+* ``kernel_path``: ``auto`` (default): the backend fast paths on CUDA tensors, the portable
+  kernels everywhere else (NPU, interpreter, compile-only); ``portable``: the portable kernels on
+  every device; ``fast``: the fast paths everywhere, the interpreter included (how CPU CI checks
+  them).
+* ``autotune``: on CUDA, time the tile candidates of a shape missing from the shipped and cached
+  tables, and cache the fastest (``kernels._tune``).
+* ``host_compile``: compile-only planning. Wrappers accept host (CPU) tensors and plan exactly
+  what they would launch on the device (device tile configs, not the interpreter's); the caller
+  captures the launches at Triton's level and compiles them instead of running them.
+
+The process starts from ``ATTNSUITE_KERNEL_PATH`` / ``ATTNSUITE_AUTOTUNE`` when a user sets them
+(read once, at import), otherwise from the defaults above. This module imports nothing heavy:
+it is safe to import before triton.
+"""
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import os
+from typing import Iterator
+
+KERNEL_PATHS = ("auto", "portable", "fast")
+KERNEL_PATH_ENV = "ATTNSUITE_KERNEL_PATH"
+AUTOTUNE_ENV = "ATTNSUITE_AUTOTUNE"
+
+
+@dataclasses.dataclass(frozen=True)
+class Settings:
+    kernel_path: str = "auto"
+    autotune: bool = False
+    host_compile: bool = False
+
+    def __post_init__(self):
+        if self.kernel_path not in KERNEL_PATHS:
+            raise ValueError(f"kernel_path must be one of {KERNEL_PATHS}, got {self.kernel_path!r}")
+        for name in ("autotune", "host_compile"):
+            if not isinstance(getattr(self, name), bool):
+                raise TypeError(f"{name} must be a bool, got {type(getattr(self, name)).__name__}")
+
+    @classmethod
+    def from_env(cls, environ=os.environ) -> "Settings":
+        return cls(kernel_path=environ.get(KERNEL_PATH_ENV) or "auto",
+                   autotune=environ.get(AUTOTUNE_ENV) == "1")
+
+
+_current = Settings.from_env()
+
+
+def current() -> Settings:
+    return _current
+
+
+def configure(**changes) -> Settings:
+    """Replace fields of the process-wide settings (``None`` leaves a field as it is)."""
+    global _current
+    _current = dataclasses.replace(_current, **{k: v for k, v in changes.items() if v is not None})
+    return _current
+
+
+@contextlib.contextmanager
+def using(**changes) -> Iterator[Settings]:
+    """The settings with ``changes`` for the duration of the block, then the previous ones."""
+    global _current
+    previous = _current
+    configure(**changes)
+    try:
+        yield _current
+    finally:
+        _current = previous
