@@ -4,8 +4,8 @@ exactly what it would launch on the device (dtypes, constexprs, tile configs, gr
 captured launch is compiled for every target. Nothing runs; no accelerator is needed."""
 from __future__ import annotations
 
-from . import runner
-from .runner import CaseFailure, CaseResult
+from .buffers import guarded_nan_buffer
+from .result import CaseFailure, CaseResult, classify_exception
 
 #: What a record keeps of one compiled launch (the IR itself stays out of the records).
 _KEEP = ("kernel", "outcome", "stage", "last_stage_reached", "seconds")
@@ -17,13 +17,13 @@ def compile_case(family, case, impl, targets: list[str], result: CaseResult) -> 
     from .compile import compile_plan
 
     inputs = family.make_inputs(case, case.generator())
-    outputs = {name: runner.guarded_nan_buffer(shape, dtype, "cpu")[0]
+    outputs = {name: guarded_nan_buffer(shape, dtype, "cpu")[0]
                for name, (shape, dtype) in family.output_specs(case, inputs).items()}
     try:
         with capture_launches() as plans:
             family.call(impl, case, inputs, outputs)
     except Exception as exc:
-        raise CaseFailure(runner.classify_exception(exc), f"{type(exc).__name__}: {exc}") from exc
+        raise CaseFailure(classify_exception(exc), f"{type(exc).__name__}: {exc}") from exc
     if not plans:
         raise CaseFailure("compile", "the implementation launched nothing through kernels._checks.launch, "
                           "so there is nothing to compile")

@@ -327,7 +327,7 @@ def pytest_runtest_setup(item):
     case = params.get("case") or params.get("bench_case")
     if case is None or not (item.get_closest_marker("conformance") or item.get_closest_marker("bench")):
         return
-    from .runner import CaseResult
+    from .result import CaseResult
 
     state = item.config.stash[STATE]
     item.stash[CASE_INFO] = {

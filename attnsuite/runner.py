@@ -5,7 +5,6 @@ with its numbers."""
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
 from typing import Callable
 
 import torch
@@ -13,78 +12,8 @@ import torch
 from . import tolerance
 from .interfaces import Unsupported
 from .ledger import KnownFailure, KnownFailureHit
-
-#: NaN-filled elements kept on both sides of every output buffer; a write that lands there
-#: is a write outside the outputs.
-GUARD_ELEMENTS = 4096
-
-
-class CaseFailure(AssertionError):
-    def __init__(self, stage: str, message: str):
-        super().__init__(message)
-        self.stage = stage
-
-
-@dataclass
-class CaseResult:
-    metrics: dict = field(default_factory=dict)
-    headroom: float | None = None
-    tolerance: dict | None = None
-    timings: dict = field(default_factory=dict)
-    memory: dict = field(default_factory=dict)
-    #: compile-only: target -> one summary per compiled launch (see compile_case).
-    compile: dict = field(default_factory=dict)
-    #: Family.quality's figures (approximation vs a lossless ground truth), reported apart.
-    quality: dict | None = None
-    #: Benchmarks: attnsuite.bench.run.run_bench's payload.
-    bench: dict | None = None
-
-    def as_payload(self) -> dict:
-        return {"metrics": self.metrics, "headroom": self.headroom, "tolerance": self.tolerance,
-                "timings": self.timings, "memory": self.memory, "compile": self.compile,
-                "quality": self.quality, "bench": self.bench}
-
-
-def classify_exception(exc: BaseException) -> str:
-    """The stage an exception raised by an implementation call belongs to."""
-    module = type(exc).__module__ or ""
-    name = type(exc).__name__
-    if module.startswith("triton") and ("Compilation" in name or "OutOfResources" in name):
-        return "compile"
-    if isinstance(exc, (ValueError, TypeError)):
-        return "validate"
-    return "launch"
-
-
-def poison(dtype: torch.dtype):
-    """What unwritten output elements hold: NaN, or the most negative integer for int outputs."""
-    return float("nan") if dtype.is_floating_point else torch.iinfo(dtype).min
-
-
-def guarded_nan_buffer(shape, dtype, device) -> tuple[torch.Tensor, torch.Tensor]:
-    """(view, storage): a poison-filled output of ``shape`` inside a larger poison-filled buffer."""
-    numel = 1
-    for s in shape:
-        numel *= s
-    storage = torch.full((numel + 2 * GUARD_ELEMENTS,), poison(dtype), dtype=dtype, device=device)
-    return storage[GUARD_ELEMENTS:GUARD_ELEMENTS + numel].view(shape), storage
-
-
-def _is_poison(t: torch.Tensor) -> torch.Tensor:
-    return torch.isnan(t) if t.is_floating_point() else t == poison(t.dtype)
-
-
-def _guards_intact(storage: torch.Tensor) -> bool:
-    head, tail = storage[:GUARD_ELEMENTS], storage[-GUARD_ELEMENTS:]
-    return bool(_is_poison(head).all()) and bool(_is_poison(tail).all())
-
-
-def _unchanged(before: torch.Tensor, after: torch.Tensor) -> bool:
-    # NaN-aware: the paged caches hold NaN in slots no sequence owns.
-    same = before == after
-    if before.is_floating_point():
-        same |= torch.isnan(before) & torch.isnan(after)
-    return bool(same.all())
+from .buffers import guarded_nan_buffer, guards_intact, inputs_unchanged
+from .result import CaseFailure, CaseResult, classify_exception
 
 
 def run_case(family, case, device, impl: Callable, known: KnownFailure | None = None,
@@ -142,10 +71,10 @@ def _run(family, case, device, impl, result: CaseResult) -> None:
     except Exception as exc:  # a figure that cannot be computed is not a conformance failure
         result.quality = {"error": f"{type(exc).__name__}: {exc}"}
     for name, (_, storage) in buffers.items():
-        if not _guards_intact(storage):
+        if not guards_intact(storage):
             problems.append(f"{name}: the implementation wrote outside its output buffer")
     for name, before in pristine.items():
-        if not _unchanged(before, inputs[name]):
+        if not inputs_unchanged(before, inputs[name]):
             problems.append(f"input {name} was modified by the implementation")
     if problems:
         raise CaseFailure("numeric", "; ".join(problems))
