@@ -33,6 +33,9 @@ class HostDevice(Device):
     def place(self, tensor):
         return tensor
 
+    def l2_flusher(self):
+        return None
+
     def name(self) -> str:
         return f"host (compile-only for {self.kind})"
 
