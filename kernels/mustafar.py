@@ -30,125 +30,162 @@ import torch
 import triton
 import triton.language as tl
 
-from ._checks import (DOT_INPUT_PRECISION, FLOAT_DTYPES, check_gqa, check_launchable, check_nonempty,
-                      check_output, check_scale, check_tensor, is_interpret, launch, LaunchPlan,
-                      next_pow2)
+from ._checks import (FLOAT_DTYPES, cdiv, check_gqa, check_launchable, check_nonempty, check_output,
+                      check_scale, check_tensor, is_interpret, launch, LaunchPlan, next_pow2)
 from .mustafar_format import CODES_PER_WORD, TILE, Compressed, mask_from_bitmaps, tile_grid
 
 MAX_HEAD_DIM = 256
+#: Vector cores of the Ascend910B2 (CANN's platform file): the persistent grid when planning for
+#: an NPU without a device to ask (compile-only). A live NPU reports its own count.
+NPU_VECTOR_CORES = 48
 
 
 @triton.jit
-def _decode_tiles(BITMAPS, OFFSETS, PACKED, SCALE, ZERO, tiles, tile_ok,
-                  BITS: tl.constexpr, DOT_PRECISION: tl.constexpr):
-    """fp32 [N, 64]: the 64 elements of each tile in ``tiles`` [N] (int64 global indices); rows
-    with ``tile_ok`` False read nothing and decode to zeros."""
-    offs_j = tl.arange(0, 64)
-    bm = tl.load(BITMAPS + tiles, mask=tile_ok, other=0)
-    start = tl.load(OFFSETS + tiles, mask=tile_ok, other=0)
-    # Arithmetic shift of the signed int64 is fine: only the lowest bit is kept.
-    kept = ((bm[:, None] >> (63 - offs_j[None, :]).to(tl.int64)) & 1).to(tl.int32)
-    # Exclusive prefix count as kept @ (strictly upper triangular ones): exact (0/1 operands,
-    # sums <= 63). tl.cumsum here fails the Ascend compile on triton-ascend 3.2.0rc2
-    # (bishengir: "operation being parsed with an unregistered dialect").
-    before = (offs_j[:, None] < offs_j[None, :]).to(tl.float16)
-    rank = tl.dot(kept.to(tl.float16), before, input_precision=DOT_PRECISION).to(tl.int32)
-    is_kept = kept != 0
+def _decode_tiles(BITMAPS, OFFSETS, PACKED, ZERO, tile0, n_tiles,
+                  NT: tl.constexpr, BITS: tl.constexpr):
+    """fp32 [NT, 8, 8]: tiles tile0 .. tile0 + NT - 1 (those past n_tiles decode to zeros), element
+    j of a tile at [:, j // 8, j % 8]. 16 bits: the kept values; 2 bits: code - zero (unscaled)."""
+    t = tl.arange(0, NT)
+    o = tl.arange(0, 8)
+    i = tl.arange(0, 8)
+    ok = t < n_tiles
+    bm = tl.load(BITMAPS + tile0 + t, mask=ok, other=0)
+    start = tl.load(OFFSETS + tile0 + t, mask=ok, other=0)
+    end = tl.load(OFFSETS + tile0 + 1 + t, mask=ok, other=0)
+    # Every tile's data lies in one contiguous range of PACKED: one window load, no per-element
+    # addresses (those become scalar loads on Ascend).
+    lo = tl.min(tl.where(ok, start, 2147483647), 0)
+    hi = tl.max(end, 0)
+    rel = tl.where(ok, start - lo, 0)
+    WMAX: tl.constexpr = NT * (64 if BITS == 16 else 4)
+    w = tl.arange(0, WMAX)
+    win = tl.load(PACKED + lo + w, mask=w < hi - lo, other=0)
+
+    # Octet o of a tile is bitmap byte 7 - o; element i of the octet is bit 7 - i of that byte.
+    half = tl.where(o[None, :] < 4, (bm >> 32).to(tl.int32)[:, None], bm.to(tl.int32)[:, None])
+    y = (half >> (24 - 8 * (o[None, :] % 4))) & 0xFF
+    # Bit-reversed spread: nibble i of x holds element i, so one multiply gives prefix counts.
+    x = ((y & 0x0F) << 16) | (y >> 4)
+    x = ((x & 0x00030003) << 8) | ((x >> 2) & 0x00030003)
+    x = ((x & 0x01010101) << 4) | ((x >> 1) & 0x01010101)
+    pc = ((x * 0x11111111) >> 28) & 15
+    # The octet's first slot in the tile: popcounts of the octets before it.
+    first = tl.sum(tl.where(o[None, None, :] < o[None, :, None], pc[:, None, :], 0), 2)
+    kept = ((x[:, :, None] >> (4 * i[None, None, :])) & 1) != 0
     if BITS == 16:
-        vals = tl.load(PACKED + start[:, None] + rank, mask=is_kept, other=0.0).to(tl.float32)
-    else:
-        # A tile's codes fill at most 4 words: load them as a [N, 4] row per tile, then each
-        # element picks word rank // 16. (That index inside the pointer expression fails
-        # triton-ascend 3.2.0rc2's adapter: "cannot div 0!", or SIGSEGV as a shift or compares;
-        # this form also loads 4 words per tile instead of one per element.)
-        offs_w = tl.arange(0, 4)
-        n_words = (tl.sum(kept, 1) + 15) // 16
-        words = tl.load(PACKED + start[:, None] + offs_w[None, :],
-                        mask=offs_w[None, :] < n_words[:, None], other=0)
-        word_idx = rank // 16
-        word = tl.zeros_like(rank)
-        for w in tl.static_range(4):
-            word_w = tl.sum(tl.where(offs_w[None, :] == w, words, 0), 1)
-            word = tl.where(word_idx == w, word_w[:, None], word)
-        code = (word >> (2 * (rank % 16))) & 3
-        scale = tl.load(SCALE + tiles, mask=tile_ok, other=1.0)
-        zero = tl.load(ZERO + tiles, mask=tile_ok, other=0)
-        vals = (code - zero[:, None]).to(tl.float32) * scale[:, None]
-        vals = tl.where(is_kept, vals, 0.0)
-    return vals
+        # Nibble i: kept elements before i (<= 7, no carry between nibbles).
+        before = ((x * 0x11111110)[:, :, None] >> (4 * i[None, None, :])) & 15
+        idx = rel[:, None, None] + first[:, :, None] + before
+        vals = tl.gather(win, tl.reshape(tl.where(kept, idx, 0), (NT * 64,)), 0)
+        return tl.where(kept, tl.reshape(vals, (NT, 8, 8)).to(tl.float32), 0.0)
+    # 2 bits: the octet's <= 8 codes are 16 bits at 2 * first of the tile's stream (words
+    # rel + first // 16 and the next), fetched with two 1-D gathers of the window seen as fp32.
+    wf = win.to(tl.float32, bitcast=True)
+    widx = rel[:, None] + (first >> 4)
+    w0 = tl.gather(wf, tl.reshape(tl.minimum(widx, WMAX - 1), (NT * 8,)), 0)
+    w1 = tl.gather(wf, tl.reshape(tl.minimum(widx + 1, WMAX - 1), (NT * 8,)), 0)
+    w0 = tl.reshape(w0.to(tl.uint32, bitcast=True), (NT, 8))
+    w1 = tl.reshape(w1.to(tl.uint32, bitcast=True), (NT, 8))
+    sh = ((first & 15) * 2).to(tl.uint32)
+    codes = (((w0 >> sh) | ((w1 << 1) << (31 - sh))) & 0xFFFF).to(tl.int32)
+    # Nibble i: twice the kept elements before i (<= 14), the shift of element i's code.
+    csh = ((x * 0x22222220)[:, :, None] >> (4 * i[None, None, :])) & 15
+    code = (codes[:, :, None] >> csh) & 3
+    zero = tl.load(ZERO + tile0 + t, mask=ok, other=0).to(tl.float32) + 8388608.0
+    # 2^23 + code as fp32 bits, minus 2^23 + zero: exact, and no int-to-float conversion.
+    val = (code | 0x4B000000).to(tl.float32, bitcast=True) - zero[:, None, None]
+    return tl.where(kept, val, 0.0)
 
 
 @triton.jit
 def _mustafar_keys_fwd(
     Q, BITMAPS, OFFSETS, PACKED, SCALE, ZERO, O,
-    stride_qb, stride_qh,
-    stride_ob, stride_oh,
-    Hkv, D, G, n_tblocks,
-    BITS: tl.constexpr, DOT_PRECISION: tl.constexpr,
-    BLOCK_G: tl.constexpr, BLOCK_C: tl.constexpr,
+    stride_qb, stride_qh, stride_ob, stride_oh,
+    Hkv, D, n_tblocks, n_work, n_programs,
+    G: tl.constexpr, BITS: tl.constexpr, BLOCK_C: tl.constexpr, BLOCK_G: tl.constexpr,
 ):
-    pid_bk = tl.program_id(0)
-    t = tl.program_id(1)
-    b = (pid_bk // Hkv).to(tl.int64)
-    hk = (pid_bk % Hkv).to(tl.int64)
-    offs_g = tl.arange(0, BLOCK_G)
     offs_c = tl.arange(0, BLOCK_C)
-    offs_j = tl.arange(0, 64)
-    heads = hk * G + offs_g
-    g_ok = offs_g < G
-    # Key tile (t, c) has local index t * D + c: this block's tiles are D consecutive ones.
-    tile0 = pid_bk.to(tl.int64) * n_tblocks * D + t.to(tl.int64) * D
-
-    acc = tl.zeros([BLOCK_G, 64], dtype=tl.float32)
-    for c0 in range(0, D, BLOCK_C):
-        chans = c0 + offs_c
-        c_ok = chans < D
-        # Padding rows (g >= G) load zeros and are never stored.
-        q = tl.load(Q + b * stride_qb + heads[:, None] * stride_qh + chans[None, :],
-                    mask=g_ok[:, None] & c_ok[None, :], other=0.0).to(tl.float32)
-        k = _decode_tiles(BITMAPS, OFFSETS, PACKED, SCALE, ZERO, tile0 + chans, c_ok,
-                          BITS, DOT_PRECISION)
-        acc += tl.dot(q, k, input_precision=DOT_PRECISION)  # [G, C] x [C channels, 64 tokens]
-
-    toks = t.to(tl.int64) * 64 + offs_j
-    tl.store(O + b * stride_ob + heads[:, None] * stride_oh + toks[None, :],
-             acc.to(O.dtype.element_ty), mask=g_ok[:, None])
+    offs_g = tl.arange(0, BLOCK_G)
+    tok = tl.arange(0, 8)[:, None] * 8 + tl.arange(0, 8)[None, :]
+    # A persistent loop (one trip on CUDA): Ascend binds a program to a core.
+    for work in range(tl.program_id(0), n_work, n_programs):
+        bk = work // n_tblocks
+        t = work % n_tblocks
+        b = (bk // Hkv).to(tl.int64)
+        hk = (bk % Hkv).to(tl.int64)
+        # Key tile (t, c) is local index t * D + c: the block's D tiles are consecutive.
+        tile0 = (bk.to(tl.int64) * n_tblocks + t) * D
+        acc = tl.zeros([BLOCK_G, 8, 8], dtype=tl.float32)
+        for c0 in range(0, D, BLOCK_C):
+            k = _decode_tiles(BITMAPS, OFFSETS, PACKED, ZERO, tile0 + c0, D - c0, BLOCK_C, BITS)
+            chans = c0 + offs_c
+            c_ok = chans < D
+            if BITS == 2:
+                scale = tl.load(SCALE + tile0 + chans, mask=c_ok, other=0.0)
+            for g in tl.static_range(G):
+                q = tl.load(Q + b * stride_qb + (hk * G + g) * stride_qh + chans, mask=c_ok,
+                            other=0.0).to(tl.float32)
+                if BITS == 2:
+                    q = q * scale  # folded into q: k = (code - zero) * scale
+                part = tl.sum(q[:, None, None] * k, 0)
+                acc += tl.where(offs_g[:, None, None] == g, part[None, :, :], 0.0)
+        heads = hk * G + offs_g
+        tl.store(O + b * stride_ob + heads[:, None, None] * stride_oh + t.to(tl.int64) * 64
+                 + tok[None, :, :], acc, mask=(offs_g < G)[:, None, None])
 
 
 @triton.jit
 def _mustafar_values_fwd(
     P, BITMAPS, OFFSETS, PACKED, SCALE, ZERO, O,
-    stride_pb, stride_ph,
-    stride_ob, stride_oh,
-    Hkv, S, G, n_cblocks,
-    BITS: tl.constexpr, DOT_PRECISION: tl.constexpr,
-    BLOCK_G: tl.constexpr, BLOCK_S: tl.constexpr,
+    stride_pb, stride_ph, stride_os, stride_ob, stride_oh,
+    Hkv, S, chunk, n_chunks, n_work, n_programs,
+    G: tl.constexpr, BITS: tl.constexpr, NC: tl.constexpr, BLOCK_S: tl.constexpr,
+    BLOCK_G: tl.constexpr,
 ):
-    pid_bk = tl.program_id(0)
-    cb = tl.program_id(1)
-    b = (pid_bk // Hkv).to(tl.int64)
-    hk = (pid_bk % Hkv).to(tl.int64)
-    offs_g = tl.arange(0, BLOCK_G)
+    NT: tl.constexpr = BLOCK_S * NC
     offs_s = tl.arange(0, BLOCK_S)
-    offs_j = tl.arange(0, 64)
-    heads = hk * G + offs_g
-    g_ok = offs_g < G
-    # Value tile (s, cb) has local index s * (D // 64) + cb: one tile per token, strided.
-    tile0 = pid_bk.to(tl.int64) * S * n_cblocks + cb
+    offs_t = tl.arange(0, NT)
+    offs_g = tl.arange(0, BLOCK_G)
+    offs_d = tl.arange(0, NC * 64)
+    for work in range(tl.program_id(0), n_work, n_programs):
+        bk = work // n_chunks
+        ch = work % n_chunks
+        b = (bk // Hkv).to(tl.int64)
+        hk = (bk % Hkv).to(tl.int64)
+        acc = tl.zeros([BLOCK_G, NC * 64], dtype=tl.float32)
+        s_end = tl.minimum(ch * chunk + chunk, S)
+        for s0 in range(ch * chunk, s_end, BLOCK_S):
+            # Value tile (s, cb) is local index s * NC + cb: the step's tokens are consecutive.
+            tile0 = (bk.to(tl.int64) * S + s0) * NC
+            n_ok = (s_end - s0) * NC
+            v = _decode_tiles(BITMAPS, OFFSETS, PACKED, ZERO, tile0, n_ok, NT, BITS)
+            if BITS == 2:
+                v = v * tl.load(SCALE + tile0 + offs_t, mask=offs_t < n_ok, other=0.0)[:, None, None]
+            v = tl.reshape(v, (BLOCK_S, NC * 64))
+            toks = s0 + offs_s
+            for g in tl.static_range(G):
+                p = tl.load(P + b * stride_pb + (hk * G + g) * stride_ph + toks, mask=toks < s_end,
+                            other=0.0).to(tl.float32)
+                part = tl.sum(p[:, None] * v, 0)
+                acc += tl.where(offs_g[:, None] == g, part[None, :], 0.0)
+        heads = hk * G + offs_g
+        tl.store(O + ch * stride_os + b * stride_ob + heads[:, None] * stride_oh + offs_d[None, :],
+                 acc.to(O.dtype.element_ty), mask=(offs_g < G)[:, None])
 
-    acc = tl.zeros([BLOCK_G, 64], dtype=tl.float32)
-    for s0 in range(0, S, BLOCK_S):
-        toks = s0 + offs_s
-        s_ok = toks < S
-        p = tl.load(P + b * stride_pb + heads[:, None] * stride_ph + toks[None, :],
-                    mask=g_ok[:, None] & s_ok[None, :], other=0.0).to(tl.float32)
-        v = _decode_tiles(BITMAPS, OFFSETS, PACKED, SCALE, ZERO,
-                          tile0 + toks.to(tl.int64) * n_cblocks, s_ok, BITS, DOT_PRECISION)
-        acc += tl.dot(p, v, input_precision=DOT_PRECISION)  # [G, S] x [S tokens, 64 channels]
 
-    chans = cb * 64 + offs_j
-    tl.store(O + b * stride_ob + heads[:, None] * stride_oh + chans[None, :],
-             acc.to(O.dtype.element_ty), mask=g_ok[:, None])
+@triton.jit
+def _sum_chunks(W, O, n_chunks, rows, Hq, stride_ob, stride_oh,
+                D: tl.constexpr, BLOCK_R: tl.constexpr):
+    """O[b, h, :] = sum over chunks of W[chunk, b * Hq + h, :] (W contiguous fp32)."""
+    r = tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)
+    d = tl.arange(0, D)
+    r_ok = r < rows
+    acc = tl.zeros([BLOCK_R, D], dtype=tl.float32)
+    for c in range(0, n_chunks):
+        acc += tl.load(W + (c * rows + r.to(tl.int64))[:, None] * D + d[None, :],
+                       mask=r_ok[:, None], other=0.0)
+    dst = O + (r // Hq).to(tl.int64)[:, None] * stride_ob + (r % Hq).to(tl.int64)[:, None] * stride_oh
+    tl.store(dst + d[None, :], acc.to(O.dtype.element_ty), mask=r_ok[:, None])
 
 
 # --- planning ----------------------------------------------------------------------------------
@@ -161,25 +198,55 @@ def _buffers(c: Compressed) -> tuple:
     return c.bitmaps, c.offsets, c.packed, c.bitmaps, c.bitmaps
 
 
-def _tiles_per_step(n: int, bits: int, interpret: bool) -> int:
-    """Tiles decoded per loop trip (>= 16: the K of tl.dot). The interpreter prefers few big
-    steps; on a device the [tiles, 64] decode temporaries must fit Ascend's unified buffer: at 32
-    tiles the 2-bit decode made bishengir retry without code motion and multi-buffering."""
-    if interpret:
-        return max(16, min(next_pow2(n), 128))
-    return 32 if bits == 16 else 16
+_ASCEND: Optional[bool] = None
 
 
-def mustafar_keys_config(D: int, G: int, bits: int, interpret: bool) -> dict:
-    """BLOCK_G (query heads, >= 16 for tl.dot), BLOCK_C (channels = key tiles per step), warps."""
-    return dict(BLOCK_G=max(16, next_pow2(G)), BLOCK_C=_tiles_per_step(D, bits, interpret),
-                num_warps=4, num_stages=1)
+def _on_ascend(t: torch.Tensor) -> bool:
+    """Planning for an Ascend NPU: an npu tensor, or compile-only under triton-ascend."""
+    global _ASCEND
+    if t.device.type == "npu":
+        return True
+    if t.device.type != "cpu" or is_interpret():
+        return False
+    if _ASCEND is None:
+        import importlib.util
+        _ASCEND = any(importlib.util.find_spec(f"triton.backends.{n}") is not None
+                      for n in ("ascend", "huawei"))
+    return _ASCEND
 
 
-def mustafar_values_config(S: int, G: int, bits: int, interpret: bool) -> dict:
-    """BLOCK_G (query heads, >= 16 for tl.dot), BLOCK_S (tokens = value tiles per step), warps."""
-    return dict(BLOCK_G=max(16, next_pow2(G)), BLOCK_S=_tiles_per_step(S, bits, interpret),
-                num_warps=4, num_stages=1)
+def _programs(n_work: int, t: torch.Tensor) -> int:
+    """Programs for n_work items: one each on CUDA and in the interpreter; on Ascend at most one
+    per vector core, each looping over its share (a program is bound to a physical core)."""
+    if not _on_ascend(t):
+        return n_work
+    cores = NPU_VECTOR_CORES
+    if t.device.type == "npu":
+        props = triton.runtime.driver.active.utils.get_device_properties(t.device.index or 0)
+        cores = int(props.get("num_vectorcore", cores))
+    return max(1, min(n_work, cores))
+
+
+def mustafar_keys_config(D: int, G: int, bits: int, interpret: bool, ascend: bool = False) -> dict:
+    """BLOCK_C: key tiles (channels) decoded per step, BLOCK_G: query heads (G padded to a power
+    of two). Ascend keeps a step's [C, 64] temporaries well inside its unified buffer."""
+    if ascend:
+        block_c = 16 if bits == 16 else 32
+    else:
+        block_c = min(next_pow2(D), 128 if bits == 2 else 64)
+    return dict(BLOCK_C=block_c, BLOCK_G=next_pow2(G), num_warps=4 if interpret else 8, num_stages=1)
+
+
+def mustafar_values_config(S: int, D: int, G: int, bits: int, interpret: bool,
+                           ascend: bool = False) -> dict:
+    """BLOCK_S: tokens per step (NC = D / 64 value tiles each), BLOCK_G as for keys."""
+    nc = D // TILE
+    if ascend:
+        block_s = max(1, (16 if bits == 16 else 32) // nc)
+    else:
+        block_s = max(1, (64 if bits == 16 else 128) // nc)
+    block_s = min(block_s, next_pow2(S))
+    return dict(BLOCK_S=block_s, BLOCK_G=next_pow2(G), num_warps=4 if interpret else 8, num_stages=1)
 
 
 def mustafar_keys_plan(q: torch.Tensor, kc: Compressed, out: torch.Tensor, *,
@@ -189,31 +256,59 @@ def mustafar_keys_plan(q: torch.Tensor, kc: Compressed, out: torch.Tensor, *,
     Hq = q.shape[1]
     G = Hq // Hkv
     interpret = is_interpret() if interpret is None else interpret
-    cfg = mustafar_keys_config(D, G, kc.bits, interpret)
+    cfg = mustafar_keys_config(D, G, kc.bits, interpret, _on_ascend(q))
     n_tblocks = S // TILE
+    n_work = B * Hkv * n_tblocks
+    n_programs = _programs(n_work, q)
     args = (q, *_buffers(kc), out,
-            q.stride(0), q.stride(1),
-            out.stride(0), out.stride(1),
-            Hkv, D, G, n_tblocks)
-    meta = dict(BITS=kc.bits, DOT_PRECISION=DOT_INPUT_PRECISION, **cfg)
-    return LaunchPlan(kernel=_mustafar_keys_fwd, grid=(B * Hkv, n_tblocks), args=args, meta=meta)
+            q.stride(0), q.stride(1), out.stride(0), out.stride(1),
+            Hkv, D, n_tblocks, n_work, n_programs)
+    meta = dict(G=G, BITS=kc.bits, **cfg)
+    return LaunchPlan(kernel=_mustafar_keys_fwd, grid=(n_programs,), args=args, meta=meta)
+
+
+#: Tokens per program of the values kernel on CUDA: partial sums per chunk, then one merge.
+VALUES_CHUNK = 512
 
 
 def mustafar_values_plan(p: torch.Tensor, vc: Compressed, out: torch.Tensor, *,
                          interpret: Optional[bool] = None) -> LaunchPlan:
-    """The launch for validated inputs: p [B, Hq, S_c], out [B, Hq, D] (any float dtype)."""
+    """The launch chain for validated inputs: p [B, Hq, S_c], out [B, Hq, D] (any float dtype).
+    Long caches are split into token chunks whose fp32 partials a second launch sums."""
     B, Hkv, S, D = vc.shape
     Hq = p.shape[1]
     G = Hq // Hkv
     interpret = is_interpret() if interpret is None else interpret
-    cfg = mustafar_values_config(S, G, vc.bits, interpret)
-    n_cblocks = D // TILE
-    args = (p, *_buffers(vc), out,
-            p.stride(0), p.stride(1),
-            out.stride(0), out.stride(1),
-            Hkv, S, G, n_cblocks)
-    meta = dict(BITS=vc.bits, DOT_PRECISION=DOT_INPUT_PRECISION, **cfg)
-    return LaunchPlan(kernel=_mustafar_values_fwd, grid=(B * Hkv, n_cblocks), args=args, meta=meta)
+    ascend = _on_ascend(p)
+    cfg = mustafar_values_config(S, D, G, vc.bits, interpret, ascend)
+    step = cfg["BLOCK_S"]
+    if ascend:
+        # Enough chunks to give every core work, each a multiple of the step.
+        cores = _programs(B * Hkv * S, p)
+        chunk = cdiv(cdiv(B * Hkv * S, cores), step) * step
+        chunk = min(cdiv(S, step) * step, chunk)
+    else:
+        chunk = cdiv(min(S, VALUES_CHUNK), step) * step
+    n_chunks = cdiv(S, chunk)
+    n_work = B * Hkv * n_chunks
+    n_programs = _programs(n_work, p)
+    if n_chunks == 1:
+        dst, strides = out, (0, out.stride(0), out.stride(1))
+    else:
+        dst = torch.empty((n_chunks, B, Hq, D), dtype=torch.float32, device=p.device)
+        strides = dst.stride()[:3]
+    args = (p, *_buffers(vc), dst,
+            p.stride(0), p.stride(1), *strides,
+            Hkv, S, chunk, n_chunks, n_work, n_programs)
+    meta = dict(G=G, BITS=vc.bits, NC=D // TILE, **cfg)
+    then = None
+    if n_chunks > 1:
+        rows = B * Hq
+        block_r = 16
+        then = LaunchPlan(kernel=_sum_chunks, grid=(cdiv(rows, block_r),),
+                          args=(dst, out, n_chunks, rows, Hq, out.stride(0), out.stride(1)),
+                          meta=dict(D=D, BLOCK_R=block_r))
+    return LaunchPlan(kernel=_mustafar_values_fwd, grid=(n_programs,), args=args, meta=meta, then=then)
 
 
 # --- validation --------------------------------------------------------------------------------
