@@ -43,17 +43,17 @@ NPU_VECTOR_CORES = 48
 @triton.jit
 def _decode_tiles(BITMAPS, OFFSETS, PACKED, ZERO, tile0, n_tiles,
                   NT: tl.constexpr, BITS: tl.constexpr):
-    """fp32 [NT, 8, 8]: tiles tile0 .. tile0 + NT - 1 (those past n_tiles decode to zeros), element
-    j of a tile at [:, j // 8, j % 8]. 16 bits: the kept values; 2 bits: code - zero (unscaled)."""
+    """fp32 [8, NT, 8]: tiles tile0 .. tile0 + NT - 1 (those past n_tiles decode to zeros), element
+    j of tile t at [j % 8, t, j // 8]. 16 bits: the kept values; 2 bits: code - zero (unscaled)."""
     t = tl.arange(0, NT)
     o = tl.arange(0, 8)
-    i = tl.arange(0, 8)
+    i = tl.arange(0, 8)[:, None, None]
     ok = t < n_tiles
     bm = tl.load(BITMAPS + tile0 + t, mask=ok, other=0)
     start = tl.load(OFFSETS + tile0 + t, mask=ok, other=0)
     end = tl.load(OFFSETS + tile0 + 1 + t, mask=ok, other=0)
-    # Every tile's data lies in one contiguous range of PACKED: one window load, no per-element
-    # addresses (those become scalar loads on Ascend).
+    # The tiles' data is one contiguous range of PACKED: one window load and gathers from it,
+    # never per-element addresses (Ascend turns those into scalar loads).
     lo = tl.min(tl.where(ok, start, 2147483647), 0)
     hi = tl.max(end, 0)
     rel = tl.where(ok, start - lo, 0)
@@ -62,39 +62,52 @@ def _decode_tiles(BITMAPS, OFFSETS, PACKED, ZERO, tile0, n_tiles,
     win = tl.load(PACKED + lo + w, mask=w < hi - lo, other=0)
 
     # Octet o of a tile is bitmap byte 7 - o; element i of the octet is bit 7 - i of that byte.
+    # The octet axis is the innermost and i the outermost, so that (on a GPU) a thread holds
+    # all eight elements of its octets and the per-octet work below is done once per octet.
     half = tl.where(o[None, :] < 4, (bm >> 32).to(tl.int32)[:, None], bm.to(tl.int32)[:, None])
     y = (half >> (24 - 8 * (o[None, :] % 4))) & 0xFF
-    # Bit-reversed spread: nibble i of x holds element i, so one multiply gives prefix counts.
+    # Bit-reversed spread: nibble i of x holds element i, so a multiply gives prefix counts.
     x = ((y & 0x0F) << 16) | (y >> 4)
     x = ((x & 0x00030003) << 8) | ((x >> 2) & 0x00030003)
     x = ((x & 0x01010101) << 4) | ((x >> 1) & 0x01010101)
-    pc = ((x * 0x11111111) >> 28) & 15
-    # The octet's first slot in the tile: popcounts of the octets before it.
-    first = tl.sum(tl.where(o[None, None, :] < o[None, :, None], pc[:, None, :], 0), 2)
-    kept = ((x[:, :, None] >> (4 * i[None, None, :])) & 1) != 0
+    # The octet's first slot in the tile, the kept elements of the bytes above it, from byte
+    # popcounts of each half and a multiply (byte k of bc * 0x01010101: bytes 0..k), with no
+    # exchange between octets.
+    bc = half - ((half >> 1) & 0x55555555)
+    bc = (bc & 0x33333333) + ((bc >> 2) & 0x33333333)
+    bc = ((bc + (bc >> 4)) & 0x0F0F0F0F) * 0x01010101
+    hc = (bm >> 32).to(tl.int32)
+    hc = hc - ((hc >> 1) & 0x55555555)
+    hc = (hc & 0x33333333) + ((hc >> 2) & 0x33333333)
+    hc = (((hc + (hc >> 4)) & 0x0F0F0F0F) * 0x01010101) >> 24
+    first = ((bc >> 24) & 0xFF) - ((bc >> (24 - 8 * (o[None, :] % 4))) & 0xFF)
+    first += tl.where(o[None, :] < 4, 0, hc[:, None])
+    kept = ((x[None, :, :] >> (4 * i)) & 1) != 0
     if BITS == 16:
-        # Nibble i: kept elements before i (<= 7, no carry between nibbles).
-        before = ((x * 0x11111110)[:, :, None] >> (4 * i[None, None, :])) & 15
-        idx = rel[:, None, None] + first[:, :, None] + before
-        vals = tl.gather(win, tl.reshape(tl.where(kept, idx, 0), (NT * 64,)), 0)
-        return tl.where(kept, tl.reshape(vals, (NT, 8, 8)).to(tl.float32), 0.0)
-    # 2 bits: the octet's <= 8 codes are 16 bits at 2 * first of the tile's stream (words
-    # rel + first // 16 and the next), fetched with two 1-D gathers of the window seen as fp32.
-    wf = win.to(tl.float32, bitcast=True)
-    widx = rel[:, None] + (first >> 4)
-    w0 = tl.gather(wf, tl.reshape(tl.minimum(widx, WMAX - 1), (NT * 8,)), 0)
-    w1 = tl.gather(wf, tl.reshape(tl.minimum(widx + 1, WMAX - 1), (NT * 8,)), 0)
-    w0 = tl.reshape(w0.to(tl.uint32, bitcast=True), (NT, 8))
-    w1 = tl.reshape(w1.to(tl.uint32, bitcast=True), (NT, 8))
-    sh = ((first & 15) * 2).to(tl.uint32)
-    codes = (((w0 >> sh) | ((w1 << 1) << (31 - sh))) & 0xFFFF).to(tl.int32)
-    # Nibble i: twice the kept elements before i (<= 14), the shift of element i's code.
-    csh = ((x * 0x22222220)[:, :, None] >> (4 * i[None, None, :])) & 15
-    code = (codes[:, :, None] >> csh) & 3
-    zero = tl.load(ZERO + tile0 + t, mask=ok, other=0).to(tl.float32) + 8388608.0
-    # 2^23 + code as fp32 bits, minus 2^23 + zero: exact, and no int-to-float conversion.
-    val = (code | 0x4B000000).to(tl.float32, bitcast=True) - zero[:, None, None]
-    return tl.where(kept, val, 0.0)
+        # Nibble i: kept elements before i (<= 7, so no carry between nibbles).
+        before = ((x * 0x11111110)[None, :, :] >> (4 * i)) & 15
+        idx = tl.where(kept, (rel[:, None] + first)[None, :, :] + before, 0)
+        vals = tl.gather(win, tl.reshape(idx, (NT * 64,)), 0)
+        out = tl.where(kept, tl.reshape(vals, (8, NT, 8)).to(tl.float32), 0.0)
+    else:
+        # The octet's <= 8 codes: 16 bits at 2 * first in the tile's stream (word first // 16
+        # and the next), fetched by 1-D gathers from the window seen as fp32.
+        wf = win.to(tl.float32, bitcast=True)
+        widx = rel[:, None] + (first >> 4)
+        w0 = tl.gather(wf, tl.reshape(tl.minimum(widx, WMAX - 1), (NT * 8,)), 0)
+        w1 = tl.gather(wf, tl.reshape(tl.minimum(widx + 1, WMAX - 1), (NT * 8,)), 0)
+        w0 = tl.reshape(w0.to(tl.uint32, bitcast=True), (NT, 8))
+        w1 = tl.reshape(w1.to(tl.uint32, bitcast=True), (NT, 8))
+        sh = ((first & 15) * 2).to(tl.uint32)
+        codes = (((w0 >> sh) | ((w1 << 1) << (31 - sh))) & 0xFFFF).to(tl.int32)
+        # Nibble i: twice the kept elements before i (<= 14), the shift of element i's code.
+        csh = ((x * 0x22222220)[None, :, :] >> (4 * i)) & 15
+        code = (codes[None, :, :] >> csh) & 3
+        zero = tl.load(ZERO + tile0 + t, mask=ok, other=0).to(tl.float32) + 8388608.0
+        # 2^23 + code as fp32 bits, minus 2^23 + zero: exact, and no int-to-float conversion.
+        val = (code | 0x4B000000).to(tl.float32, bitcast=True) - zero[None, :, None]
+        out = tl.where(kept, val, 0.0)
+    return out
 
 
 @triton.jit
@@ -106,7 +119,7 @@ def _mustafar_keys_fwd(
 ):
     offs_c = tl.arange(0, BLOCK_C)
     offs_g = tl.arange(0, BLOCK_G)
-    tok = tl.arange(0, 8)[:, None] * 8 + tl.arange(0, 8)[None, :]
+    tok = tl.arange(0, 8)[:, None] + 8 * tl.arange(0, 8)[None, :]  # element [i, o] is token 8o + i
     # A persistent loop (one trip on CUDA): Ascend binds a program to a core.
     for work in range(tl.program_id(0), n_work, n_programs):
         bk = work // n_tblocks
@@ -127,7 +140,7 @@ def _mustafar_keys_fwd(
                             other=0.0).to(tl.float32)
                 if BITS == 2:
                     q = q * scale  # folded into q: k = (code - zero) * scale
-                part = tl.sum(q[:, None, None] * k, 0)
+                part = tl.sum(q[None, :, None] * k, 1)
                 acc += tl.where(offs_g[:, None, None] == g, part[None, :, :], 0.0)
         heads = hk * G + offs_g
         tl.store(O + b * stride_ob + heads[:, None, None] * stride_oh + t.to(tl.int64) * 64
@@ -146,46 +159,50 @@ def _mustafar_values_fwd(
     offs_s = tl.arange(0, BLOCK_S)
     offs_t = tl.arange(0, NT)
     offs_g = tl.arange(0, BLOCK_G)
-    offs_d = tl.arange(0, NC * 64)
+    # Element [i, cb, o] of a token's values is channel 64 cb + 8 o + i.
+    chan = (tl.arange(0, 8)[:, None, None] + 64 * tl.arange(0, NC)[None, :, None]
+            + 8 * tl.arange(0, 8)[None, None, :])
     for work in range(tl.program_id(0), n_work, n_programs):
         bk = work // n_chunks
         ch = work % n_chunks
         b = (bk // Hkv).to(tl.int64)
         hk = (bk % Hkv).to(tl.int64)
-        acc = tl.zeros([BLOCK_G, NC * 64], dtype=tl.float32)
+        acc = tl.zeros([BLOCK_G, 8, NC, 8], dtype=tl.float32)
         s_end = tl.minimum(ch * chunk + chunk, S)
         for s0 in range(ch * chunk, s_end, BLOCK_S):
-            # Value tile (s, cb) is local index s * NC + cb: the step's tokens are consecutive.
+            # Value tile (s, cb) is local index s * NC + cb: the step's tiles are consecutive.
             tile0 = (bk.to(tl.int64) * S + s0) * NC
             n_ok = (s_end - s0) * NC
             v = _decode_tiles(BITMAPS, OFFSETS, PACKED, ZERO, tile0, n_ok, NT, BITS)
             if BITS == 2:
-                v = v * tl.load(SCALE + tile0 + offs_t, mask=offs_t < n_ok, other=0.0)[:, None, None]
-            v = tl.reshape(v, (BLOCK_S, NC * 64))
+                v = v * tl.load(SCALE + tile0 + offs_t, mask=offs_t < n_ok, other=0.0)[None, :, None]
+            v = tl.reshape(v, (8, BLOCK_S, NC, 8))
             toks = s0 + offs_s
             for g in tl.static_range(G):
                 p = tl.load(P + b * stride_pb + (hk * G + g) * stride_ph + toks, mask=toks < s_end,
                             other=0.0).to(tl.float32)
-                part = tl.sum(p[:, None] * v, 0)
-                acc += tl.where(offs_g[:, None] == g, part[None, :], 0.0)
+                part = tl.sum(p[None, :, None, None] * v, 1)
+                acc += tl.where(offs_g[:, None, None, None] == g, part[None, :, :, :], 0.0)
         heads = hk * G + offs_g
-        tl.store(O + ch * stride_os + b * stride_ob + heads[:, None] * stride_oh + offs_d[None, :],
-                 acc.to(O.dtype.element_ty), mask=(offs_g < G)[:, None])
+        tl.store(O + ch * stride_os + b * stride_ob + heads[:, None, None, None] * stride_oh
+                 + chan[None, :, :, :], acc.to(O.dtype.element_ty),
+                 mask=(offs_g < G)[:, None, None, None])
 
 
 @triton.jit
-def _sum_chunks(W, O, n_chunks, rows, Hq, stride_ob, stride_oh,
-                D: tl.constexpr, BLOCK_R: tl.constexpr):
-    """O[b, h, :] = sum over chunks of W[chunk, b * Hq + h, :] (W contiguous fp32)."""
-    r = tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)
+def _sum_chunks(W, O, n_chunks, stride_wc, stride_wb, stride_ob, stride_oh, Hq,
+                D: tl.constexpr, BLOCK_H: tl.constexpr):
+    """O[b, h, :] = the sum over chunks c of W[c, b, h, :] (W fp32, [n_chunks, B, Hq, D])."""
+    b = tl.program_id(0).to(tl.int64)
+    h = tl.program_id(1) * BLOCK_H + tl.arange(0, BLOCK_H)
     d = tl.arange(0, D)
-    r_ok = r < rows
-    acc = tl.zeros([BLOCK_R, D], dtype=tl.float32)
+    h_ok = (h < Hq)[:, None]
+    acc = tl.zeros([BLOCK_H, D], dtype=tl.float32)
     for c in range(0, n_chunks):
-        acc += tl.load(W + (c * rows + r.to(tl.int64))[:, None] * D + d[None, :],
-                       mask=r_ok[:, None], other=0.0)
-    dst = O + (r // Hq).to(tl.int64)[:, None] * stride_ob + (r % Hq).to(tl.int64)[:, None] * stride_oh
-    tl.store(dst + d[None, :], acc.to(O.dtype.element_ty), mask=r_ok[:, None])
+        acc += tl.load(W + c * stride_wc + b * stride_wb + h[:, None] * D + d[None, :], mask=h_ok,
+                       other=0.0)
+    tl.store(O + b * stride_ob + h[:, None] * stride_oh + d[None, :], acc.to(O.dtype.element_ty),
+             mask=h_ok)
 
 
 # --- planning ----------------------------------------------------------------------------------
@@ -303,11 +320,11 @@ def mustafar_values_plan(p: torch.Tensor, vc: Compressed, out: torch.Tensor, *,
     meta = dict(G=G, BITS=vc.bits, NC=D // TILE, **cfg)
     then = None
     if n_chunks > 1:
-        rows = B * Hq
-        block_r = 16
-        then = LaunchPlan(kernel=_sum_chunks, grid=(cdiv(rows, block_r),),
-                          args=(dst, out, n_chunks, rows, Hq, out.stride(0), out.stride(1)),
-                          meta=dict(D=D, BLOCK_R=block_r))
+        block_h = min(next_pow2(Hq), 16)
+        then = LaunchPlan(kernel=_sum_chunks, grid=(B, cdiv(Hq, block_h)),
+                          args=(dst, out, n_chunks, dst.stride(0), dst.stride(1), out.stride(0),
+                                out.stride(1), Hq),
+                          meta=dict(D=D, BLOCK_H=block_h))
     return LaunchPlan(kernel=_mustafar_values_fwd, grid=(n_programs,), args=args, meta=meta, then=then)
 
 
