@@ -41,13 +41,32 @@ NPU_VECTOR_CORES = 48
 
 
 @triton.jit
+def _octets(v, NT: tl.constexpr):
+    """[NT] per tile -> [NT * 8] per octet (octet m belongs to tile m // 8)."""
+    return tl.reshape(tl.broadcast_to(v[:, None], (NT, 8)), (NT * 8,))
+
+
+@triton.jit
+def _el(v, I_OUTER: tl.constexpr):
+    """A per-octet [M] vector as the octet axis of the per-element tensors."""
+    if I_OUTER:
+        r = v[None, :]
+    else:
+        r = v[:, None]
+    return r
+
+
+@triton.jit
 def _decode_tiles(BITMAPS, OFFSETS, PACKED, ZERO, tile0, n_tiles,
-                  NT: tl.constexpr, BITS: tl.constexpr):
-    """fp32 [8, NT, 8]: tiles tile0 .. tile0 + NT - 1 (those past n_tiles decode to zeros), element
-    j of tile t at [j % 8, t, j // 8]. 16 bits: the kept values; 2 bits: code - zero (unscaled)."""
+                  NT: tl.constexpr, BITS: tl.constexpr, I_OUTER: tl.constexpr):
+    """fp32 [8, NT * 8] (I_OUTER) or [NT * 8, 8]: tiles tile0 .. tile0 + NT - 1 (those past n_tiles
+    decode to zeros); element j of tile t is at element index j % 8 and octet index 8 t + j // 8.
+    16 bits: the kept values; 2 bits: code - zero. I_OUTER suits a GPU (a thread then holds whole
+    octets, so per-octet work is done once); Ascend's UB prefers the element axis last."""
+    M: tl.constexpr = NT * 8
     t = tl.arange(0, NT)
-    o = tl.arange(0, 8)
-    i = tl.arange(0, 8)[:, None, None]
+    o = tl.arange(0, M) & 7
+    i = _el(tl.arange(0, 8), not I_OUTER)
     ok = t < n_tiles
     bm = tl.load(BITMAPS + tile0 + t, mask=ok, other=0)
     start = tl.load(OFFSETS + tile0 + t, mask=ok, other=0)
@@ -56,56 +75,50 @@ def _decode_tiles(BITMAPS, OFFSETS, PACKED, ZERO, tile0, n_tiles,
     # never per-element addresses (Ascend turns those into scalar loads).
     lo = tl.min(tl.where(ok, start, 2147483647), 0)
     hi = tl.max(end, 0)
-    rel = tl.where(ok, start - lo, 0)
     WMAX: tl.constexpr = NT * (64 if BITS == 16 else 4)
     w = tl.arange(0, WMAX)
     win = tl.load(PACKED + lo + w, mask=w < hi - lo, other=0)
+    rel = _octets(tl.where(ok, start - lo, 0), NT)
 
-    # Octet o of a tile is bitmap byte 7 - o; element i of the octet is bit 7 - i of that byte.
-    # The octet axis is the innermost and i the outermost, so that (on a GPU) a thread holds
-    # all eight elements of its octets and the per-octet work below is done once per octet.
-    half = tl.where(o[None, :] < 4, (bm >> 32).to(tl.int32)[:, None], bm.to(tl.int32)[:, None])
-    y = (half >> (24 - 8 * (o[None, :] % 4))) & 0xFF
+    # Octet o of a tile is bitmap byte 7 - o; its element i is bit 7 - i of that byte.
+    hi32 = _octets((bm >> 32).to(tl.int32), NT)
+    half = tl.where(o < 4, hi32, _octets(bm.to(tl.int32), NT))
+    y = (half >> (24 - 8 * (o & 3))) & 0xFF
     # Bit-reversed spread: nibble i of x holds element i, so a multiply gives prefix counts.
     x = ((y & 0x0F) << 16) | (y >> 4)
     x = ((x & 0x00030003) << 8) | ((x >> 2) & 0x00030003)
     x = ((x & 0x01010101) << 4) | ((x >> 1) & 0x01010101)
-    # The octet's first slot in the tile, the kept elements of the bytes above it, from byte
-    # popcounts of each half and a multiply (byte k of bc * 0x01010101: bytes 0..k), with no
-    # exchange between octets.
+    # The octet's first slot in the tile: kept elements of the bytes above it, from byte
+    # popcounts (byte k of bc * 0x01010101 sums bytes 0..k).
     bc = half - ((half >> 1) & 0x55555555)
     bc = (bc & 0x33333333) + ((bc >> 2) & 0x33333333)
     bc = ((bc + (bc >> 4)) & 0x0F0F0F0F) * 0x01010101
-    hc = (bm >> 32).to(tl.int32)
-    hc = hc - ((hc >> 1) & 0x55555555)
+    hc = hi32 - ((hi32 >> 1) & 0x55555555)
     hc = (hc & 0x33333333) + ((hc >> 2) & 0x33333333)
     hc = (((hc + (hc >> 4)) & 0x0F0F0F0F) * 0x01010101) >> 24
-    first = ((bc >> 24) & 0xFF) - ((bc >> (24 - 8 * (o[None, :] % 4))) & 0xFF)
-    first += tl.where(o[None, :] < 4, 0, hc[:, None])
-    kept = ((x[None, :, :] >> (4 * i)) & 1) != 0
+    first = ((bc >> 24) & 0xFF) - ((bc >> (24 - 8 * (o & 3))) & 0xFF) + tl.where(o < 4, 0, hc)
+    kept = ((_el(x, I_OUTER) >> (4 * i)) & 1) != 0
     if BITS == 16:
         # Nibble i: kept elements before i (<= 7, so no carry between nibbles).
-        before = ((x * 0x11111110)[None, :, :] >> (4 * i)) & 15
-        idx = tl.where(kept, (rel[:, None] + first)[None, :, :] + before, 0)
-        vals = tl.gather(win, tl.reshape(idx, (NT * 64,)), 0)
-        out = tl.where(kept, tl.reshape(vals, (8, NT, 8)).to(tl.float32), 0.0)
+        before = (_el(x * 0x11111110, I_OUTER) >> (4 * i)) & 15
+        idx = tl.where(kept, _el(rel + first, I_OUTER) + before, 0)
+        vals = tl.gather(win, tl.reshape(idx, (8 * M,)), 0)
+        out = tl.where(kept, tl.reshape(vals, kept.shape).to(tl.float32), 0.0)
     else:
         # The octet's <= 8 codes: 16 bits at 2 * first in the tile's stream (word first // 16
         # and the next), fetched by 1-D gathers from the window seen as fp32.
         wf = win.to(tl.float32, bitcast=True)
-        widx = rel[:, None] + (first >> 4)
-        w0 = tl.gather(wf, tl.reshape(tl.minimum(widx, WMAX - 1), (NT * 8,)), 0)
-        w1 = tl.gather(wf, tl.reshape(tl.minimum(widx + 1, WMAX - 1), (NT * 8,)), 0)
-        w0 = tl.reshape(w0.to(tl.uint32, bitcast=True), (NT, 8))
-        w1 = tl.reshape(w1.to(tl.uint32, bitcast=True), (NT, 8))
+        widx = rel + (first >> 4)
+        w0 = tl.gather(wf, tl.minimum(widx, WMAX - 1), 0).to(tl.uint32, bitcast=True)
+        w1 = tl.gather(wf, tl.minimum(widx + 1, WMAX - 1), 0).to(tl.uint32, bitcast=True)
         sh = ((first & 15) * 2).to(tl.uint32)
         codes = (((w0 >> sh) | ((w1 << 1) << (31 - sh))) & 0xFFFF).to(tl.int32)
         # Nibble i: twice the kept elements before i (<= 14), the shift of element i's code.
-        csh = ((x * 0x22222220)[None, :, :] >> (4 * i)) & 15
-        code = (codes[None, :, :] >> csh) & 3
+        csh = (_el(x * 0x22222220, I_OUTER) >> (4 * i)) & 15
+        code = (_el(codes, I_OUTER) >> csh) & 3
         zero = tl.load(ZERO + tile0 + t, mask=ok, other=0).to(tl.float32) + 8388608.0
         # 2^23 + code as fp32 bits, minus 2^23 + zero: exact, and no int-to-float conversion.
-        val = (code | 0x4B000000).to(tl.float32, bitcast=True) - zero[None, :, None]
+        val = (code | 0x4B000000).to(tl.float32, bitcast=True) - _el(_octets(zero, NT), I_OUTER)
         out = tl.where(kept, val, 0.0)
     return out
 
@@ -116,10 +129,12 @@ def _mustafar_keys_fwd(
     stride_qb, stride_qh, stride_ob, stride_oh,
     Hkv, D, n_tblocks, n_work, n_programs,
     G: tl.constexpr, BITS: tl.constexpr, BLOCK_C: tl.constexpr, BLOCK_G: tl.constexpr,
+    I_OUTER: tl.constexpr,
 ):
     offs_c = tl.arange(0, BLOCK_C)
     offs_g = tl.arange(0, BLOCK_G)
-    tok = tl.arange(0, 8)[:, None] + 8 * tl.arange(0, 8)[None, :]  # element [i, o] is token 8o + i
+    r8 = tl.arange(0, 8)
+    tok = _el(r8, I_OUTER) * 8 + _el(r8, not I_OUTER)  # element i of octet o is token 8 o + i
     # A persistent loop (one trip on CUDA): Ascend binds a program to a core.
     for work in range(tl.program_id(0), n_work, n_programs):
         bk = work // n_tblocks
@@ -130,17 +145,22 @@ def _mustafar_keys_fwd(
         tile0 = (bk.to(tl.int64) * n_tblocks + t) * D
         acc = tl.zeros([BLOCK_G, 8, 8], dtype=tl.float32)
         for c0 in range(0, D, BLOCK_C):
-            k = _decode_tiles(BITMAPS, OFFSETS, PACKED, ZERO, tile0 + c0, D - c0, BLOCK_C, BITS)
+            k = _decode_tiles(BITMAPS, OFFSETS, PACKED, ZERO, tile0 + c0, D - c0, BLOCK_C, BITS,
+                              I_OUTER)
             chans = c0 + offs_c
             c_ok = chans < D
             if BITS == 2:
                 scale = tl.load(SCALE + tile0 + chans, mask=c_ok, other=0.0)
-            for g in tl.static_range(G):
+            for g in range(G):  # not unrolled: one head's temporaries at a time (Ascend UB)
                 q = tl.load(Q + b * stride_qb + (hk * G + g) * stride_qh + chans, mask=c_ok,
                             other=0.0).to(tl.float32)
                 if BITS == 2:
                     q = q * scale  # folded into q: k = (code - zero) * scale
-                part = tl.sum(q[None, :, None] * k, 1)
+                part = k * _el(_octets(q, BLOCK_C), I_OUTER)
+                if I_OUTER:
+                    part = tl.sum(tl.reshape(part, (8, BLOCK_C, 8)), 1)
+                else:
+                    part = tl.sum(tl.reshape(part, (BLOCK_C, 8, 8)), 0)
                 acc += tl.where(offs_g[:, None, None] == g, part[None, :, :], 0.0)
         heads = hk * G + offs_g
         tl.store(O + b * stride_ob + heads[:, None, None] * stride_oh + t.to(tl.int64) * 64
@@ -153,40 +173,43 @@ def _mustafar_values_fwd(
     stride_pb, stride_ph, stride_os, stride_ob, stride_oh,
     Hkv, S, chunk, n_chunks, n_work, n_programs,
     G: tl.constexpr, BITS: tl.constexpr, NC: tl.constexpr, BLOCK_S: tl.constexpr,
-    BLOCK_G: tl.constexpr,
+    BLOCK_G: tl.constexpr, I_OUTER: tl.constexpr,
 ):
     NT: tl.constexpr = BLOCK_S * NC
     offs_s = tl.arange(0, BLOCK_S)
     offs_t = tl.arange(0, NT)
     offs_g = tl.arange(0, BLOCK_G)
-    # Element [i, cb, o] of a token's values is channel 64 cb + 8 o + i.
-    chan = (tl.arange(0, 8)[:, None, None] + 64 * tl.arange(0, NC)[None, :, None]
-            + 8 * tl.arange(0, 8)[None, None, :])
+    # Element i of octet m = 8 cb + o of a token is channel 64 cb + 8 o + i = 8 m + i.
+    chan = _el(tl.arange(0, NC * 8), I_OUTER) * 8 + _el(tl.arange(0, 8), not I_OUTER)
     for work in range(tl.program_id(0), n_work, n_programs):
         bk = work // n_chunks
         ch = work % n_chunks
         b = (bk // Hkv).to(tl.int64)
         hk = (bk % Hkv).to(tl.int64)
-        acc = tl.zeros([BLOCK_G, 8, NC, 8], dtype=tl.float32)
+        acc = tl.zeros([BLOCK_G, chan.shape[0], chan.shape[1]], dtype=tl.float32)
         s_end = tl.minimum(ch * chunk + chunk, S)
         for s0 in range(ch * chunk, s_end, BLOCK_S):
             # Value tile (s, cb) is local index s * NC + cb: the step's tiles are consecutive.
             tile0 = (bk.to(tl.int64) * S + s0) * NC
             n_ok = (s_end - s0) * NC
-            v = _decode_tiles(BITMAPS, OFFSETS, PACKED, ZERO, tile0, n_ok, NT, BITS)
+            v = _decode_tiles(BITMAPS, OFFSETS, PACKED, ZERO, tile0, n_ok, NT, BITS, I_OUTER)
             if BITS == 2:
-                v = v * tl.load(SCALE + tile0 + offs_t, mask=offs_t < n_ok, other=0.0)[None, :, None]
-            v = tl.reshape(v, (8, BLOCK_S, NC, 8))
+                v = v * _el(_octets(tl.load(SCALE + tile0 + offs_t, mask=offs_t < n_ok,
+                                            other=0.0), NT), I_OUTER)
             toks = s0 + offs_s
-            for g in tl.static_range(G):
+            for g in range(G):  # not unrolled: one head's temporaries at a time (Ascend UB)
                 p = tl.load(P + b * stride_pb + (hk * G + g) * stride_ph + toks, mask=toks < s_end,
                             other=0.0).to(tl.float32)
-                part = tl.sum(p[None, :, None, None] * v, 1)
-                acc += tl.where(offs_g[:, None, None, None] == g, part[None, :, :, :], 0.0)
+                pm = tl.reshape(tl.broadcast_to(p[:, None], (BLOCK_S, NC * 8)), (NT * 8,))
+                part = v * _el(pm, I_OUTER)
+                if I_OUTER:
+                    part = tl.sum(tl.reshape(part, (8, BLOCK_S, NC * 8)), 1)
+                else:
+                    part = tl.sum(tl.reshape(part, (BLOCK_S, NC * 8, 8)), 0)
+                acc += tl.where(offs_g[:, None, None] == g, part[None, :, :], 0.0)
         heads = hk * G + offs_g
-        tl.store(O + ch * stride_os + b * stride_ob + heads[:, None, None, None] * stride_oh
-                 + chan[None, :, :, :], acc.to(O.dtype.element_ty),
-                 mask=(offs_g < G)[:, None, None, None])
+        tl.store(O + ch * stride_os + b * stride_ob + heads[:, None, None] * stride_oh
+                 + chan[None, :, :], acc.to(O.dtype.element_ty), mask=(offs_g < G)[:, None, None])
 
 
 @triton.jit
@@ -248,7 +271,7 @@ def mustafar_keys_config(D: int, G: int, bits: int, interpret: bool, ascend: boo
     """BLOCK_C: key tiles (channels) decoded per step, BLOCK_G: query heads (G padded to a power
     of two). Ascend keeps a step's [C, 64] temporaries well inside its unified buffer."""
     if ascend:
-        block_c = 16 if bits == 16 else 32
+        block_c = 16
     else:
         block_c = min(next_pow2(D), 128 if bits == 2 else 64)
     return dict(BLOCK_C=block_c, BLOCK_G=next_pow2(G), num_warps=4 if interpret else 8, num_stages=1)
@@ -259,7 +282,7 @@ def mustafar_values_config(S: int, D: int, G: int, bits: int, interpret: bool,
     """BLOCK_S: tokens per step (NC = D / 64 value tiles each), BLOCK_G as for keys."""
     nc = D // TILE
     if ascend:
-        block_s = max(1, (16 if bits == 16 else 32) // nc)
+        block_s = max(1, 16 // nc)
     else:
         block_s = max(1, (64 if bits == 16 else 128) // nc)
     block_s = min(block_s, next_pow2(S))
@@ -280,7 +303,7 @@ def mustafar_keys_plan(q: torch.Tensor, kc: Compressed, out: torch.Tensor, *,
     args = (q, *_buffers(kc), out,
             q.stride(0), q.stride(1), out.stride(0), out.stride(1),
             Hkv, D, n_tblocks, n_work, n_programs)
-    meta = dict(G=G, BITS=kc.bits, **cfg)
+    meta = dict(G=G, BITS=kc.bits, I_OUTER=not _on_ascend(q), **cfg)
     return LaunchPlan(kernel=_mustafar_keys_fwd, grid=(n_programs,), args=args, meta=meta)
 
 
@@ -317,7 +340,7 @@ def mustafar_values_plan(p: torch.Tensor, vc: Compressed, out: torch.Tensor, *,
     args = (p, *_buffers(vc), dst,
             p.stride(0), p.stride(1), *strides,
             Hkv, S, chunk, n_chunks, n_work, n_programs)
-    meta = dict(G=G, BITS=vc.bits, NC=D // TILE, **cfg)
+    meta = dict(G=G, BITS=vc.bits, NC=D // TILE, I_OUTER=not ascend, **cfg)
     then = None
     if n_chunks > 1:
         block_h = min(next_pow2(Hq), 16)
