@@ -25,7 +25,7 @@ from attnsuite.report.rows import (
 )
 
 #: How many of the slowest cases the section lists.
-SLOWEST = 12
+SLOWEST = 10
 #: Devices whose durations are interpreter time, not kernel time.
 INTERPRETED = ("cpu",)
 
@@ -89,17 +89,26 @@ def family_totals(records: list[dict]) -> list[dict]:
 
 
 def slowest_cases(records: list[dict], n: int = SLOWEST) -> list[dict]:
-    timed = [r for r in records if case_seconds(r) is not None]
-    timed.sort(key=lambda r: (-case_seconds(r), text(r.get("case_id"))))
-    rows = []
-    for r in timed[:n]:
-        ph = phases(r)
-        rows.append({"case_id": text(r.get("case_id")), "anchor": case_anchor(r),
-                     "filters": filter_attrs(r), "device": column(r), "impl": text(r.get("impl")),
-                     "outcome": outcome(r), "outcome_class": outcome_class(outcome(r)),
-                     "total": fmt_duration(case_seconds(r)),
-                     "phases": [fmt_duration(ph[p]) if p in ph else "" for p in PHASES]})
-    return rows
+    """The slowest cases of each device column: interpreter seconds and GPU seconds never
+    share a ranking."""
+    by_column: dict[str, list] = defaultdict(list)
+    for r in records:
+        if case_seconds(r) is not None:
+            by_column[column(r)].append(r)
+    tables = []
+    for col, timed in sorted(by_column.items()):
+        timed.sort(key=lambda r: (-case_seconds(r), text(r.get("case_id"))))
+        rows = []
+        for r in timed[:n]:
+            ph = phases(r)
+            rows.append({"case_id": text(r.get("case_id")), "anchor": case_anchor(r),
+                         "filters": filter_attrs(r), "device": col, "impl": text(r.get("impl")),
+                         "outcome": outcome(r), "outcome_class": outcome_class(outcome(r)),
+                         "total": fmt_duration(case_seconds(r)),
+                         "phases": [fmt_duration(ph[p]) if p in ph else "" for p in PHASES]})
+        tables.append({"device": col, "interpreted": text(timed[0].get("device")) in INTERPRETED,
+                       "rows": rows, "show_phases": any(any(row["phases"]) for row in rows)})
+    return tables
 
 
 def timing_context(records: list[dict]) -> dict:
@@ -110,7 +119,5 @@ def timing_context(records: list[dict]) -> dict:
         "phase_totals": phase_totals(records),
         "families": family_totals(records),
         "slowest": slow,
-        "slowest_case": slow[0] if slow else None,
         "phase_names": [PHASE_LABELS[p] for p in PHASES],
-        "show_phases": any(any(row["phases"]) for row in slow),
     }
