@@ -218,11 +218,23 @@ def test_tox_cuda_env_uses_the_torch_of_the_python_tox_runs_on_offline(host, tmp
     torch venv": toxfile.py records sys.executable only when it is not set already."""
     command = "python -c \"import torch, xdist; print('TORCH', torch.__file__, torch.__version__)\""
     env = clean_env(ATTN_TOX_PYTHON=str(host))
-    res = subprocess.run([tox_python(), "-m", "tox", "-c", str(ROOT / "tox.ini"), "--workdir", str(tmp_path / "work"),
-                          "-e", "cuda", "-x", f"testenv:cuda.commands={command}"],
+    tox = [tox_python(), "-m", "tox", "-c", str(ROOT / "tox.ini"), "--workdir", str(tmp_path / "work")]
+    res = subprocess.run([*tox, "-e", "cuda", "-x", f"testenv:cuda.commands={command}"],
                          capture_output=True, text=True, env=env, timeout=300, cwd=ROOT)
     assert res.returncode == 0, res.stdout[-4000:] + res.stderr[-2000:]
     (line,) = [l for l in res.stdout.splitlines() if l.startswith("TORCH ")]
     _, path, version = line.split()
     assert Path(path).is_relative_to(host.parent.parent) and version == STAND_IN
     assert "installing" not in res.stdout
+    # The real commands of cuda and bench start (pytest stops at --version before any device
+    # check): the linked pytest runs in the env, with bench's extra need installed from nowhere.
+    for name in ("cuda", "bench"):
+        need_bench = name == "bench"
+        host_env = clean_env(ATTN_TOX_PYTHON=str(host))
+        res = subprocess.run([*tox, "-e", name, "--", "--version"], capture_output=True, text=True,
+                             env=host_env, timeout=300, cwd=ROOT)
+        if need_bench:  # the stand-in has no pytest-benchmark, and nothing may be downloaded
+            assert res.returncode != 0 and "still missing pytest_benchmark" in res.stdout + res.stderr
+            continue
+        assert res.returncode == 0, res.stdout[-4000:] + res.stderr[-2000:]
+        assert re.search(r"pytest \d+\.\d+", res.stdout + res.stderr)
