@@ -338,10 +338,10 @@ def _render(config) -> None:
     run_dir = s.options.run_dir
     if s.options.report_path is None or not run_dir.is_dir() or not any(run_dir.glob("*.jsonl")):
         return
-    from .report import render_report
+    from .report import render_runs
 
-    try:
-        render_report(read_records([run_dir]), s.options.report_path)
+    try:  # records, each run's run.json (the interrupted-run banner) and what could not be read
+        render_runs([run_dir], s.options.report_path)
     except Exception as exc:  # the records are safe on disk; the report can be re-rendered
         s.report_error = f"{type(exc).__name__}: {exc}"
 

@@ -31,7 +31,6 @@ import shutil
 import subprocess
 import sys
 import sysconfig
-from importlib.util import find_spec
 from pathlib import Path
 
 #: What the suite imports, as (module, distribution to install when it is missing).

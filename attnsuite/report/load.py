@@ -1,9 +1,7 @@
-"""Records and run status as the report reads them: tolerant of anything a run directory may
-hold (a torn last line, records of another schema, nulls and odd types from a producer being
-written in parallel), and counting what it could not use so the page can say so.
-
-The harness's own ``attnsuite.records.read_records`` keeps only what the current harness
-writes; the report also renders older schemas, and must never fail on a partial record set.
+"""Records and run status as the report reads them: tolerant of anything a runs directory may
+hold (a stray file, a torn last line, a value that is no record), and counting what it could not
+use, by reason, so the page can say so. Whether a value is a usable record is the harness's
+rule (``attnsuite.records.normalize``), not this module's.
 """
 from __future__ import annotations
 
@@ -15,13 +13,6 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from attnsuite import records as records_module
-from attnsuite.report.fields import text
-
-#: The record schemas this report renders (1: the first harness; 2: oom/not_run, phases,
-#: elapsed_s, device/host timing, compile hazards).
-KNOWN_SCHEMAS = (1, 2)
-#: Written by the controller (or the single process) into each run directory.
-RUN_STATUS_FILE = "run.json"
 
 
 @dataclass
@@ -31,43 +22,27 @@ class Loaded:
     statuses: list[dict] = field(default_factory=list)  # the runs' run.json contents
 
 
-def _name(value: Any) -> str | None:
-    """A required name field as text: strings as they are, numbers written out, anything else
-    (null, a list, a dict, an empty string) unusable."""
-    if isinstance(value, str):
-        return value or None
-    if isinstance(value, (int, float)) and not isinstance(value, bool):
-        return str(value)
-    return None
+def _why(raw: Any) -> str:
+    """Why ``records.normalize`` turned a value down, in a few words for the page."""
+    if not isinstance(raw, dict):
+        return "not a JSON object"
+    schema = raw.get("schema")
+    if isinstance(schema, bool) or not isinstance(schema, int) or schema > records_module.SCHEMA:
+        return f"schema {schema!r} (this report reads schemas up to {records_module.SCHEMA})"
+    missing = [k for k in records_module.REQUIRED if not (isinstance(raw.get(k), str) and raw.get(k))]
+    return f"no usable {', '.join(missing)}" if missing else "not a record"
 
 
 def clean(raw: Iterable[Any]) -> tuple[list[dict], Counter]:
-    """Copies of the usable records with their key fields made text (so merging and sorting
-    cannot fail), and why each other one was left out."""
+    """The usable records, normalized by the harness's own rule (``records.normalize``: odd
+    values filled in, so merging and sorting cannot fail), and why each other one was left out."""
     kept, skipped = [], Counter()
-    for rec in raw:
-        if not isinstance(rec, dict):
-            skipped["not a JSON object"] += 1
-            continue
-        schema = rec.get("schema")
-        if isinstance(schema, bool) or schema not in KNOWN_SCHEMAS:
-            skipped[f"schema {schema!r} (this report reads schemas "
-                    f"{', '.join(map(str, KNOWN_SCHEMAS))})"] += 1
-            continue
-        names = {k: _name(rec.get(k)) for k in ("case_id", "device", "outcome")}
-        missing = [k for k, v in names.items() if v is None]
-        if missing:
-            skipped[f"no usable {' or '.join(missing)}"] += 1
-            continue
-        out = dict(rec, **names)
-        out["family"] = _name(rec.get("family")) or names["case_id"].split("[", 1)[0]
-        out["impl"] = text(rec.get("impl"))
-        out["mode"] = text(rec.get("mode")) or "numeric"
-        out["finished_at"] = text(rec.get("finished_at"))
-        for key in ("run_id", "profile", "nodeid", "repro", "stage", "dtype"):
-            if rec.get(key) is not None and not isinstance(rec.get(key), str):
-                out[key] = text(rec.get(key))
-        kept.append(out)
+    for value in raw:
+        rec = records_module.normalize(value)
+        if rec is None:
+            skipped[_why(value)] += 1
+        else:
+            kept.append(rec)
     return kept, skipped
 
 
@@ -115,28 +90,12 @@ def read_lines(files: Iterable[Path]) -> tuple[list[Any], Counter]:
 
 
 def read_statuses(dirs: Iterable[Path]) -> list[dict]:
-    """The run status of each directory that has one. Uses the harness's reader when it has one
-    (``attnsuite.records.read_run_status``), else reads ``run.json`` as the records contract
-    describes it; anything unreadable is left out (the page then shows no banner for it)."""
-    dirs = list(dirs)
-    reader = getattr(records_module, "read_run_status", None)
-    if reader is not None:
-        try:
-            found = reader(dirs)
-            found = list(found.values()) if isinstance(found, dict) else list(found or [])
-            return [s for s in found if isinstance(s, dict)]
-        except Exception:  # a partial run directory must not stop the report
-            pass
-    statuses = []
-    for d in dirs:
-        path = Path(d) / RUN_STATUS_FILE
-        try:
-            value = json.loads(path.read_text(encoding="utf-8"))
-        except (OSError, ValueError):
-            continue
-        if isinstance(value, dict):
-            statuses.append(value)
-    return statuses
+    """The run status (``run.json``) of each run directory that has one; a run without it (an
+    older harness, a run still going) simply gets no banner."""
+    try:
+        return records_module.read_run_status(list(dirs))
+    except OSError:
+        return []
 
 
 def load(paths: Iterable[str | os.PathLike]) -> Loaded:

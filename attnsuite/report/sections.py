@@ -157,13 +157,6 @@ def matrix_cell(records: list[dict], family: str = "", device: str = "") -> dict
     }
 
 
-def _impl_rows(records: list[dict]) -> dict[str, str]:
-    """The matrix row of each record's implementation. A record without one (a case skipped
-    before an implementation was chosen) joins the family's only implementation, if it has one."""
-    named = {text(r.get("impl")) for r in records} - {""}
-    return {"": next(iter(named))} if len(named) == 1 else {}
-
-
 def family_device_matrix(records: list[dict]) -> dict:
     """Rows are families (one row per implementation where a family has several, so they can be
     compared), columns the devices present; each cell is a ``matrix_cell``."""
@@ -174,13 +167,10 @@ def family_device_matrix(records: list[dict]) -> dict:
     anchors = family_anchors(by_family)
     rows = []
     for family in sorted(by_family):
-        recs = by_family[family]
-        fold = _impl_rows(recs)
         by_cell: dict[tuple, list] = defaultdict(list)
         impls = set()
-        for r in recs:
+        for r in by_family[family]:
             impl = text(r.get("impl"))
-            impl = fold.get(impl, impl)
             impls.add(impl)
             by_cell[(impl, column(r))].append(r)
         for impl in sorted(impls):
