@@ -210,6 +210,9 @@ def test_tests_and_cuda_compile_run_in_cpus_virtualenv():
         assert config[name]["deps"] == [] and config[name]["package"] == ["skip"]
         assert any("scripts/gpu_env.py" in c for c in config[name]["commands_pre"])
     assert any("pytest_benchmark=pytest-benchmark" in c for c in config["bench"]["commands_pre"])
+    # Files named in commands exist (a renamed test module would select nothing: pytest exit 5).
+    named = {p for env in config.values() for c in env["commands"] for p in re.findall(r"\S+\.py\b", c)}
+    assert named and all((ROOT / p).is_file() for p in named), sorted(p for p in named if not (ROOT / p).is_file())
 
 
 def test_tox_cuda_env_uses_the_torch_of_the_python_tox_runs_on_offline(host, tmp_path):
