@@ -23,7 +23,7 @@ from .result import FAIL, PASS, CompileOutcome, trim_message
 from .toolchain import ToolchainUnavailable
 
 __all__ = ["CompileOutcome", "ToolchainUnavailable", "compile_plan", "compile_link", "target_kind",
-           "toolchain", "PASS", "FAIL", "trim_message"]
+           "check_grid", "toolchain", "PASS", "FAIL", "trim_message"]
 
 
 def target_kind(target: str) -> str:
@@ -34,6 +34,13 @@ def target_kind(target: str) -> str:
         return "npu"
     cuda.parse_target(target)
     return "cuda"
+
+
+def check_grid(target: str, grid: Any) -> str | None:
+    """Why ``grid`` cannot be launched on ``target`` (too many programs), or None."""
+    from . import cuda, npu
+
+    return npu.check_grid(grid) if target_kind(target) == "npu" else cuda.check_grid(grid)
 
 
 def compile_link(link: Any, target: str, **options) -> CompileOutcome:
