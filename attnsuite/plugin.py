@@ -179,6 +179,9 @@ def pytest_configure(config):
     timeout = config.getoption("case_timeout") or (900.0 if kind == "cpu" else 300.0)
     targets = (compile_targets(kind, config.getoption("cuda_arch"), config.getoption("soc"))
                if config.getoption("compile_only") else [])
+    if targets:  # before any implementation is imported: Triton 3.2 needs a driver to autotune
+        from .compile.capture import use_host_driver
+        use_host_driver()
     # Interpreted and compile-only runs default to small shapes; device runs to the full sweep.
     profile = config.getoption("profile") or ("quick" if kind == "cpu" or targets else "full")
 

@@ -29,6 +29,7 @@ Not thread-safe: a launch from another thread during the block is captured too.
 from __future__ import annotations
 
 import contextlib
+import importlib
 import inspect
 import re
 from dataclasses import dataclass, field
@@ -177,6 +178,65 @@ def capture() -> Iterator[list[Launch]]:
                     delattr(cls, attr)
                 else:
                     setattr(cls, attr, original)
+
+
+# -- a host without a device ---------------------------------------------------------------------
+
+class _HostDriver:
+    """Stands in for Triton's active driver where none is active (compile-only on a host). Triton
+    3.2 (triton-ascend) asks the driver for a benchmarker when ``@triton.autotune`` decorates a
+    kernel, so a module with an autotuned kernel cannot even be imported without one. Nothing is
+    timed or launched in compile-only: anything beyond that question is refused with a reason."""
+
+    def get_benchmarker(self):
+        def refuse(*args, **kwargs):
+            raise RuntimeError("compile-only: nothing is timed on the host (no device)")
+        return refuse
+
+    def is_active(self) -> bool:
+        return False
+
+    def __getattr__(self, name):
+        raise RuntimeError(f"compile-only: Triton's driver.{name} needs a device; this host has none")
+
+
+def _driver_config():
+    # ``triton.runtime.driver`` is the module on 3.9 but the DriverConfig object on 3.2.
+    return importlib.import_module("triton.runtime.driver").driver
+
+
+def _no_active_driver() -> bool:
+    from triton.backends import backends
+
+    return not any(b.driver.is_active() for b in backends.values())
+
+
+def use_host_driver() -> Optional[dict]:
+    """Make Triton's active driver the host stand-in when no real driver is active (a CPU-only
+    machine), so that kernel modules import. Returns the driver config's previous state when it
+    installed the stand-in (for ``host_driver`` to put back), else None. Call once per
+    compile-only process, before implementations are imported."""
+    config = _driver_config()
+    # Read the state without touching ``active``: on 3.9 reading it creates (and fails to create)
+    # the default driver.
+    state = dict(vars(config))
+    if any(isinstance(v, _HostDriver) for v in state.values()) or not _no_active_driver():
+        return None
+    config.set_active(_HostDriver())
+    return state
+
+
+@contextlib.contextmanager
+def host_driver() -> Iterator[None]:
+    """``use_host_driver`` for the duration of a block."""
+    previous = use_host_driver()
+    try:
+        yield
+    finally:
+        if previous is not None:
+            config = _driver_config()
+            vars(config).clear()
+            vars(config).update(previous)
 
 
 # -- what an implementation that needs a device looks like on a host-only machine ---------------
