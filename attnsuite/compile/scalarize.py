@@ -175,6 +175,7 @@ def count_scalar_accesses(ttadapter_ir: str) -> list[dict]:
     aliases, frames, ops = _parse(ttadapter_ir)
     consts = {}
     defs = {}
+    where_defined: dict[str, tuple] = {}
     direct: dict[int, list[_Op]] = {}
     for op in ops:
         c = _CONST.match(op.text)
@@ -183,6 +184,7 @@ def count_scalar_accesses(ttadapter_ir: str) -> list[dict]:
         d = _DEF.match(op.text)
         if d:
             defs[d.group(1)] = (d.group(2), d.group(3))
+            where_defined[d.group(1)] = op.frames
         if op.frames:
             direct.setdefault(id(op.frames[-1]), []).append(op)
 
@@ -200,19 +202,21 @@ def count_scalar_accesses(ttadapter_ir: str) -> list[dict]:
     def operand_names(rest: str) -> list[str]:
         return re.findall(r"%[\w.$-]+", rest.split(" : ")[0])
 
-    def from_memory(name: str, depth: int = 0) -> bool:
-        """Is this index value computed from a value read from global memory?"""
+    def from_memory(name: str, loop: _Frame, depth: int = 0) -> bool:
+        """Is this index value computed from a value read from global memory inside ``loop``
+        (a new address every trip, not a base loaded once before the loop)?"""
         if depth > 24 or name not in defs:
             return False
         opname, rest = defs[name]
-        if opname == "memref.load":
+        if opname in ("memref.load", "tensor.extract"):
+            if loop not in where_defined.get(name, ()):
+                return False
             src = operand_names(rest)
-            return bool(src) and is_global(src[0])
-        if opname == "tensor.extract":
-            src = operand_names(rest)
+            if opname == "memref.load":
+                return bool(src) and is_global(src[0])
             return bool(src) and loaded_tensor(src[0], depth + 1)
         if opname.startswith(("arith.", "index.")):
-            return any(from_memory(o, depth + 1) for o in operand_names(rest))
+            return any(from_memory(o, loop, depth + 1) for o in operand_names(rest))
         return False
 
     def loaded_tensor(name: str, depth: int) -> bool:
@@ -225,21 +229,21 @@ def count_scalar_accesses(ttadapter_ir: str) -> list[dict]:
             return any(loaded_tensor(o, depth + 1) for o in operand_names(rest))
         return False
 
-    def address_from_memory(name: str, depth: int = 0) -> bool:
-        """Does this global view's offset depend on a value read from memory?"""
+    def address_from_memory(name: str, loop: _Frame, depth: int = 0) -> bool:
+        """Does this global view's offset depend on a value read from memory inside ``loop``?"""
         if depth > 8 or name not in defs:
             return False
         opname, rest = defs[name]
         if opname == "memref.reinterpret_cast":
             m = re.search(r"offset:\s*\[([^\]]*)\]", rest)
-            return bool(m) and any(from_memory(o) for o in re.findall(r"%[\w.$-]+", m.group(1)))
+            return bool(m) and any(from_memory(o, loop) for o in re.findall(r"%[\w.$-]+", m.group(1)))
         src = re.match(r"\s*(%[\w.$-]+)", rest)
         if opname == "memref.subview":  # %src[offsets] [sizes] [strides]: sizes are masks
             m = re.match(r"\s*%[\w.$-]+\[([^\]]*)\]", rest)
-            if m and any(from_memory(o) for o in re.findall(r"%[\w.$-]+", m.group(1))):
+            if m and any(from_memory(o, loop) for o in re.findall(r"%[\w.$-]+", m.group(1))):
                 return True
         if opname in ("memref.subview", "memref.cast", "memref.collapse_shape", "memref.expand_shape"):
-            return bool(src) and address_from_memory(src.group(1), depth + 1)
+            return bool(src) and address_from_memory(src.group(1), loop, depth + 1)
         return False
 
     def pure(frame: _Frame) -> bool:
@@ -285,7 +289,7 @@ def count_scalar_accesses(ttadapter_ir: str) -> list[dict]:
                 i -= 1
             site, detected = loops[i], "pattern"
         elif kind_op != "load" and n != 1 and _one_row(dims) and is_global(mem) \
-                and address_from_memory(mem):
+                and address_from_memory(mem, loops[-1]):
             # One DMA of one row per trip, at an address read from memory: a gather the user
             # wrote as a loop (or a page loop over one-row pages). The adapter marks nothing here.
             site, detected = loops[-1], "dataflow"
