@@ -13,11 +13,13 @@ records the launch and returns ``None`` (no compile, no driver, no device):
 * ``triton.runtime.jit.JITFunction`` (upstream Triton 3.6 - 3.9 and triton-ascend 3.2.x share the
   ``run(self, *args, grid, warmup, **kwargs)`` entry that ``kernel[grid](...)`` goes through);
   ``warmup=True`` calls are not launches and are ignored;
-* ``triton.runtime.autotuner.Autotuner`` and its subclasses (triton-ascend's auto-tiling tuner): a
-  tuner would time every config on the device and launch the fastest, so each config that survives
-  the tuner's ``early_config_prune`` is captured as its own launch (``origin`` names it). Config
-  pre-hooks are not run: they touch tensor contents, which compile-only never needs. The
-  ``perf_model`` ranking is skipped too: it estimates device time;
+* ``triton.runtime.autotuner.Autotuner``: a tuner would time every config on the device and
+  launch the fastest, so each config that survives the tuner's ``early_config_prune`` is captured
+  as its own launch (``origin`` names it). Config pre-hooks are not run: they touch tensor
+  contents, which compile-only never needs. The ``perf_model`` ranking is skipped too: it
+  estimates device time. A subclass with its own ``run`` (triton-ascend's auto-tiling tuner,
+  ``hints={"enable_ascend_autotune": True}``, which derives its configs at launch time) is left
+  alone: it tries to time its candidates, and compile-only reports that it needs a device;
 * ``Heuristics`` needs nothing: it computes its values and calls the wrapped kernel's ``run``;
 * the interpreter's ``InterpretedFunction`` (when ``TRITON_INTERPRET=1`` was set at import).
 
@@ -143,9 +145,10 @@ def _patches() -> list[tuple[type, str, Callable]]:
     for cls in _subclasses(jit.JITFunction):
         if "run" in vars(cls):
             out.append((cls, "run", _jit_run))
-    for cls in _subclasses(autotuner.Autotuner):
-        if "run" in vars(cls):
-            out.append((cls, "run", _autotune_run))
+    # Only Triton's own Autotuner: a subclass with its own run (triton-ascend's auto-tiling
+    # tuner makes its configs up at launch time) keeps it, and whatever it asks of the device is
+    # reported as such (``needs_device``).
+    out.append((autotuner.Autotuner, "run", _autotune_run))
     try:
         from triton.runtime.interpreter import InterpretedFunction
     except ImportError:  # pragma: no cover - every supported Triton has one
