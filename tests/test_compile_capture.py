@@ -117,7 +117,7 @@ def test_launch_configs_lists_each_kernel_meta():
 
 # -- the harness: foreign implementations in compile-only ----------------------------------------
 
-DECODE = "cases/test_decode.py::test_decode[fp16-B2-Hq8-Hkv2-S300-D64-lse]"
+DECODE = "cases/decode.py::decode[fp16-B2-Hq8-Hkv2-S300-D64-lse]"
 
 
 def _device_args():
@@ -187,12 +187,12 @@ def test_identical_specializations_share_a_key_and_alignment_or_dtype_do_not():
 
 @ascend
 def test_repeated_specializations_are_compiled_once_per_run(run_suite, tmp_path):
-    run = run_suite("cases/test_probes.py", "-k", "loop_if_mask and rewrite", "--device", "npu",
+    run = run_suite("cases/probes.py", "-k", "loop_if_mask and rewrite", "--device", "npu",
                     "--compile-only", env={"ATTNSUITE_COMPILE_CACHE": str(tmp_path / "cache")})
     entries = [x for r in run.records for x in r["compile"]["Ascend910B2"]]
     # pages1 specializes num_pages == 1 into a constant: two specializations for two cases
     assert len(entries) == 2 and not any(x.get("cached") for x in entries)
-    again = run_suite("cases/test_probes.py", "-k", "loop_if_mask and rewrite", "--device", "npu",
+    again = run_suite("cases/probes.py", "-k", "loop_if_mask and rewrite", "--device", "npu",
                       "--compile-only", env={"ATTNSUITE_COMPILE_CACHE": str(tmp_path / "cache")})
     assert all(x["cached"] and x["compiled_seconds"] > 0 for r in again.records for x in r["compile"]["Ascend910B2"])
 
@@ -238,7 +238,7 @@ def test_memory_display_takes_the_end_of_the_highest_buffer(tmp_path):
 
 @ascend
 def test_npu_records_carry_the_three_hazards(run_suite):
-    run = run_suite("cases/test_probes.py", "-k", "gather_transposed or grid_limit", "--device", "npu",
+    run = run_suite("cases/probes.py", "-k", "gather_transposed or grid_limit", "--device", "npu",
                     "--compile-only")
     by_case = {r["case_id"]: r["compile"]["Ascend910B2"][0] for r in run.records}
     rows = by_case["probes[gather_transposed-rewrite-fp16]"]["hazards"]

@@ -16,7 +16,7 @@ LEDGER = EXAMPLE / "known_failures.toml"
 SPEC = "paged_decode=paged_port.decode:paged_decode"
 #: A one-token-page case (rc2 compiles it), page-size-16 ones (rc2 fails), an empty sequence, NHD.
 CASES = ["-k", "L1_7 or L1_16_40 or L0_33_7 or NHD-P16-scattered"]
-PAGED = "cases/test_paged_decode.py"
+PAGED = "cases/paged_decode.py"
 
 upstream = pytest.mark.skipif(toolchain.installed() != "upstream", reason="needs upstream triton")
 ascend = pytest.mark.skipif(toolchain.installed() != "ascend", reason="needs triton-ascend (tox -e npu-compile)")

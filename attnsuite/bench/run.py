@@ -42,7 +42,7 @@ def run_bench(family, case, device, impl, *, runs: int = 30, warmup: int = 5, me
               copy_gbps: float | None = None, prepared: tuple | None = None) -> dict:
     inputs, outputs, kernel = prepared or prepare(family, case, device, impl)
     candidates = {"reference": (lambda: family.reference(case, inputs, case.dtype), None)}
-    candidates.update(vendor_baselines(device.kind, family.vendor_problem(case, inputs)))
+    candidates.update(vendor_baselines(device, family.vendor_problem(case, inputs)))
     candidates.update(family.extra_baselines(case, inputs, impl))
     if unchecked(impl) is not impl:
         candidates["checked_call"] = (lambda: family.call(impl, case, inputs, outputs),

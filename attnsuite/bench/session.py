@@ -23,24 +23,28 @@ def copy_gbps(device) -> float:
 
 
 class Bench:
-    def __init__(self, state, info: dict, families, benchmark=None):
-        self.state, self.info, self.benchmark = state, info, benchmark
-        self.families = {f.name: f for f in families}
+    """``session``: the SuiteSession; ``item``: the benchmark's pytest item (its frozen outcome
+    goes to the item's stash, where the record is built from)."""
+
+    def __init__(self, session, item, benchmark=None):
+        self.session, self.item, self.benchmark = session, item, benchmark
 
     def run(self, case) -> dict:
-        state = self.state
-        if state.compile_targets:
+        from attnsuite.collection import OUTCOME
+        from attnsuite.result import CaseOutcome
+
+        session = self.session
+        if session.options.compile_targets:
             pytest.skip("compile-only: nothing to time")
-        if state.device.kind == "cpu":
+        if not session.device.times_kernels:
             pytest.skip(CPU_REASON)
-        family = self.families[case.family]
-        impl_name, impl = state.impl_for(family)
-        self.info["impl"] = impl_name
-        prepared = prepare(family, case, state.device, impl)
-        payload = run_bench(family, case, state.device, impl, runs=state.bench_runs,
-                            method=state.bench_method, copy_gbps=copy_gbps(state.device),
+        family = session.families()[case.family]
+        _, impl = session.impls_for(family)[0]
+        prepared = prepare(family, case, session.device, impl)
+        payload = run_bench(family, case, session.device, impl, runs=session.options.bench_runs,
+                            method=session.options.bench_method, copy_gbps=copy_gbps(session.device),
                             prepared=prepared)
-        self.info["result_obj"].bench = payload
+        self.item.stash[OUTCOME] = CaseOutcome("pass", bench=payload)
         if self.benchmark is not None:
             self._store(prepared[2], payload)
         return payload
@@ -48,7 +52,7 @@ class Bench:
     def _store(self, kernel, payload) -> None:
         """pytest-benchmark's own numbers: synchronized wall clock per call (launch + kernel +
         sync, after an untimed L2 flush); the device-event figures go to extra_info."""
-        device = self.state.device
+        device = self.session.device
 
         def synced():
             kernel()
@@ -61,7 +65,7 @@ class Bench:
 
         self.benchmark.extra_info.update(flatten(payload))
         with device_lock(device):
-            self.benchmark.pedantic(synced, setup=setup, rounds=self.state.bench_runs,
+            self.benchmark.pedantic(synced, setup=setup, rounds=self.session.options.bench_runs,
                                     warmup_rounds=2, iterations=1)
 
 

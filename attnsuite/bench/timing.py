@@ -56,10 +56,7 @@ def summarize(samples_ms: list[float]) -> Timing:
 
 def l2_flusher(device) -> Optional[Callable[[], None]]:
     """A callable that evicts the device's L2 (None on cpu, where timings are not benchmarks)."""
-    if device.kind == "cpu":
-        return None
-    scratch = torch.empty(FLUSH_BYTES // 4, dtype=torch.int32, device=device.torch_device)
-    return scratch.zero_
+    return device.l2_flusher()
 
 
 def first_call_s(device, fn: Callable[[], object]) -> float:
