@@ -78,12 +78,13 @@ def _dist_info(tmp_path):
 
 
 def test_the_entry_point_registers_the_example_by_name(tmp_path, monkeypatch):
-    from attnsuite import impls
+    from attnsuite import impls, registry
 
     monkeypatch.syspath_prepend(str(_dist_info(tmp_path)))
     monkeypatch.syspath_prepend(str(EXAMPLE))
     assert impls.entry_points("paged_decode") == {"paged_port": "paged_port.decode:paged_decode"}
-    assert "paged_port" in impls.registered(impls.family_module("paged_decode"))
+    name, fn = impls.resolve(registry.family("paged_decode"), "paged_port")
+    assert name == "paged_port" and fn.__module__ == "paged_port.decode"
 
 
 @upstream
