@@ -16,7 +16,6 @@ from attnsuite.compile import capture, hazards, memory, toolchain
 from attnsuite.compile.cache import CompileCache
 from attnsuite.compile.capture import Launch, NeedsDevice, capture_call, launch_configs
 
-upstream = pytest.mark.skipif(toolchain.installed() != "upstream", reason="needs upstream triton")
 ascend = pytest.mark.skipif(toolchain.installed() != "ascend", reason="needs triton-ascend (tox -e npu-compile)")
 
 

@@ -89,4 +89,3 @@ def _config(impl, case, family, inputs, outputs) -> dict | None:
     from ..compile.capture import launch_configs
 
     return launch_configs(lambda: family.call(impl, case, inputs, outputs))
-
