@@ -186,8 +186,8 @@ CASES = [
     # 4 programs for 40 values: the last one has nothing to do.
     *_each_variant("early_return", n=40, programs=4),
     *_each_variant("gather_int32", N=32),
-    # block_sparse's D=128 tiles (BM=128, BN=64), 128-key blocks, the last one partial (S=1000).
-    *_each_variant("while_block_index", BM=128, D=128, S=1000, bkv=128, block_n=64, blocks=(0, 3, 7)),
+    # block_sparse's D=64 tiles (BM=128, BN=64), 128-key blocks, the last one partial (S=1000).
+    *_each_variant("while_block_index", BM=128, D=64, S=1000, bkv=128, block_n=64, blocks=(0, 3, 7)),
     # Tokens 8 .. 23 straddle the sequence's first two pages (entries 2 and 3 of the table).
     *_each_variant("page_div_zero", cache_pages=8, page_size=16, page_start=2, tok0=8, n=16, D=32),
     # [256, 512] in fp32 is 512 KB per tile; the UB holds 192 KB.

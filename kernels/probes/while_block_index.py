@@ -6,8 +6,10 @@ One program computes ``o = softmax(q k^T * scale) v`` for a [BM, D] query tile o
 the listed blocks (block ids ascending, padded with ``PAD``; the last block may be partial).
 
 original: ``blk = tl.load(ROW); while blk != PAD: ...; j += 1; blk = tl.load(ROW + j)``. With the
-    block_sparse kernel's D=128 tiles (BM=128, BN=64) bishengir fails with "'hivm.hir.copy' op
-    Unsupported copy from cbuf to cbuf!" (on 3.2.0rc2 after a UB overflow).
+    block_sparse kernel's D=64 tiles (BM=128, BN=64) the bishengir of triton-ascend 3.2.0rc4 and
+    3.2.0 fails with "'hivm.hir.copy' op Unsupported copy from cbuf to cbuf!". rc2 compiles these
+    tiles; at D=128 it fails too, but with one of two messages from run to run, which a strict
+    ledger entry cannot hold (porting_notes.md#while_block_index).
 rewrite: the number of listed blocks counted on the host and a bounded ``for j in range(n)``.
 """
 import torch
