@@ -49,6 +49,7 @@ def pytest_configure(config):
         use_host_driver()
     try:
         session.implementations()  # a bad --impl stops the run here, before any worker starts
+        session.ledger()  # and so does a bad ledger
         if options.compile_targets:
             session.device = host_device(kind)  # compile-only: inputs stay on the host
         elif controller:
