@@ -2,25 +2,33 @@
 ``kernels.mustafar_format``: the kernels decode bitmaps/offsets/packed tiles themselves, the
 dense cache never exists in memory.
 
-* ``mustafar_keys(q, kc)``: fp32 scores ``q . k`` [B, Hq, S_c]. One program per (batch, KV head,
-  64-token block): those tokens' key tiles are D consecutive tiles (one per channel), decoded
-  BLOCK_C channels at a time into a [channels, 64 tokens] tile and multiplied by the G query heads
-  of the group (``tl.dot``, G padded to >= 16 rows).
-* ``mustafar_values(p, vc)``: fp32 ``p @ V`` [B, Hq, D]. One program per (batch, KV head, 64-channel
-  block): it walks S_c in BLOCK_S-token chunks, decoding the chunk's value tiles (one per token)
-  into [BLOCK_S tokens, 64 channels] and accumulating ``p_chunk @ v`` for the G heads.
+* ``mustafar_keys(q, kc)``: fp32 scores ``q . k`` [B, Hq, S_c]. A work item is (batch, KV head,
+  64-token block): its D key tiles (one per channel) are consecutive, decoded BLOCK_C at a time
+  and contracted with the G query heads of the group.
+* ``mustafar_values(p, vc)``: ``p @ V`` [B, Hq, D]. A work item is (batch, KV head, token chunk):
+  the chunk's value tiles (D / 64 per token) are consecutive too; long caches give several chunks,
+  whose fp32 partials ``_sum_chunks`` adds into ``out``.
 * ``mustafar_decode(q, kc, vc)``: the two, with an fp32 softmax in torch between them.
 
-Decoding a tile: element j is kept iff bit 63 - j of its int64 bitmap is set; its rank among the
-kept elements (the exclusive prefix count of the bits, as a 0/1 ``tl.dot``) addresses
-``packed[offsets[tile] + rank]`` (fp16) or code ``rank % 16`` of word ``offsets[tile] + rank // 16``
-(2 bits, dequantised as ``(code - zero) * scale`` in fp32). Everything is computed in fp32.
-The fp16 read is a per-element gather (2 bits: 4 words per tile): triton-ascend compiles it to
-element loads on the scalar unit, a performance hazard the compile report counts.
+Decoding a run of consecutive tiles (``_decode_tiles``) reads each buffer as one contiguous
+vector: bitmaps, offsets, scale/zero, and the packed data as one window
+``[offsets[first tile], offsets[last tile + 1])``. Element j of a tile is kept iff bit 63 - j of
+its bitmap is set; its slot among the kept values comes from SWAR arithmetic on the bitmap's
+bytes (per 8-element octet: a bit-reversed spread into nibbles, one multiply for the prefix
+counts inside the octet, byte popcounts for the octet's first slot), constant masks and
+shifts only. The value is then a 1-D ``tl.gather`` from the window: fp16 values directly; 2-bit
+words (seen as fp32, the only gather dtype Ascend's A2/A3 take) two per octet, giving the
+octet's 16 code bits. No address depends on an element, so Ascend compiles no scalar loads.
 
-Portable subset only: no block pointers, no popc/libdevice, no loops over loaded values; every
-launch goes through ``_checks.launch`` as a ``LaunchPlan`` built by a ``*_plan`` function.
-Validation (types, shapes, buffer sizes, offsets and per-tile popcounts) runs before any launch.
+Paths: the portable kernels (``_mustafar_keys_fwd``, ``_mustafar_values_fwd``) run everywhere
+(interpreter, Ascend, compile-only); on Ascend their grid is one program per vector core, each
+looping over work items (a program is bound to a physical core there), and the element axis is
+the inner one (UB use). The CUDA fast path (``kernel_path`` fast / auto on CUDA) decodes the
+same way and does the head contraction on tensor cores (``_mustafar_*_fast``).
+
+Every launch goes through ``_checks.launch`` as a ``LaunchPlan`` built by a ``*_plan``
+function. Validation (types, shapes, buffer sizes, offsets and per-tile popcounts) runs before
+any launch.
 """
 from __future__ import annotations
 
