@@ -459,7 +459,10 @@ def mustafar_values_plan(p: torch.Tensor, vc: Compressed, out: torch.Tensor, *,
                           args=(dst, out, n_chunks, dst.stride(0), dst.stride(1), out.stride(0),
                                 out.stride(1), Hq),
                           meta=dict(D=D, BLOCK_H=block_h))
-    return LaunchPlan(kernel=kernel, grid=(n_programs,), args=args, meta=meta, then=then)
+    plan = LaunchPlan(kernel=kernel, grid=(n_programs,), args=args, meta=meta, then=then)
+    if then is not None and "workspace" in getattr(LaunchPlan, "__dataclass_fields__", {}):
+        plan.workspace = ((dst, False),)  # the partials carry nothing between calls
+    return plan
 
 
 # --- validation --------------------------------------------------------------------------------
