@@ -399,7 +399,7 @@ def mustafar_keys_plan(q: torch.Tensor, kc: Compressed, out: torch.Tensor, *,
         args = (q, *_buffers(kc), out, q.stride(0), q.stride(1), out.stride(0), out.stride(1),
                 Hkv, D, n_tblocks)
         meta = dict(G=G, BITS=kc.bits, BLOCK_C=min(next_pow2(D), 128), BLOCK_G=max(16, next_pow2(G)),
-                    DOT_PRECISION=DOT_INPUT_PRECISION, num_warps=4 if interpret else 8, num_stages=1)
+                    DOT_PRECISION=DOT_INPUT_PRECISION, num_warps=4, num_stages=1)
         return LaunchPlan(kernel=_mustafar_keys_fast, grid=(n_work,), args=args, meta=meta)
     cfg = mustafar_keys_config(D, G, kc.bits, interpret, _on_ascend(q))
     n_programs = _programs(n_work, q)
@@ -426,7 +426,7 @@ def mustafar_values_plan(p: torch.Tensor, vc: Compressed, out: torch.Tensor, *,
     fast = use_fast_path(p)
     cfg = mustafar_values_config(S, D, G, vc.bits, interpret, ascend)
     if fast:
-        cfg["BLOCK_G"] = max(16, cfg["BLOCK_G"])
+        cfg.update(BLOCK_G=max(16, cfg["BLOCK_G"]), num_warps=4)
     step = cfg["BLOCK_S"]
     if ascend:
         # Enough chunks to give every core work, each a multiple of the step.
