@@ -42,6 +42,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+#: Seconds a new worker may take to import the kernels and report ready.
+STARTUP_TIMEOUT = 300.0
 FAMILIES = ("prefill", "prefill_varlen", "decode", "paged_decode", "sparse_decode",
             "sparse_paged_decode", "magicpig_decode", "block_sparse", "mustafar")
 
@@ -196,6 +198,7 @@ def worker(catalog_name: str, family_name: str | None, device_kind: str, profile
     cases = [c for c in cases if not family.skip_reason(c)]
     ledger = load(ROOT / DEFAULT_LEDGER)
     device = open_device(device_kind, None)
+    torch_threads(device_kind)
     shared = CachedFamily(family)
     # Small cases first: a mutant that wraps an interpreted kernel meets its killing case after
     # as little interpretation as possible (the verdicts do not depend on the order).
@@ -204,6 +207,7 @@ def worker(catalog_name: str, family_name: str | None, device_kind: str, profile
     todo = [("mutant", n, f) for n, f in getattr(module, "MUTANTS", {}).items()]
     todo += [("control", n, f) for n, f in getattr(module, "CONTROLS", {}).items()]
     index, count = shard
+    _emit(event="ready", family=family_name)
     for kind, name, impl in todo[index::count]:
         if name in skip:
             continue
@@ -242,6 +246,15 @@ def worker(catalog_name: str, family_name: str | None, device_kind: str, profile
         _emit(event="verdict", **asdict(verdict))
     _emit(event="done")
     return 0
+
+
+def torch_threads(device_kind: str) -> None:
+    """One intra-op thread per worker on the host: the workers already fill the cores, and idle
+    pool threads spinning for work cost many times the CPU time of the work itself."""
+    if device_kind == "cpu":
+        import torch
+
+        torch.set_num_threads(1)
 
 
 # --- the parent: workers in parallel, each watched ------------------------------------------------
@@ -285,12 +298,14 @@ def run_job(job: Job, args) -> list[Verdict]:
                                     stdout=subprocess.PIPE, stderr=err, start_new_session=True)
             lines: queue.Queue = queue.Queue()
             threading.Thread(target=_reader, args=(proc.stdout, lines), daemon=True).start()
-            current, why, done = None, None, False
+            current, why, done, ready = None, None, False, False
             while True:
+                # Imports and the first inputs come before any case: they get their own allowance.
+                limit = args.case_timeout if ready else max(args.case_timeout, STARTUP_TIMEOUT)
                 try:
-                    line = lines.get(timeout=args.case_timeout)
+                    line = lines.get(timeout=limit)
                 except queue.Empty:
-                    why = f"timeout: no answer within {args.case_timeout:g} s"
+                    why = f"timeout: no answer within {limit:g} s"
                     os.killpg(proc.pid, signal.SIGKILL)
                     break
                 if line is None:
@@ -299,6 +314,7 @@ def run_job(job: Job, args) -> list[Verdict]:
                     event = json.loads(line)
                 except json.JSONDecodeError:
                     continue  # a stray print of an implementation
+                ready = True
                 if event.get("event") == "case":
                     current = event
                 elif event.get("event") == "verdict":
