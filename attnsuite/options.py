@@ -83,9 +83,7 @@ class RunOptions:
         if self.profile == "fuzz":
             extra += f" --fuzz-seed {self.fuzz_seed} --fuzz-count {self.fuzz_count}"
         if self.compile_targets:
-            extra += " --compile-only " + (
-                f"--cuda-arch {','.join(t.removeprefix('sm_') for t in self.compile_targets)}"
-                if self.device_kind == "cuda" else f"--soc {self.compile_targets[0]}")
+            extra += " --compile-only " + device_class(self.device_kind).compile_target_options(self.compile_targets)
         if self.kernel_path:
             extra += f" --kernel-path {self.kernel_path}"
         extra += f" --case-timeout {self.case_timeout:g}"
@@ -105,9 +103,9 @@ def compile_targets(kind: str, cuda_arch: str, soc: str) -> tuple[str, ...]:
         targets = cls.compile_targets(cuda_arch, soc)
     except ValueError as exc:
         raise OptionError(str(exc)) from None
-    want = "upstream" if kind == "cuda" else "ascend"
+    want = cls.compile_toolchain
     if toolchain.installed() != want:
-        need = "upstream triton" if kind == "cuda" else "triton-ascend (tox -e npu-compile)"
+        need = "upstream triton" if want == "upstream" else "triton-ascend (tox -e npu-compile)"
         raise OptionError(f"--device {kind} --compile-only: needs {need}; this environment has "
                           f"{toolchain.describe()}")
     return tuple(targets)

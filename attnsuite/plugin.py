@@ -44,6 +44,9 @@ def pytest_configure(config):
 
     kernels.settings.configure(kernel_path=options.kernel_path, autotune=options.autotune or None)
     session = SuiteSession(options, worker=worker, controller=controller)
+    if options.compile_targets:  # before any implementation is imported: Triton 3.2 needs a driver to autotune
+        from .compile.capture import use_host_driver
+        use_host_driver()
     try:
         session.implementations()  # a bad --impl stops the run here, before any worker starts
         if options.compile_targets:
@@ -57,6 +60,8 @@ def pytest_configure(config):
     except ValueError as exc:  # ImplError, an unknown family
         raise pytest.UsageError(str(exc)) from None
     config.stash[SUITE] = session
+    if workerinput and workerinput.get("workercount"):
+        _share_cores(int(workerinput["workercount"]))
     writer = _writer(session)
     if workerinput is None:
         account = config.stash[ACCOUNT] = RunAccount(session, writer)
@@ -66,6 +71,17 @@ def pytest_configure(config):
             config.option.maxworkerrestart = str(max(32, 4 * (config.option.numprocesses or 1)))
         account.max_restarts = int(config.option.maxworkerrestart) if controller else None
         _catch_sigterm(account)
+
+
+def _share_cores(workers: int) -> None:
+    """Each xdist worker gets its share of the host's cores for torch's own threads: inputs,
+    references and comparisons of 8 workers with a thread per core each would oversubscribe
+    the host many times over."""
+    import os
+
+    import torch
+
+    torch.set_num_threads(max(1, (os.cpu_count() or 1) // workers))
 
 
 def _writer(session: SuiteSession):
@@ -181,8 +197,8 @@ def bench(request):
 
     session = suite(request.config)
     benchmark = None
-    if request.config.pluginmanager.hasplugin("benchmark") and session.options.device_kind != "cpu" \
-            and not session.options.compile_targets:
+    if request.config.pluginmanager.hasplugin("benchmark") and session.device is not None \
+            and session.device.times_kernels:
         benchmark = request.getfixturevalue("benchmark")
     return Bench(session, request.node, benchmark)
 

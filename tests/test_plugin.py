@@ -124,3 +124,19 @@ def test_bench_selection_is_headline_cases_plus_sweeps_in_full():
     assert quick and all("bench" in c.tags for c in quick)
     assert {c.id for c in quick} < {c.id for c in full}
     assert any("context" in c.tags for c in full)
+
+
+@pytest.mark.parametrize("select", [("-m", "bench"), ("-k", "bench")])
+def test_case_tags_select_with_m_and_k(select):
+    import subprocess
+    import sys
+
+    from tests.conftest import ROOT
+
+    out = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider",
+                          "--profile", "full", "cases/decode.py", *select], cwd=ROOT, capture_output=True, text=True,
+                         env={**__import__("os").environ, "PYTHONPATH": str(ROOT)}, timeout=300).stdout
+    ids = [line for line in out.splitlines() if line.startswith("cases/decode.py::")]
+    from cases.decode import FAMILY
+
+    assert sorted(i.split("::")[1] for i in ids) == sorted(c.id for c in FAMILY.cases if "bench" in c.tags)

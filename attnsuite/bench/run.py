@@ -85,19 +85,7 @@ def throughput(work: dict, kernel_ms: float, copy_gbps: float | None) -> dict:
 
 
 def _config(impl, case, family, inputs, outputs) -> dict | None:
-    """The launch config the kernel chose: the captured plans' meta (tile sizes, warps)."""
-    from kernels._checks import capture_launches
+    """The launch config the kernel chose: the captured launches' meta (tile sizes, warps)."""
+    from ..compile.capture import launch_configs
 
-    try:
-        with capture_launches() as plans:
-            family.call(impl, case, inputs, outputs)
-    except Exception:  # noqa: BLE001 - a config we cannot capture is just not shown
-        return None
-    return {_kernel_name(p.kernel): {**{k: v for k, v in p.meta.items() if isinstance(v, (int, str))},
-                                     "tuning": p.tuning}
-            for plan in plans for p in plan.chain()} or None
-
-
-def _kernel_name(kernel) -> str:
-    fn = getattr(kernel, "fn", kernel)  # a JITFunction wraps the Python function
-    return getattr(fn, "__name__", str(kernel)).lstrip("_")
+    return launch_configs(lambda: family.call(impl, case, inputs, outputs))

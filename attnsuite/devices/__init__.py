@@ -20,6 +20,8 @@ class HostDevice(Device):
     """Compile-only runs: records name the device the kernels are compiled for, but tensors stay
     on the host (no accelerator is needed, none is touched)."""
 
+    times_kernels = False
+
     def __init__(self, kind: str):
         super().__init__(0)
         self.kind = kind

@@ -27,6 +27,10 @@ class Device:
     case_timeout_s: float = 300.0
     #: Bytes overwritten to evict the last-level cache before a cold timing (4x an H100's 50 MB L2).
     flush_bytes: int = 256 * 2**20
+    #: Whether kernel timings mean anything here (the interpreter's do not).
+    times_kernels: bool = True
+    #: Which Triton compile-only needs: "upstream" or "ascend" (None: this device never compiles).
+    compile_toolchain: str | None = None
 
     # -- run policy (class level: read before any device is opened) -------------------------
     @classmethod
@@ -38,6 +42,11 @@ class Device:
     def compile_targets(cls, cuda_arch: str, soc: str) -> list[str]:
         """The targets ``--compile-only`` compiles every case for (ValueError: none here)."""
         raise ValueError(f"--compile-only needs --device cuda or --device npu ({cls.kind} never compiles)")
+
+    @classmethod
+    def compile_target_options(cls, targets) -> str:
+        """The command-line options that name ``targets`` again (for repro commands)."""
+        return ""
 
     def __init__(self, index: int = 0):
         self.index = index

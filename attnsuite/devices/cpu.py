@@ -11,6 +11,7 @@ class CpuDevice(Device):
     kind = "cpu"
     # The interpreter is slow: a large quick case takes minutes, not seconds.
     case_timeout_s = 900.0
+    times_kernels = False
 
     @classmethod
     def default_profile(cls, compile_only: bool) -> str:

@@ -11,6 +11,7 @@ from .base import Device, DeviceUnavailable
 class CudaDevice(Device):
     kind = "cuda"
     visibility_env = "CUDA_VISIBLE_DEVICES"
+    compile_toolchain = "upstream"
 
     @classmethod
     def compile_targets(cls, cuda_arch: str, soc: str) -> list[str]:
@@ -18,6 +19,10 @@ class CudaDevice(Device):
         if not archs or not all(a.isdigit() for a in archs):
             raise ValueError(f"--cuda-arch: expected numbers like 80,90, got {cuda_arch!r}")
         return [f"sm_{a}" for a in archs]
+
+    @classmethod
+    def compile_target_options(cls, targets) -> str:
+        return "--cuda-arch " + ",".join(t.removeprefix("sm_") for t in targets)
 
     def vendor_baselines(self, problem: dict) -> dict[str, tuple]:
         from ..bench.vendor import sdpa_baselines

@@ -24,10 +24,15 @@ def _npu():
 class NpuDevice(Device):
     kind = "npu"
     visibility_env = "ASCEND_RT_VISIBLE_DEVICES"
+    compile_toolchain = "ascend"
 
     @classmethod
     def compile_targets(cls, cuda_arch: str, soc: str) -> list[str]:
         return [soc]
+
+    @classmethod
+    def compile_target_options(cls, targets) -> str:
+        return f"--soc {targets[0]}"
 
     def vendor_baselines(self, problem: dict) -> dict[str, tuple]:
         from ..bench.vendor import npu_baselines
