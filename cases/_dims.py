@@ -25,10 +25,6 @@ RANDN = "randn"
 #: V plus a large common offset: every output is ~V_OFFSET, so an accumulator with fewer bits
 #: than fp32 loses digits that zero-mean V (outputs near 0) never exposes.
 V_OFFSET = 32.0
-#: ``cancel``: V plus V_OFFSET on the first half of each row's keys (in processing order) and
-#: minus V_OFFSET on the second: the running sum climbs far from the output before it cancels,
-#: so a low-precision accumulator errs by a multiple of what the output's own rounding allows
-#: (a common offset raises both alike).
 #: Keys a row reaches in the last quarter of its processing order are scaled by LATE_SCALE:
 #: their scores spread ~LATE_SCALE times wider, so the row max arrives late and is far above
 #: the early tiles' max (a stale running max overflows exp or mis-weights the early tiles).
@@ -37,6 +33,7 @@ LATE_FRACTION = 0.75
 #: q scaled by LARGE_SCALE: scores of standard deviation ~64, past exp's fp32 range (88.7) in
 #: most rows, so an exponent taken without subtracting the row max overflows even in fp32.
 LARGE_SCALE = 64.0
+#: offset: V + V_OFFSET; cancel: see ``cancel_values``; late: see LATE_SCALE; large: see LARGE_SCALE.
 VALUES = ("offset", "cancel", "late", "large")
 
 
@@ -61,7 +58,9 @@ def offset_values(v: torch.Tensor) -> torch.Tensor:
 
 def cancel_values(v: torch.Tensor, second_half: torch.Tensor) -> torch.Tensor:
     """v [..., N, D] plus V_OFFSET where ``second_half`` [..., N] (broadcastable) is False, minus
-    it where True."""
+    it where True: with the first half of a row's keys met first, the running sum climbs far from
+    the output before it cancels, so a low-precision accumulator errs by a multiple of what the
+    output's own rounding allows (a common offset raises both alike, and the tolerance with them)."""
     sign = torch.where(second_half, -1.0, 1.0).to(torch.float32)
     return (v.float() + V_OFFSET * sign.unsqueeze(-1)).to(v.dtype)
 
@@ -249,7 +248,7 @@ def dense_views(view: str, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) ->
         if q.shape[2] == k.shape[2]:
             return tuple(fused_bnsd(q, k, v))
         B, Hkv, _, D = k.shape
-        rest = torch.zeros((B, 2 * Hkv, q.shape[2], D), dtype=q.dtype)
+        rest = torch.full((B, 2 * Hkv, q.shape[2], D), float("nan"), dtype=q.dtype)  # the token's own K/V
         return (fused_bnsd(q, rest)[0], *fused_bnsd(k, v))
     if view == "rowpad":
         return row_pad(q), row_pad(k), row_pad(v)
@@ -313,7 +312,4 @@ def draw_vals(rng) -> str:
 def draw_view(rng, kinds) -> str:
     return CONTIG if rng.random() < 0.4 else rng.choice(tuple(kinds))
 
-
-def ceil_div(a: int, b: int) -> int:
-    return -(-a // b)
 

@@ -153,7 +153,7 @@ def paged_views(view: str, q, cache, layout: str) -> tuple:
     if view == "pool":
         B, Hq, D = q.shape
         Hkv = cache.shape[2] if layout == "HND" else cache.shape[3]
-        return fused_rows(q, q.new_zeros((B, 2 * Hkv, D)))[0], pool_slice(cache, layout)
+        return fused_rows(q, q.new_full((B, 2 * Hkv, D), float("nan")))[0], pool_slice(cache, layout)
     if view == "rowpad":
         return row_pad(q), row_pad(cache)
     raise ValueError(f"unknown view {view!r}")

@@ -32,8 +32,8 @@ QUICK = (
     # Tile residues (S % 16, S % 64 in {0, 1, 2, tile - 1}) and lengths past the split-KV
     # threshold (a merge of partial results), GQA packed in one tile.
     + [dict(dtype="fp16", B=1, Hq=4, Hkv=1, S=s, D=64, lse=True) for s in TILE_RESIDUES + SPLIT_LENGTHS]
-    # Legal views: K/V a window of a longer cache, q/k/v of fused BSHD projections, padded rows,
-    # once short, once split.
+    # Legal views: K/V a window of a longer cache, q/k/v of fused BSHD projections, padded rows;
+    # the window once more past the split threshold.
     + [dict(dtype="fp16", B=2, Hq=4, Hkv=2, S=65, D=64, lse=True, view=vw) for vw in DENSE_VIEWS]
     + [dict(dtype="fp16", B=2, Hq=4, Hkv=2, S=600, D=64, lse=True, view="kvslice")]
     # Value distributions over several tiles and splits.

@@ -185,7 +185,7 @@ class Mustafar(Family):
         elif vals == "late":
             k = scale_late(k, late_mask(torch.arange(S), torch.tensor(S)))
         if case.params.get("view", CONTIG) == "slice":
-            q = fused_rows(q, q.new_zeros((B, 2 * Hkv, D)))[0]
+            q = fused_rows(q, q.new_full((B, 2 * Hkv, D), float("nan")))[0]
             k, v = seq_slice(k, v)
         inputs = {"q": q, "k": k, "v": v}
         # The compress op builds its own buffers; these give its compression ratio.
