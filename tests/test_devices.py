@@ -77,13 +77,13 @@ def test_an_exclusive_hold_waits_for_shared_holders_and_holds_off_new_ones(tmp_p
                 started.set()
             if hold:
                 hold.wait(10)
-        events.append(f"{name} out")
+            events.append(f"{name} out")  # still holding: the next holder's "in" comes after
 
     def exclusive():
         with dev.use(exclusive=True):
             events.append("retry in")
             time.sleep(0.2)
-        events.append("retry out")
+            events.append("retry out")
 
     def gate_taken_exclusively() -> bool:
         with open(dev.lock_path("gate"), "a+") as fh:
