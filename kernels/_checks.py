@@ -238,7 +238,7 @@ class LaunchPlan:
     args: tuple
     meta: dict = field(default_factory=dict)
     then: Optional["LaunchPlan"] = None
-    #: Where the tile config came from: "default", "cache" or "tuned" (``kernels._tune``).
+    #: Where the tile config came from: "table", "cache", "tuned" or "default" (``kernels._tune``).
     tuning: str = "default"
 
     def chain(self) -> Iterator["LaunchPlan"]:

@@ -1,0 +1,85 @@
+"""Tune every benchmark shape on this GPU and write the shipped tile table
+(kernels/tuned/<GPU>.json) that a fresh machine uses without flags.
+
+    python scripts/tune_table.py [FAMILY ...] [--sweeps] [--out DIR] [--dry-run]
+
+For each family's bench cases (``--sweeps``: also the full profile's sweeps), the kernel call
+the benchmarks time is made once inside ``kernels.tuning.retuning()``: every shape it plans is
+tuned afresh (the shipped table and the user's cache are ignored, the cache is not written).
+The results are checked (every config one of its kernel's candidates), merged into the table
+file and printed, each choice against the default candidate. Review the diff, then commit it.
+"""
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import importlib
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+FAMILIES = ("prefill", "prefill_varlen", "decode", "paged_decode", "sparse_decode",
+            "sparse_paged_decode", "magicpig_decode", "block_sparse", "mustafar")
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("families", nargs="*", default=list(FAMILIES))
+    ap.add_argument("--sweeps", action="store_true", help="also the full profile's sweep cases")
+    ap.add_argument("--out", default=None, help="table directory (default kernels/tuned)")
+    ap.add_argument("--dry-run", action="store_true", help="tune and print, write nothing")
+    args = ap.parse_args(argv)
+
+    import torch
+    import triton
+
+    from attnsuite.bench.run import prepare
+    from attnsuite.devices import open_device
+    from kernels import tuning
+
+    device = open_device("cuda", None)
+    name = torch.cuda.get_device_name(device.index)
+    tags = {"bench", "sweep"} if args.sweeps else {"bench"}
+    found_all: dict = {}
+    for family_name in args.families:
+        family = importlib.import_module(f"cases.{family_name}").FAMILY
+        impl = family.impls["triton"]
+        for case in family.cases:
+            if not tags & set(case.tags):
+                continue
+            try:
+                _, _, call = prepare(family, case, device, impl)
+                with tuning.retuning() as found:
+                    call()
+                    device.synchronize()
+            except Exception as exc:  # noqa: BLE001 - one case must not stop the table
+                print(f"{family_name}[{case.id}]: {type(exc).__name__}: {str(exc).splitlines()[0]}")
+                continue
+            for kernel, entries in found.items():
+                found_all.setdefault(kernel, {}).update(entries)
+            print(f"{family_name}[{case.id}]: {sum(len(e) for e in found.values())} shape(s) tuned")
+            torch.cuda.empty_cache()
+
+    print(f"\n{name}: chosen vs default (first candidate)")
+    for kernel, entries in sorted(found_all.items()):
+        for key, entry in sorted(entries.items()):
+            times = entry.get("candidates_ms") or []
+            default_ms = times[0][0] if times else None
+            best_ms = min((t for t, _ in times if t is not None), default=None)
+            gain = f"{default_ms / best_ms:5.2f}x" if default_ms and best_ms else "  n/a"
+            print(f"  {kernel:22} {key:42} {gain}  {entry['config']}")
+    if args.dry_run:
+        return 0
+    made_with = {"triton": triton.__version__, "torch": torch.__version__,
+                 "command": "python scripts/tune_table.py " + " ".join(argv if argv is not None else sys.argv[1:]),
+                 "date": dt.date.today().isoformat()}
+    out = Path(args.out) if args.out else tuning.TABLE_DIR
+    path = tuning.write_table(name, found_all, made_with, out)
+    print(f"\nwrote {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
