@@ -68,6 +68,10 @@ def _stream_of(device: torch.device):
     return torch.cuda.current_stream(device).cuda_stream
 
 
+def _capturing(device: torch.device) -> bool:
+    return device.type == "cuda" and torch.cuda.is_current_stream_capturing()
+
+
 class Bound:
     """A launch chain with its tensors as slots; see the module docstring."""
 
@@ -80,7 +84,7 @@ class Bound:
 
     def _workspace(self, device: torch.device) -> tuple:
         stream = _stream_of(device)
-        capturing = device.type == "cuda" and torch.cuda.is_current_stream_capturing()
+        capturing = _capturing(device)
         if stream is not None and not capturing:
             ws = self.owned.get(stream)
             if ws is not None:
@@ -95,7 +99,7 @@ class Bound:
         """The first call's workspace serves later calls on its stream (not if it belongs to a
         graph being captured)."""
         stream = _stream_of(device)
-        if stream is not None and not (device.type == "cuda" and torch.cuda.is_current_stream_capturing()):
+        if stream is not None and not _capturing(device):
             self.owned[stream] = tensors
 
     def launch(self, tensors: tuple, launcher=_checks.DEFAULT_LAUNCH) -> None:

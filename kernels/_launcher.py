@@ -48,12 +48,18 @@ def _runtime():
     return _knobs_runtime, _driver
 
 
+def _hook_set(hook) -> bool:
+    # Triton <= 3.8 keeps None when no hook is set; 3.9 an empty HookChain (``calls == []``).
+    return hook is not None and bool(getattr(hook, "calls", True))
+
+
 def direct_allowed() -> bool:
-    """The direct path may be used for this call (settings and hooks, read per call)."""
+    """The direct path may be used for this call (settings and hooks, read per call); without
+    hooks the launcher is given None for the metadata and both hooks, which it skips."""
     if not SUPPORTED or not settings.current().direct_launch:
         return False
     rt, _ = _runtime()
-    return rt.launch_enter_hook is None and rt.launch_exit_hook is None
+    return not _hook_set(rt.launch_enter_hook) and not _hook_set(rt.launch_exit_hook)
 
 
 def param_values(kernel, args: tuple, meta: dict) -> Optional[list]:
