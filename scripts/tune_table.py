@@ -1,19 +1,25 @@
 """Tune every benchmark shape on this GPU and write the shipped tile table
 (kernels/tuned/<GPU>.json) that a fresh machine uses without flags.
 
-    python scripts/tune_table.py [FAMILY ...] [--sweeps] [--out DIR] [--dry-run]
+    python scripts/tune_table.py [FAMILY ...] [--sweeps] [--out DIR] [--dry-run] [--jobs N]
 
 For each family's bench cases (``--sweeps``: also the full profile's sweeps), the kernel call
 the benchmarks time is made once inside ``kernels.tuning.retuning()``: every shape it plans is
 tuned afresh (the shipped table and the user's cache are ignored, the cache is not written).
 The results are checked (every config one of its kernel's candidates), merged into the table
 file and printed, each choice against the default candidate. Review the diff, then commit it.
+
+``--jobs N`` first compiles every candidate of every family in N processes at once (their
+timings, taken side by side on one GPU, are thrown away; what stays is Triton's on-disk cache),
+then times them in this process alone, where each compile is a cache hit: minutes of serial
+compiling become one family's worth.
 """
 from __future__ import annotations
 
 import argparse
 import datetime as dt
 import importlib
+import subprocess
 import sys
 from pathlib import Path
 
@@ -30,7 +36,11 @@ def main(argv=None) -> int:
     ap.add_argument("--sweeps", action="store_true", help="also the full profile's sweep cases")
     ap.add_argument("--out", default=None, help="table directory (default kernels/tuned)")
     ap.add_argument("--dry-run", action="store_true", help="tune and print, write nothing")
+    ap.add_argument("--jobs", type=int, default=1, help="compile in N processes first (default 1)")
+    ap.add_argument("--quiet", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
+    if args.jobs > 1:
+        precompile(args.families, args.sweeps, args.jobs)
 
     import torch
     import triton
@@ -59,8 +69,11 @@ def main(argv=None) -> int:
                 continue
             for kernel, entries in found.items():
                 found_all.setdefault(kernel, {}).update(entries)
-            print(f"{family_name}[{case.id}]: {sum(len(e) for e in found.values())} shape(s) tuned")
+            if not args.quiet:
+                print(f"{family_name}[{case.id}]: {sum(len(e) for e in found.values())} shape(s) tuned")
             torch.cuda.empty_cache()
+    if args.quiet:
+        return 0
 
     print(f"\n{name}: chosen vs default (first candidate)")
     for kernel, entries in sorted(found_all.items()):
@@ -79,6 +92,19 @@ def main(argv=None) -> int:
     path = tuning.write_table(name, found_all, made_with, out)
     print(f"\nwrote {path}")
     return 0
+
+
+def precompile(families, sweeps: bool, jobs: int) -> None:
+    """Run this script's tuning for each family in its own process, ``jobs`` at a time, writing
+    nothing: it fills Triton's cache with every candidate's binary."""
+    cmd = [sys.executable, str(Path(__file__).resolve()), "--dry-run", "--quiet"] + (["--sweeps"] if sweeps else [])
+    pending, running = list(families), []
+    while pending or running:
+        while pending and len(running) < jobs:
+            running.append(subprocess.Popen(cmd + [pending.pop(0)], cwd=ROOT))
+        running[0].wait()
+        running = [p for p in running if p.poll() is None]
+    print(f"precompiled {len(families)} families in up to {jobs} processes")
 
 
 if __name__ == "__main__":

@@ -356,3 +356,96 @@ def test_a_call_that_syncs_falls_back_to_the_profiler_on_the_gpu():
     assert r.method == "profiler" and "not capturable" in r.note
     assert 0 < r.timing.median_ms < 1.0
     torch.randn(4, device="cuda")  # the failed check left the RNG usable
+
+
+def test_show_prints_every_line_with_its_method_and_the_config_source():
+    from attnsuite.bench.show import render
+
+    line = {"device": {"median_ms": 0.0103, "iqr_ms": 0.0002}, "method": "cudagraph", "l2": "cold",
+            "host_us": {"median": 21.5}, "latency_ms": 0.0318, "note": None}
+    rec = {"family": "decode", "case_id": "x", "impl": "triton", "device": "cuda",
+           "bench": {"kernel": {**line, "compile_s": 1.0},
+                     "baselines": {"sdpa_cudnn": {**line, "method": "profiler"}, "reference": {"unavailable": "y"}},
+                     "speedup": {"sdpa_cudnn": 1.0}, "repeat": repeat_record([0.0103, 0.0125]),
+                     "config": {"decode_fwd": {"BLOCK_N": 64, "tuning": "table"}}, "gbps": 2900.0}}
+    text = render([rec])
+    assert "device      10.3 us" in text and "[cudagraph, L2 cold]" in text and "[profiler" in text
+    assert "host    21.5 us" in text and "FLAGGED" in text and "config decode_fwd: table: BLOCK_N=64" in text
+    assert "unavailable: y" in text
+
+
+class _ToyFamily:
+    """A family whose kernel 'lasts' 10 us and whose reference 40 us on the fake device."""
+
+    def make_inputs(self, case, gen):
+        return {"x": torch.ones(4)}
+
+    def output_specs(self, case, inputs):
+        return {"o": ((4,), torch.float32)}
+
+    def call(self, impl, case, inputs, outputs):
+        return impl(inputs["x"], out=outputs["o"])
+
+    def reference(self, case, inputs, dtype):
+        _CALLED.append("reference")
+
+    def vendor_problem(self, case, inputs):
+        return None
+
+    def extra_baselines(self, case, inputs, impl):
+        return {"broken": (lambda: 1 / 0, None)}
+
+    def work(self, case, inputs):
+        return {"bytes": 4e6}
+
+    def sweep(self, case):
+        return None
+
+
+_CALLED = []
+
+
+class _ToyCase:
+    dtype = torch.float32
+
+    def generator(self):
+        return torch.Generator().manual_seed(0)
+
+
+class _ToyDevice(FakeDevice):
+    torch_device = torch.device("cpu")
+
+    def place(self, t):
+        return t
+
+
+def test_run_bench_fills_the_records_contract_from_device_time(monkeypatch):
+    from attnsuite.bench import run as run_mod
+
+    per_call = {"kernel": 0.010, "reference": 0.040}
+
+    class Graphs(FakeGraphs):
+        def capture(self, body):
+            _CALLED.clear()
+            body()
+            ms = sum(per_call["reference" if c == "reference" else "kernel"] for c in _CALLED)
+            return _Graph(self.clock, self.LAUNCH + ms)
+
+    monkeypatch.setattr(gt, "backend_for", lambda device: Graphs(0.0))
+    monkeypatch.setattr(run_mod, "device_lock", lambda device: nullcontext())
+
+    def kernel(x, out):
+        _CALLED.append("kernel")
+        out.copy_(x)
+
+    bench = run_mod.run_bench(_ToyFamily(), _ToyCase(), _ToyDevice(), kernel, runs=5, l2="warm", repeat=2,
+                              copy_gbps=1000.0)
+    k = bench["kernel"]
+    assert set(k) == {"device", "method", "host_us", "latency_ms", "l2", "note", "compile_s"}
+    assert k["method"] == "cudagraph" and k["l2"] == "warm"
+    assert k["device"]["median_ms"] == pytest.approx(0.010, rel=0.05)
+    assert bench["baselines"]["reference"]["device"]["median_ms"] == pytest.approx(0.040, rel=0.05)
+    assert bench["speedup"]["reference"] == pytest.approx(4.0, rel=0.1)
+    assert bench["baselines"]["broken"] == {"unavailable": "ZeroDivisionError: division by zero"}
+    assert bench["repeat"]["flagged"] is False and len(bench["repeat"]["device_median_ms"]) == 2
+    assert bench["gbps"] == pytest.approx(4e6 / (k["device"]["median_ms"] * 1e-3) / 1e9)
