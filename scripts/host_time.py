@@ -93,6 +93,10 @@ def gpu(families, runs: int, cases_per_family: int) -> list[dict]:
                     row[label] = {"host_us": host, "dev_ms": dev.timing.median_ms, "method": dev.method}
                 except Exception as exc:  # noqa: BLE001 - a baseline that cannot run here
                     row[label] = {"error": f"{type(exc).__name__}: {str(exc).splitlines()[0][:100]}"}
+            if "error" in row["kernel"]:
+                rows.append(row)
+                print_row(row)
+                continue
             with ks.using(direct_launch=False):
                 call()
                 row["kernel"]["host_us_jit"] = host_time(call, sync=device.synchronize, runs=runs)["median"]
@@ -112,6 +116,9 @@ def gpu(families, runs: int, cases_per_family: int) -> list[dict]:
 def print_row(row: dict) -> None:
     k = row["kernel"]
     print(f"{row['case'][:78]}")
+    if "error" in k:
+        print(f"    kernel       {k['error']}")
+        return
     print(f"    kernel       host {k['host_us']:7.1f} us (jit path {k.get('host_us_jit', float('nan')):7.1f}, "
           f"checked {k.get('host_us_checked')})  device {k['dev_ms'] * 1e3:8.1f} us [{k['method']}]")
     for label in ("sdpa", "sdpa[cudnn]", "sdpa[flash]"):
@@ -128,6 +135,10 @@ def verdict(rows: list[dict]) -> int:
     bad = 0
     print("\ntargets (issue 15): host <= 60 us per wrapper; decode host <= 1.25x SDPA (plain call)")
     for row in rows:
+        if "error" in row["kernel"]:
+            bad += 1
+            print(f"  MISS {row['case'][:70]:70} {row['kernel']['error']}")
+            continue
         host = row["kernel"]["host_us"]
         ok = host <= HOST_LIMIT_US
         line = f"  {'ok  ' if ok else 'MISS'} {row['case'][:70]:70} host {host:6.1f} us"
