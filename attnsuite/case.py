@@ -14,7 +14,9 @@ from typing import Any, Callable, Iterable, Mapping
 import torch
 
 DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16, "fp32": torch.float32}
-PROFILES = ("quick", "full")
+#: quick: small shapes; full: quick plus device-sized shapes, the origin's bench shapes and
+#: sweeps; fuzz: cases drawn at random from each family's legal input space (attnsuite/fuzz.py).
+PROFILES = ("quick", "full", "fuzz")
 
 
 @dataclass(frozen=True)
@@ -46,7 +48,9 @@ class Case:
 
     def in_profile(self, profile: str) -> bool:
         # full is a superset of quick: a device run never loses a case the interpreter covers.
-        return profile == "full" or self.profile == "quick"
+        if profile == "fuzz":
+            return self.profile == "fuzz"
+        return profile == "full" and self.profile != "fuzz" or self.profile == "quick"
 
 
 def grid(**axes: Iterable) -> list[dict]:
@@ -69,6 +73,7 @@ def unique(cases: Iterable[Case]) -> list[Case]:
 
 
 def select(cases: Iterable[Case], profile: str) -> list[Case]:
+    """A catalog's cases for ``profile`` (the fuzz profile draws its own: attnsuite/fuzz.py)."""
     if profile not in PROFILES:
         raise ValueError(f"unknown profile {profile!r} (choose from {', '.join(PROFILES)})")
     return [c for c in cases if c.in_profile(profile)]

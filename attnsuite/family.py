@@ -1,5 +1,6 @@
-"""What a kernel family tells the harness: its cases, how to make inputs, how to call an
-implementation, and how to compute the reference. Each family lives in ``cases/<name>.py``."""
+"""What a kernel family tells the harness: its interface, its cases, how to make inputs, how to
+call an implementation, and how to compute the reference. Each family lives in
+``cases/<name>.py`` and is listed in the registry (``cases/__init__.py``)."""
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
@@ -8,6 +9,7 @@ from typing import Callable, Mapping, Sequence
 import torch
 
 from .case import Case
+from .interfaces import Interface
 
 Tensors = dict[str, torch.Tensor]
 OutputSpec = dict[str, tuple[tuple[int, ...], torch.dtype]]
@@ -15,9 +17,25 @@ OutputSpec = dict[str, tuple[tuple[int, ...], torch.dtype]]
 
 class Family(ABC):
     name: str = ""
+    #: The call every implementation must accept (attnsuite/interfaces.py).
+    interface: Interface | None = None
     cases: Sequence[Case] = ()
-    #: Implementations by name; the first is the default (``--impl`` replaces it).
+    #: Implementations by name; the first is the default (``--impl`` replaces it). Vendor ops
+    #: (attnsuite/baselines/impls.py) are registered here too.
     impls: Mapping[str, Callable] = {}
+
+    @abstractmethod
+    def label(self, params: Mapping) -> str:
+        """The readable id of a case with these parameters (``family[label]``)."""
+
+    def skip_reason(self, case: Case) -> str | None:
+        """Why the spec says not to run this case (None: run it)."""
+        return None
+
+    def fuzz(self, rng) -> dict | None:
+        """Parameters of one case drawn at random (``random.Random``) from the family's legal
+        input space, for ``--profile fuzz``; None: the family has no fuzz generator."""
+        return None
 
     @abstractmethod
     def make_inputs(self, case: Case, gen: torch.Generator) -> Tensors:

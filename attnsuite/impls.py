@@ -10,6 +10,7 @@ resolved, so a wrong signature stops the run before any case.
 from __future__ import annotations
 
 import importlib
+import sys
 from importlib import metadata
 from typing import Callable
 
@@ -41,10 +42,16 @@ def load_callable(spec: str) -> Callable:
         raise ImplError(f"--impl: expected package.module:callable, got {spec!r}")
     try:
         obj = importlib.import_module(module)
+    except ImportError as exc:
+        head = ", ".join(sys.path[:4])
+        raise ImplError(f"--impl: cannot import module {module!r} of {spec!r}: {exc} (sys.path starts "
+                        f"with {head}; put your package on PYTHONPATH or install it)") from None
+    try:
         for part in attr.split("."):
             obj = getattr(obj, part)
-    except (ImportError, AttributeError) as exc:
-        raise ImplError(f"--impl: cannot load {spec!r}: {exc}") from None
+    except AttributeError as exc:
+        raise ImplError(f"--impl: module {module!r} ({getattr(importlib.import_module(module), '__file__', '?')}) "
+                        f"has no {attr!r}: {exc}") from None
     return obj
 
 
@@ -76,19 +83,15 @@ def resolve(family, spec: str) -> tuple[str, Callable]:
         if isinstance(fn, str):
             fn = load_callable(fn)
     try:
-        check_impl(family.name, name, fn)
+        check_impl(family, name, fn)
     except BadImplementation as exc:
         raise ImplError(f"--impl {family.name}={spec}: {exc}") from None
     return name, fn
 
 
-def family_module(name: str):
-    try:
-        return importlib.import_module(f"cases.{name}").FAMILY
-    except (ImportError, AttributeError):
-        raise ImplError(f"--impl: unknown family {name!r} (no cases/{name}.py with a FAMILY)") from None
-
-
-def resolve_all(specs: dict[str, list[str]]) -> dict[str, list[tuple[str, Callable]]]:
-    return {fam: [resolve(family_module(fam), s) for s in family_specs]
-            for fam, family_specs in specs.items()}
+def resolve_all(specs: dict[str, list[str]], families: dict) -> dict[str, list[tuple[str, Callable]]]:
+    """family name -> [(name, implementation)] for the --impl specs; ``families`` is the registry."""
+    unknown = [f for f in specs if f not in families]
+    if unknown:
+        raise ImplError(f"--impl: unknown family {unknown[0]!r} (registered: {', '.join(families)})")
+    return {fam: [resolve(families[fam], s) for s in family_specs] for fam, family_specs in specs.items()}

@@ -56,7 +56,7 @@ def run_one(family: str, mutant: str, doc: str, device: str, profile: str, timeo
     with tempfile.TemporaryDirectory(prefix=f"mutant-{mutant}-") as tmp:
         # Known failures (strict xfails) say nothing about a mutant: a plain-torch mutant passes
         # the interpreter's bf16 cases and would stop the run as an XPASS. Leave them out.
-        cmd = [sys.executable, "-m", "pytest", f"cases/test_{family}.py", "-x", "-q", "-m", "not xfail",
+        cmd = [sys.executable, "-m", "pytest", f"cases/{family}.py", "-x", "-q", "-m", "not xfail",
                "-p", "no:cacheprovider", "--device", device, "--profile", profile,
                "--impl", f"{family}=mutants.{family}:{mutant}",
                "--records-dir", tmp, "--report-html", "none", "--case-timeout", str(timeout)]

@@ -1,18 +1,10 @@
-"""From pytest's per-phase reports to one outcome per case: pass, fail, xfail, xpass, skip,
+"""From pytest's per-phase reports to one verdict per case: pass, fail, xfail, xpass, skip,
 error, crash or timeout, with the stage it happened in and a message."""
 from __future__ import annotations
 
 TIMEOUT_MARK = "Timeout (>"
 #: xdist reports a dead worker with this phase name.
 CRASH_PHASE = "???"
-PAYLOAD_KEY = "attnsuite"
-
-
-def payload(report) -> dict:
-    for key, value in getattr(report, "user_properties", ()):
-        if key == PAYLOAD_KEY:
-            return value
-    return {}
 
 
 def _text(report) -> str:
@@ -36,20 +28,19 @@ def classify(reports: dict) -> tuple[str, str | None, str]:
             return "xfail", None, str(setup.wasxfail)
         return "skip", None, _text(setup).removeprefix("Skipped: ")
     if setup is not None and setup.failed:
-        return "error", payload(setup).get("stage") or "inputs", _text(setup)
+        return "error", "inputs", _text(setup)
     if call is not None:
-        stage = payload(call).get("stage")
         if call.skipped and hasattr(call, "wasxfail"):
-            return "xfail", stage, _text(call) or str(call.wasxfail)
+            return "xfail", None, _text(call) or str(call.wasxfail)
         if call.skipped:
             return "skip", None, _text(call).removeprefix("Skipped: ")
         if call.failed:
             text = _text(call)
             if TIMEOUT_MARK in text:
-                return "timeout", stage or "launch", text
+                return "timeout", "launch", text
             if "[XPASS(strict)]" in text:
                 return "xpass", None, text
-            return "fail", stage, text
+            return "fail", None, text
         if hasattr(call, "wasxfail"):
             return "xpass", None, str(call.wasxfail)
     if teardown is not None and teardown.failed:

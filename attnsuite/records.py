@@ -7,12 +7,16 @@ from __future__ import annotations
 
 import json
 import os
+import threading
 from pathlib import Path
 from typing import Iterable, Iterator
 
-SCHEMA = 1
-OUTCOMES = ("pass", "fail", "xfail", "xpass", "skip", "error", "crash", "timeout")
-STAGES = ("inputs", "validate", "compile", "launch", "numeric", "reference", "teardown")
+SCHEMA = 2
+#: oom: the device ran out of memory (never a kernel failure); not_run: the run ended (interrupt,
+#: restart budget) before the case ran.
+OUTCOMES = ("pass", "fail", "xfail", "xpass", "skip", "error", "crash", "timeout", "oom", "not_run")
+STAGES = ("inputs", "validate", "compile", "launch", "first_call", "impl", "contract", "numeric", "reference",
+          "compare", "teardown")
 #: Compile-only stages (attnsuite/compile): where a compile for a target stopped.
 COMPILE_STAGES = ("frontend", "ttir", "ttgir", "llvm", "ptxas", "smem", "grid", "adapter", "bishengir",
                   "ub_overflow", "toolchain")
@@ -22,22 +26,29 @@ TIGHT_HEADROOM = 1.25
 
 
 class RecordWriter:
+    """Appends records to ``<run_dir>/<writer>.jsonl``, each flushed to disk before ``write``
+    returns; safe to call from the case watchdog's thread too."""
+
     def __init__(self, run_dir: str | os.PathLike, writer: str):
         self.path = Path(run_dir) / f"{writer}.jsonl"
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._fh = None
+        self._lock = threading.Lock()
 
     def write(self, record: dict) -> None:
-        if self._fh is None:
-            self._fh = open(self.path, "a", encoding="utf-8")
-        self._fh.write(json.dumps(record, sort_keys=True, default=_jsonable) + "\n")
-        self._fh.flush()
-        os.fsync(self._fh.fileno())
+        line = json.dumps(record, sort_keys=True, default=_jsonable) + "\n"
+        with self._lock:
+            if self._fh is None:
+                self._fh = open(self.path, "a", encoding="utf-8")
+            self._fh.write(line)
+            self._fh.flush()
+            os.fsync(self._fh.fileno())
 
     def close(self) -> None:
-        if self._fh is not None:
-            self._fh.close()
-            self._fh = None
+        with self._lock:
+            if self._fh is not None:
+                self._fh.close()
+                self._fh = None
 
 
 def _jsonable(value):
@@ -56,25 +67,62 @@ def iter_record_files(paths: Iterable[str | os.PathLike]) -> Iterator[Path]:
             raise FileNotFoundError(f"no records at {p} (expected a run directory or a .jsonl file)")
 
 
-def read_records(paths: Iterable[str | os.PathLike]) -> list[dict]:
-    """All records under the given run directories or files; a torn last line is skipped."""
+#: Fields a record must have for the report to place it; anything else may be missing.
+REQUIRED = ("case_id", "family", "device", "outcome")
+
+
+def normalize(rec) -> dict | None:
+    """A record the report can use, or None. Odd values a foreign or crashed writer left
+    (``impl: null``, numbers as strings, a missing mode) are filled in, never fatal."""
+    if not isinstance(rec, dict) or not all(isinstance(rec.get(k), str) and rec.get(k) for k in REQUIRED):
+        return None
+    if not isinstance(rec.get("schema"), int) or rec["schema"] > SCHEMA:
+        return None
+    rec = dict(rec)
+    rec["impl"] = rec.get("impl") if isinstance(rec.get("impl"), str) else "unknown"
+    rec["mode"] = rec.get("mode") if isinstance(rec.get("mode"), str) else "numeric"
+    for key in ("params", "metrics", "env", "compile", "phases", "timings", "memory"):
+        if not isinstance(rec.get(key), dict):
+            rec[key] = {}
+    if not isinstance(rec.get("tags"), list):
+        rec["tags"] = []
+    for key in ("finished_at", "started_at", "run_id", "worker", "repro", "nodeid"):
+        if rec.get(key) is not None and not isinstance(rec[key], str):
+            rec[key] = str(rec[key])
+    return rec
+
+
+def read_records(paths: Iterable[str | os.PathLike], skipped: list | None = None) -> list[dict]:
+    """All records under the given run directories or files, normalized (``normalize``). A torn
+    last line (a killed writer) and records the report cannot place are left out; each one left
+    out is appended to ``skipped`` as "file:line: why" when a list is given."""
     records = []
     for f in iter_record_files(paths):
-        for line in f.read_text(encoding="utf-8").splitlines():
+        for n, line in enumerate(f.read_text(encoding="utf-8", errors="replace").splitlines(), 1):
             line = line.strip()
             if not line:
                 continue
             try:
-                rec = json.loads(line)
+                raw = json.loads(line)
             except json.JSONDecodeError:
-                continue  # the line a killed process was writing
-            if rec.get("schema") == SCHEMA:
-                records.append(rec)
+                _note(skipped, f, n, "not JSON (a line a killed process was writing?)")
+                continue
+            rec = normalize(raw)
+            if rec is None:
+                _note(skipped, f, n, "not a record this report can place (schema, case_id, family, device, "
+                                     "outcome)")
+                continue
+            records.append(rec)
     return records
 
 
+def _note(skipped, path, line, why) -> None:
+    if skipped is not None:
+        skipped.append(f"{path}:{line}: {why}")
+
+
 def record_key(rec: dict) -> tuple:
-    return (rec["case_id"], rec.get("impl", ""), rec["device"], rec.get("mode") or "numeric")
+    return (rec["case_id"], rec.get("impl") or "", rec["device"], rec.get("mode") or "numeric")
 
 
 def merge_latest(records: Iterable[dict]) -> list[dict]:
@@ -84,43 +132,86 @@ def merge_latest(records: Iterable[dict]) -> list[dict]:
         key = record_key(rec)
         if key not in latest or (rec.get("finished_at") or "") >= (latest[key].get("finished_at") or ""):
             latest[key] = rec
-    return sorted(latest.values(), key=lambda r: (r["family"], r["device"], r["case_id"], r.get("impl", "")))
+    return sorted(latest.values(), key=lambda r: (r["family"], r["device"], r["case_id"], r.get("impl") or ""))
 
 
-def build_record(reports: dict, info: dict, outcome: tuple[str, str | None, str]) -> dict:
-    """One record from a case's payload (``info``) and its classified outcome."""
-    kind, stage, message = outcome
-    result = info.get("result") or {}
+def build_record(case, impl: str, device: dict, outcome, verdict: tuple[str, str | None, str],
+                 env: dict, run: dict) -> dict:
+    """One record: a pure function of the case, the implementation, the device it ran on
+    (``{"kind", "index"}``), its frozen outcome (a ``CaseOutcome`` or None when it never
+    produced one: a crash, a case not run), pytest's verdict ``(outcome, stage, message)``, the
+    environment fingerprint and the run context (run_id, nodeid, profile, mode, worker, repro,
+    started_at, finished_at, duration_s, known_failure, elapsed_s)."""
+    kind, stage, message = verdict
+    result = outcome if outcome is not None else None
+    params = dict(case.params) if case is not None else run.get("params", {})
     return {
         "schema": SCHEMA,
-        "run_id": info.get("run_id"),
-        "case_id": info["case_id"],
-        "nodeid": info.get("nodeid"),
-        "family": info["family"],
-        "impl": info.get("impl"),
-        "device": info["device"],
-        "device_index": info.get("device_index"),
-        "mode": info.get("mode", "numeric"),
-        "worker": info.get("worker"),
-        "dtype": info.get("params", {}).get("dtype"),
-        "params": info.get("params", {}),
-        "profile": info.get("profile"),
-        "tags": info.get("tags", []),
+        "run_id": run.get("run_id"),
+        "case_id": case.id if case is not None else run["case_id"],
+        "nodeid": run.get("nodeid"),
+        "family": case.family if case is not None else run["family"],
+        "impl": impl,
+        "device": device["kind"],
+        "device_index": device.get("index"),
+        "mode": run.get("mode", "numeric"),
+        "worker": run.get("worker"),
+        "dtype": params.get("dtype"),
+        "params": _jsonable_params(params),
+        "profile": run.get("profile"),
+        "tags": sorted(case.tags) if case is not None else [],
         "outcome": kind,
         "stage": stage,
         "message": message[:20000] if message else None,
-        "known_failure": info.get("known_failure"),
-        "metrics": result.get("metrics", {}),
-        "headroom": result.get("headroom"),
-        "tolerance": result.get("tolerance"),
-        "timings": result.get("timings", {}),
-        "memory": result.get("memory", {}),
-        "compile": result.get("compile", {}),
-        "quality": result.get("quality"),
-        "bench": result.get("bench"),
-        "duration_s": sum(getattr(r, "duration", 0.0) or 0.0 for r in reports.values()),
-        "started_at": info.get("started_at"),
-        "finished_at": info.get("finished_at"),
-        "env": info.get("env", {}),
-        "repro": info.get("repro"),
+        "known_failure": run.get("known_failure"),
+        "metrics": dict(result.metrics) if result else {},
+        "headroom": result.headroom if result else None,
+        "tolerance": dict(result.tolerance) if result and result.tolerance else None,
+        "phases": dict(result.phases) if result else {},
+        "memory": dict(result.memory) if result else {},
+        "compile": dict(result.compile) if result else {},
+        "quality": dict(result.quality) if result and result.quality else None,
+        "bench": dict(result.bench) if result and result.bench else None,
+        "duration_s": run.get("duration_s", 0.0),
+        "elapsed_s": run.get("elapsed_s"),
+        "started_at": run.get("started_at"),
+        "finished_at": run.get("finished_at"),
+        "env": env or {},
+        "repro": run.get("repro"),
     }
+
+
+def _jsonable_params(params: dict) -> dict:
+    return json.loads(json.dumps(params, default=str))
+
+
+# -- run status: what a run directory says about the run as a whole ------------------------------
+
+RUN_STATUS = "run.json"
+
+
+def write_run_status(run_dir: str | os.PathLike, status: dict) -> None:
+    path = Path(run_dir) / RUN_STATUS
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(f".tmp{os.getpid()}")
+    tmp.write_text(json.dumps(status, indent=1, sort_keys=True, default=str))
+    tmp.replace(path)
+
+
+def read_run_status(paths: Iterable[str | os.PathLike]) -> list[dict]:
+    """The ``run.json`` of every run directory given (or holding a given .jsonl file)."""
+    found = []
+    seen = set()
+    for p in map(Path, paths):
+        d = p if p.is_dir() else p.parent
+        for f in sorted(d.rglob(RUN_STATUS)) if d.is_dir() else []:
+            if f in seen:
+                continue
+            seen.add(f)
+            try:
+                status = json.loads(f.read_text(encoding="utf-8"))
+            except (OSError, ValueError):
+                continue
+            if isinstance(status, dict):
+                found.append(status)
+    return found

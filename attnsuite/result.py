@@ -1,8 +1,14 @@
-"""What a case produces, shared by the numeric runner and compile-only: the failure a stage
-raises and the measurements that travel with the case whatever its outcome."""
+"""What a case produces, shared by the numeric runner, compile-only and the benchmarks: the
+failure a stage raises, the measurements gathered while the case runs (``CaseResult``), and the
+frozen ``CaseOutcome`` the runner returns once it is over, from which the record is built."""
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import re
+from dataclasses import asdict, dataclass, field
+from typing import Any, Mapping
+
+#: What a run of a case can come to, before pytest's own verdict (skip, xfail, timeout...).
+STATUSES = ("pass", "fail", "unsupported", "oom")
 
 
 class CaseFailure(AssertionError):
@@ -11,12 +17,33 @@ class CaseFailure(AssertionError):
         self.stage = stage
 
 
+class DeviceOutOfMemory(Exception):
+    """The device ran out of memory in a stage: a fact about the run, not about the kernel."""
+
+    def __init__(self, stage: str, message: str, memory: dict):
+        super().__init__(message)
+        self.stage = stage
+        self.memory = memory
+
+
+_OOM_TEXT = re.compile(r"out of memory", re.I)
+
+
+def is_out_of_memory(exc: BaseException) -> bool:
+    """torch's OutOfMemoryError (CUDA), the NPU's "NPU out of memory" RuntimeError, MemoryError."""
+    if isinstance(exc, MemoryError) or type(exc).__name__ == "OutOfMemoryError":
+        return True
+    return isinstance(exc, RuntimeError) and bool(_OOM_TEXT.search(str(exc).split("\n", 1)[0]))
+
+
 @dataclass
 class CaseResult:
+    """The measurements a case accumulates while it runs (mutable until ``freeze``)."""
     metrics: dict = field(default_factory=dict)
     headroom: float | None = None
     tolerance: dict | None = None
-    timings: dict = field(default_factory=dict)
+    #: Seconds per phase: inputs, first_call, impl, reference, compare.
+    phases: dict = field(default_factory=dict)
     memory: dict = field(default_factory=dict)
     #: compile-only: target -> one summary per compiled launch (see compile_case).
     compile: dict = field(default_factory=dict)
@@ -25,10 +52,28 @@ class CaseResult:
     #: Benchmarks: attnsuite.bench.run.run_bench's payload.
     bench: dict | None = None
 
-    def as_payload(self) -> dict:
-        return {"metrics": self.metrics, "headroom": self.headroom, "tolerance": self.tolerance,
-                "timings": self.timings, "memory": self.memory, "compile": self.compile,
-                "quality": self.quality, "bench": self.bench}
+    def freeze(self, status: str, stage: str | None = None, message: str = "") -> "CaseOutcome":
+        return CaseOutcome(status=status, stage=stage, message=message, **asdict(self))
+
+
+@dataclass(frozen=True)
+class CaseOutcome:
+    """How one case ended and what it measured; never changed once the runner returns it."""
+    status: str
+    stage: str | None = None
+    message: str = ""
+    metrics: Mapping[str, Any] = field(default_factory=dict)
+    headroom: float | None = None
+    tolerance: Mapping[str, Any] | None = None
+    phases: Mapping[str, float] = field(default_factory=dict)
+    memory: Mapping[str, Any] = field(default_factory=dict)
+    compile: Mapping[str, Any] = field(default_factory=dict)
+    quality: Mapping[str, Any] | None = None
+    bench: Mapping[str, Any] | None = None
+
+    def __post_init__(self):
+        if self.status not in STATUSES:
+            raise ValueError(f"CaseOutcome.status must be one of {STATUSES}, got {self.status!r}")
 
 
 def classify_exception(exc: BaseException) -> str:

@@ -32,3 +32,13 @@ def attention_outputs(case, o_shape: tuple, lse_shape: tuple) -> dict:
     if case["lse"]:
         specs["lse"] = (tuple(lse_shape), torch.float32)
     return specs
+
+
+def dense_stand_in(q, heads: int, n_keys: int, note: str) -> dict:
+    """A dense problem of the same size as a paged or sparse decode, for the vendor baselines:
+    q as [B, Hq, 1, D] and K/V [B, heads, n_keys, D] of random values. Only its shape matters for
+    timing; it is built here, so gathering the selected rows is not part of any timed call."""
+    q4 = q if q.dim() == 4 else q[:, :, None, :]
+    B, _, _, D = q4.shape
+    k = torch.randn((B, heads, max(int(n_keys), 1), D), dtype=q.dtype, device=q.device)
+    return {"q": q4.contiguous(), "k": k, "v": torch.randn_like(k), "causal": False, "note": note}

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from . import _paged
+from ._attention import dense_stand_in
 
 #: Keyword defaults of a token selection (see _paged.selection).
 SELECTION = dict(keep=0.2, order="shuffled", dup=False, empty=False, pad="-1", extra=0)
@@ -39,8 +40,6 @@ class SparseDecodeBench:
     the timing (the gather is excluded, as the report says); bytes are the selected K/V rows."""
 
     def vendor_problem(self, case, inputs):
-        from attnsuite.bench.vendor import dense_stand_in
-
         return dense_stand_in(inputs["q"], inputs["q"].shape[1], int(inputs["sparse_nnz"].max()),
                               "gather excluded: SDPA over a dense cache of the selected tokens' size")
 

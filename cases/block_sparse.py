@@ -4,7 +4,7 @@ index ``sabi`` from the seeded generator in attnsuite/sparsity.py, run-time bloc
 A case's frame is a token target per side (``frame`` tokens), scaled to blocks with
 ``ceil(tokens / block_size)`` as the origin did. Cases the spec says to skip (the frame alone
 exceeds ``1 - s`` of a row, or a row would keep fewer than one block) stay in the catalog and are
-skipped with their reason by cases/test_block_sparse.py (``skip_reason``).
+skipped with their reason (``skip_reason``).
 
 The origin's big bench (B=1, H=3, S=118806, D=128, 16 shapes x 11 sparsities) is not a case: the
 fp64 reference needs an S x S score matrix per head (~113 GB at S=118806). The benchmarks reuse
@@ -16,6 +16,8 @@ import torch
 
 from attnsuite.case import make_cases, unique
 from attnsuite.family import Family
+from attnsuite.interfaces import OUT_KEYWORDS, Interface
+from attnsuite.result import CaseFailure
 from attnsuite.sparsity import (BLOCK_SIZES, PAD, block_index, frame_exceeds_budget, frame_from_tokens,
                                 grid_shape)
 from kernels.block_sparse import block_sparse
@@ -88,11 +90,25 @@ BLOCK_GRID = [case(dtype="bf16", B=1, H=3, S=16384, D=128, bq=bq, bkv=bkv, s=s, 
 
 class BlockSparse(Family):
     name = "block_sparse"
+    interface = Interface(
+        ("q", "k", "v", "sabi"), ("block_shape", *OUT_KEYWORDS),
+        "(o [B, H, S, D], lse [B, H, S] fp32, or an empty fp32 tensor when no LSE is asked)",
+        arguments=("q, k, v  [B, H, S, D]  fp16 | bf16, non-causal",
+                   "sabi [B, H, ceil(S/BQ), ceil(S/BKV)] int32: KV-block columns per query block-row, ascending, "
+                   "right-padded with 65535; rows may list different numbers of blocks (>= 1)",
+                   "block_shape (BQ, BKV), each in {128, 256, 512, 1024}"),
+        notes="scale 1/sqrt(D)")
     cases = unique(make_cases(name, label, QUICK)
                    + make_cases(name, label, FULL, profile="full")
                    + make_cases(name, label, BENCH, profile="full", tags=["bench"])
                    + make_cases(name, label, BLOCK_GRID, profile="full", tags=["sweep", "block_shape"]))
     impls = {"triton": block_sparse}
+
+    def label(self, params):
+        return label(params)
+
+    def skip_reason(self, case):
+        return skip_reason(case)
 
     def make_inputs(self, case, gen):
         B, H, S, D = case["B"], case["H"], case["S"], case["D"]
@@ -115,6 +131,12 @@ class BlockSparse(Family):
         o, lse = impl(inputs["q"], inputs["k"], inputs["v"], inputs["sabi"],
                       block_shape=(case["bq"], case["bkv"]), return_lse=case["lse"],
                       out=outputs["o"], lse=outputs.get("lse"))
+        if not case["lse"] and not (isinstance(lse, torch.Tensor) and lse.numel() == 0
+                                    and lse.dtype == torch.float32):
+            got = (f"{lse.dtype} tensor of shape {list(lse.shape)}" if isinstance(lse, torch.Tensor)
+                   else type(lse).__name__)
+            raise CaseFailure("contract", "buffer contract: with no LSE requested block_sparse returns an "
+                                          f"empty fp32 tensor (numel 0) as its lse, got {got}")
         return lse_if(case, o, lse)
 
     def reference(self, case, inputs, compute_dtype):

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from attnsuite.case import grid, make_cases, unique
 from attnsuite.family import Family
-from attnsuite.vendor_impls import sdpa_decode
+from attnsuite.interfaces import OUT_KEYWORDS, Interface
+from attnsuite.baselines.impls import sdpa_decode
 from kernels.decode import decode
 from references.attention import decode_reference
 
@@ -45,11 +46,19 @@ CONTEXT_SWEEP = [dict(dtype="fp16", B=1, Hq=32, Hkv=8, S=2**e, D=128, lse=False)
 
 class Decode(Family):
     name = "decode"
+    interface = Interface(
+        ("q", "k", "v"), OUT_KEYWORDS, "(o [B, Hq, 1, D], lse [B, Hq, 1] fp32 or None)",
+        arguments=("q  [B, Hq, 1, D]  fp16 | bf16", "k, v  [B, Hkv, S, D]  q's dtype, possibly views of a "
+                   "longer cache (stride(-1) == 1); Hq % Hkv == 0"),
+        notes="scale 1/sqrt(D)")
     cases = unique(make_cases(name, label, QUICK)
                    + make_cases(name, label, FULL, profile="full")
                    + make_cases(name, label, BENCH, profile="full", tags=["bench"])
                    + make_cases(name, label, CONTEXT_SWEEP, profile="full", tags=["sweep", "context"]))
     impls = {"triton": decode, "sdpa": sdpa_decode}
+
+    def label(self, params):
+        return label(params)
 
     def make_inputs(self, case, gen):
         inputs = qkv(gen, case["B"], case["Hq"], case["Hkv"], 1, case["S"], case["D"], case.dtype)

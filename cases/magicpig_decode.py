@@ -6,6 +6,7 @@ import torch
 
 from attnsuite.case import make_cases, unique
 from attnsuite.family import Family
+from attnsuite.interfaces import OUT_KEYWORDS, Interface
 from kernels.magicpig_decode import magicpig_decode
 from references.magicpig import magicpig_decode_reference
 from references.paged import sparse_paged_decode_reference
@@ -84,10 +85,20 @@ def _align_keys_with_queries(inputs, case):
 
 class MagicPigDecode(SparseDecodeBench, Family):
     name = "magicpig_decode"
+    interface = Interface(
+        ("q", "kv_cache", "kv_page_indptr", "kv_page_indices", "sparse_ind", "sparse_nnz", "K", "L"),
+        ("layout", "kv_last_page_len", *OUT_KEYWORDS), "(o [B, Hq, D], lse [B, Hq] fp32 or None)",
+        arguments=("as sparse_paged_decode, plus K, L [B, Hq] fp32 LSH parameters",
+                   "score = q.k * scale - log(max(1 - (1-P)^L - L P (1-P)^(L-1), 1e-10)), P = (1 - acos(c)/pi)^K, "
+                   "c = clamp(q.k / (|q||k| + 1e-8), -1 + 1e-7, 1 - 1e-7)"),
+        notes="scale 1/sqrt(D)")
     cases = unique(make_cases(name, label, QUICK)
                    + make_cases(name, label, FULL, profile="full")
                    + make_cases(name, label, BENCH, profile="full", tags=["bench"]))
     impls = {"triton": magicpig_decode}
+
+    def label(self, params):
+        return label(params)
 
     def make_inputs(self, case, gen):
         inputs = spd.make_sparse_paged_inputs(case, gen)

@@ -24,6 +24,7 @@ import torch
 
 from attnsuite.case import make_cases, unique
 from attnsuite.family import Family
+from attnsuite.interfaces import Interface
 from kernels import mustafar as kernels_mustafar
 from kernels.mustafar_format import Compressed, compress, decompress
 from references.mustafar import (approximation, attention_reference, compressed_reference,
@@ -105,10 +106,22 @@ def plant_edge_tiles(k: torch.Tensor, v: torch.Tensor) -> None:
 
 class Mustafar(Family):
     name = "mustafar"
+    interface = Interface(
+        (), (), "see MustafarOps in cases/mustafar.py", methods=("compress", "decompress", "keys", "values", "decode"),
+        arguments=("compress(x [B, Hkv, S_c, D] fp16, s, kind='key'|'value', bits=16|2) -> Compressed "
+                   "(kernels/mustafar_format.py); decompress(Compressed) -> dense x with pruned entries 0",
+                   "keys(q [B, Hq, D], keys: Compressed, out=[B, Hq, S_c] fp32) -> unscaled q . k",
+                   "values(p [B, Hq, S_c], values: Compressed, out=[B, Hq, D] fp32) -> p @ V",
+                   "decode(q, keys, values, out=[B, Hq, D] q's dtype) -> softmax(scale * q . k) @ V; "
+                   "GQA: query heads of one group are contiguous"),
+        notes="S_c is any multiple of 64; ties at the pruning threshold may be broken either way")
     cases = unique(make_cases(name, label, QUICK)
                    + make_cases(name, label, FULL, profile="full")
                    + make_cases(name, label, BENCH, profile="full", tags=["bench"]))
     impls = {"triton": TRITON}
+
+    def label(self, params):
+        return label(params)
 
     def make_inputs(self, case, gen):
         B, Hq, Hkv, S, D = (case[x] for x in ("B", "Hq", "Hkv", "S", "D"))
@@ -158,8 +171,10 @@ class Mustafar(Family):
         if op == "compress":
             return {name: compressed_reference(inputs[name], case["s"], kind, case["bits"]).to(compute_dtype)
                     for name, kind in (("k", "key"), ("v", "value"))}
-        k = on_buffers(self._buffers(case, inputs, "key"), compute_dtype)
-        v = on_buffers(self._buffers(case, inputs, "value"), compute_dtype)
+        k = on_buffers(self._buffers(case, inputs, "key").tensors(), "key", case["bits"], inputs["k"].shape,
+                       compute_dtype)
+        v = on_buffers(self._buffers(case, inputs, "value").tensors(), "value", case["bits"],
+                       inputs["v"].shape, compute_dtype)
         if op == "keys":
             return {"scores": scores_reference(inputs["q"], k, compute_dtype)}
         if op == "values":

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 from attnsuite.case import make_cases, unique
 from attnsuite.family import Family
+from attnsuite.interfaces import OUT_KEYWORDS, Interface
 from kernels.decode import decode as contiguous_decode
 from kernels.paged_decode import paged_decode
 from references.attention import decode_reference
 from references.paged import paged_decode_reference
 
 from . import _paged
-from ._attention import attention_outputs, lse_if, qkv, randn
+from ._attention import attention_outputs, dense_stand_in, lse_if, qkv, randn
 
 
 def label(p) -> str:
@@ -66,11 +67,24 @@ VS_DECODE_BENCH = [case(P=P, lengths=(L,) * B, Hq=Hq, Hkv=Hkv, D=D, lse=False, v
 
 class PagedDecode(Family):
     name = "paged_decode"
+    interface = Interface(
+        ("q", "kv_cache", "kv_page_indptr", "kv_page_indices", "kv_last_page_len"), ("layout", *OUT_KEYWORDS),
+        "(o [B, Hq, D], lse [B, Hq] fp32 or None)",
+        arguments=("q  [B, Hq, D]  fp16 | bf16",
+                   "kv_cache  [pages, 2, Hkv, P, D] (layout='HND') or [pages, 2, P, Hkv, D] ('NHD'); 0 = K, 1 = V; "
+                   "possibly a slice of a larger pool",
+                   "kv_page_indptr [B + 1], kv_page_indices [indptr[B]], kv_last_page_len [B] (1..P; 0 for a "
+                   "sequence with no page)  int32",
+                   "a sequence with no page gives o = 0, lse = -inf"),
+        notes="scale 1/sqrt(D); L_b = P * (pages_b - 1) + last_b")
     cases = unique(make_cases(name, label, QUICK)
                    + make_cases(name, label, FULL, profile="full")
                    + make_cases(name, label, BENCH, profile="full", tags=["bench"])
                    + make_cases(name, label, VS_DECODE_BENCH, profile="full", tags=["bench", "vs_decode"]))
     impls = {"triton": paged_decode}
+
+    def label(self, params):
+        return label(params)
 
     def make_inputs(self, case, gen):
         lengths, P = case["lengths"], case["P"]
@@ -107,8 +121,6 @@ class PagedDecode(Family):
         return lse_if(case, o, lse)
 
     def vendor_problem(self, case, inputs):
-        from attnsuite.bench.vendor import dense_stand_in
-
         return dense_stand_in(inputs["q"], case["Hkv"], max(case["lengths"]),
                               "pages gathered outside the timing: SDPA over a contiguous cache of the longest sequence")
 

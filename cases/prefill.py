@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from attnsuite.case import grid, make_cases, unique
 from attnsuite.family import Family
-from attnsuite.vendor_impls import npu_fusion_attention_prefill, sdpa_prefill
+from attnsuite.interfaces import OUT_KEYWORDS, Interface
+from attnsuite.baselines.impls import npu_fusion_attention_prefill, sdpa_prefill
 from kernels.prefill import prefill
 from references.attention import prefill_reference
 
@@ -51,10 +52,19 @@ BENCH = [dict(dtype=dt, **_gqa(8, 16, 4), S=1024, D=64, causal=True, lse=lse)
 
 class Prefill(Family):
     name = "prefill"
+    interface = Interface(
+        ("q", "k", "v"), ("causal", *OUT_KEYWORDS), "(o [B, Hq, S, D], lse [B, Hq, S] fp32 or None)",
+        arguments=("q  [B, Hq, S, D]  fp16 | bf16  (BNSD)", "k, v  [B, Hkv, S, D]  q's dtype; Hq % Hkv == 0, "
+                   "query head h reads KV head h // (Hq // Hkv)", "causal  bool: key j is masked for query i when j > i",
+                   "out  [B, Hq, S, D] q's dtype; lse  [B, Hq, S] fp32 (when return_lse)"),
+        notes="scale 1/sqrt(D); D in {64, 128, 256} in the catalog")
     cases = unique(make_cases(name, label, QUICK)
                    + make_cases(name, label, FULL, profile="full")
                    + make_cases(name, label, BENCH, profile="full", tags=["bench"]))
     impls = {"triton": prefill, "sdpa": sdpa_prefill, "npu_fusion_attention": npu_fusion_attention_prefill}
+
+    def label(self, params):
+        return label(params)
 
     def make_inputs(self, case, gen):
         inputs = qkv(gen, case["B"], case["Hq"], case["Hkv"], case["S"], case["S"], case["D"], case.dtype)

@@ -12,6 +12,7 @@ import torch
 
 from attnsuite.case import grid, make_cases, unique
 from attnsuite.family import Family
+from attnsuite.interfaces import OUT_KEYWORDS, Interface
 from kernels.prefill_varlen import prefill_packed, prefill_padded
 from references.attention import prefill_reference
 from references.varlen import (padded_to_packed, prefill_packed_reference, prefill_padded_reference)
@@ -88,10 +89,21 @@ def prefill_varlen(q, k, v, seq, *, check_indices=True, **kw):
 
 class PrefillVarlen(Family):
     name = "prefill_varlen"
+    interface = Interface(
+        ("q", "k", "v", "seq"), ("causal", *OUT_KEYWORDS), "(o, lse fp32 or None)",
+        arguments=("padded: q [B, Hq, S, D], k/v [B, Hkv, S, D], seq = lengths [B] int32 (1 <= len <= S); "
+                   "query rows >= len are written as zeros, keys >= len are masked",
+                   "packed: q [T, Hq, D], k/v [T, Hkv, D] (possibly views of one fused QKV tensor), "
+                   "seq = cu_seqlens [B + 1] int32 (exclusive prefix sums); causal within each sequence",
+                   "out like q; lse [B, Hq, S] (padded) or [T, Hq] (packed) fp32"),
+        notes="scale 1/sqrt(D); fp16 | bf16")
     cases = unique(make_cases(name, label, QUICK)
                    + make_cases(name, label, FULL, profile="full")
                    + make_cases(name, label, BENCH, profile="full", tags=["bench"]))
     impls = {"triton": prefill_varlen}
+
+    def label(self, params):
+        return label(params)
 
     def make_inputs(self, case, gen):
         lengths = case["lengths"]

@@ -15,6 +15,7 @@ import torch
 
 from attnsuite.case import make_cases
 from attnsuite.family import Family
+from attnsuite.interfaces import Interface
 from kernels.probes import (block_ptr_order, cumsum, gather_transposed, grid_limit,
                             interp_bf16_dot, loop_if_mask, page_div_zero, ub_overflow)
 
@@ -137,8 +138,12 @@ def _run_probe(case, inputs, out):
 
 class Probes(Family):
     name = "probes"
+    interface = Interface(("case", "inputs", "out"), (), "the probe's single output tensor")
     cases = make_cases(name, label, CASES)
     impls = {"triton": _run_probe}
+
+    def label(self, params):
+        return label(params)
 
     def make_inputs(self, case, gen):
         return PROBE_SPECS[case["probe"]].inputs(case, gen)

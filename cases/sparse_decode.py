@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from attnsuite.case import make_cases, unique
 from attnsuite.family import Family
+from attnsuite.interfaces import OUT_KEYWORDS, Interface
 from kernels.sparse_decode import sparse_decode
 from references.attention import decode_reference
 from references.sparse import sparse_decode_reference
@@ -48,11 +49,21 @@ KEPT_SWEEP = [dict(BENCH[0], keep=k) for k in (0.01, 0.05, 0.1, 0.2, 0.5, 1.0)]
 
 class SparseDecode(SparseDecodeBench, Family):
     name = "sparse_decode"
+    interface = Interface(
+        ("q", "k", "v", "sparse_ind", "sparse_nnz"), OUT_KEYWORDS, "(o [B, Hq, 1, D], lse [B, Hq, 1] fp32 or None)",
+        arguments=("q [B, Hq, 1, D], k/v [B, Hkv, S, D] as decode",
+                   "sparse_ind [B, Hq, L_max] int32: token positions per query head, any order, duplicates count",
+                   "sparse_nnz [B, Hq] int32: leading valid entries; entries past nnz are ignored whatever they hold; "
+                   "nnz == 0 gives o = 0, lse = -inf"),
+        notes="scale 1/sqrt(D)")
     cases = unique(make_cases(name, label, QUICK)
                    + make_cases(name, label, FULL, profile="full")
                    + make_cases(name, label, BENCH, profile="full", tags=["bench"])
                    + make_cases(name, label, KEPT_SWEEP, profile="full", tags=["sweep", "kept"]))
     impls = {"triton": sparse_decode}
+
+    def label(self, params):
+        return label(params)
 
     def make_inputs(self, case, gen):
         inputs = qkv(gen, case["B"], case["Hq"], case["Hkv"], 1, case["S"], case["D"], case.dtype)

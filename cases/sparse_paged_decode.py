@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from attnsuite.case import make_cases, unique
 from attnsuite.family import Family
+from attnsuite.interfaces import OUT_KEYWORDS, Interface
 from kernels.sparse_paged_decode import sparse_paged_decode
 from references.paged import paged_decode_reference, sparse_paged_decode_reference
 
@@ -71,11 +72,21 @@ def paged_args(inputs) -> tuple:
 
 class SparsePagedDecode(SparseDecodeBench, Family):
     name = "sparse_paged_decode"
+    interface = Interface(
+        ("q", "kv_cache", "kv_page_indptr", "kv_page_indices", "sparse_ind", "sparse_nnz"),
+        ("layout", "kv_last_page_len", *OUT_KEYWORDS), "(o [B, Hq, D], lse [B, Hq] fp32 or None)",
+        arguments=("q [B, Hq, D]; kv_cache and page table as paged_decode",
+                   "sparse_ind [B, Hq, L_max] int32: logical token positions of sequence b (page "
+                   "indices[indptr[b] + t // P], slot t % P); sparse_nnz [B, Hq] int32 as sparse_decode"),
+        notes="scale 1/sqrt(D)")
     cases = unique(make_cases(name, label, QUICK)
                    + make_cases(name, label, FULL, profile="full")
                    + make_cases(name, label, BENCH, profile="full", tags=["bench"])
                    + make_cases(name, label, KEPT_SWEEP, profile="full", tags=["sweep", "kept"]))
     impls = {"triton": sparse_paged_decode}
+
+    def label(self, params):
+        return label(params)
 
     def make_inputs(self, case, gen):
         return make_sparse_paged_inputs(case, gen)

@@ -1,7 +1,8 @@
 """Block-sparse attention reference (kernels.md section 8), vectorized PyTorch.
 
 The sparse block index is expanded to a token-level mask and dense attention runs under it.
-Memory is bounded by working one (batch, head) slice at a time: O(S^2) per slice.
+Memory is bounded by working one (batch, head) slice and a band of query rows at a time (about
+``SCORE_BYTES`` of scores): several workers share one device.
 """
 from __future__ import annotations
 
@@ -11,6 +12,8 @@ from typing import Optional, Sequence
 import torch
 
 PAD = 65535
+#: Bytes of attention scores materialised at once.
+SCORE_BYTES = 2**30
 
 
 def token_mask(sabi: torch.Tensor, S: int, block_shape: Sequence[int]) -> torch.Tensor:
@@ -32,14 +35,15 @@ def block_sparse_reference(q, k, v, sabi, *, block_shape: Sequence[int], scale: 
     scale = 1.0 / math.sqrt(D) if scale is None else float(scale)
     o = torch.empty((B, H, S, D), dtype=compute_dtype, device=q.device)
     lse = torch.empty((B, H, S), dtype=compute_dtype, device=q.device)
-    for b in range(B):          # slices bound memory; each slice is fully vectorized
+    rows = max(1, SCORE_BYTES // (S * torch.empty(0, dtype=compute_dtype).element_size()))
+    for b in range(B):          # slices and row bands bound memory; each is fully vectorized
         for h in range(H):
             mask = token_mask(sabi[b, h], S, block_shape)
             qs, ks, vs = (t[b, h].to(compute_dtype) for t in (q, k, v))
-            scores = (qs @ ks.transpose(-1, -2)) * scale
-            scores.masked_fill_(~mask, float("-inf"))
+            for r in range(0, S, rows):
+                scores = (qs[r:r + rows] @ ks.transpose(-1, -2)) * scale
+                scores.masked_fill_(~mask[r:r + rows], float("-inf"))
+                lse[b, h, r:r + rows] = torch.logsumexp(scores, dim=-1)
+                o[b, h, r:r + rows] = torch.softmax(scores, dim=-1) @ vs
             del mask
-            lse[b, h] = torch.logsumexp(scores, dim=-1)
-            o[b, h] = torch.softmax(scores, dim=-1) @ vs
-            del scores
     return o, lse

@@ -3,8 +3,9 @@
 Two kinds, kept apart:
 * the exact references that conformance uses: pruning and 2-bit quantisation written on the
   dense tensor (``pruned``, ``quantised``: the compressor's round trip must reproduce them), and
-  the key / value / decode math on the cache the compressed buffers describe
-  (``kernels.mustafar_format.decompress``, itself held exact to ``quantised`` by those cases);
+  the key / value / decode math on the cache the compressed buffers describe (``on_buffers``,
+  a decoder written here from kernels.md section 9, sharing no code with the kernels' format
+  module, so a bug in that module cannot hide from conformance);
 * the approximation ground truth: dense attention on the unpruned fp16 cache (``dense_*``),
   which ``approximation`` compares results with. Never pass/fail.
 """
@@ -14,9 +15,8 @@ import math
 
 import torch
 
-from kernels.mustafar_format import Compressed, decompress
-
 TILE = 64
+CODES_PER_WORD = 16
 
 
 def keep_mask(x: torch.Tensor, sparsity: float) -> torch.Tensor:
@@ -88,9 +88,52 @@ def attention_reference(q, k, v, compute_dtype, scale=None) -> torch.Tensor:
     return values_reference(p, v, compute_dtype)
 
 
-def on_buffers(c: Compressed, compute_dtype) -> torch.Tensor:
-    """The dense cache the compressed buffers describe, in the compute dtype."""
-    return decompress(c).to(compute_dtype)
+def _tile_and_slot(kind: str, shape, device) -> tuple[torch.Tensor, torch.Tensor]:
+    """For every element (b, h, s, d) of a [B, H, S_c, D] cache: its global tile and its place j
+    in the tile. Keys: tile (t, c) holds tokens t*64 .. t*64+63 of channel c, local index
+    t * D + c. Values: tile (s, cb) holds channels cb*64 .. cb*64+63 of token s, local index
+    s * (D / 64) + cb. Slices (b, h) follow each other."""
+    B, H, S, D = shape
+    b = torch.arange(B, device=device).view(B, 1, 1, 1)
+    h = torch.arange(H, device=device).view(1, H, 1, 1)
+    s = torch.arange(S, device=device).view(1, 1, S, 1)
+    d = torch.arange(D, device=device).view(1, 1, 1, D)
+    slice_ = b * H + h
+    if kind == "key":
+        return (slice_ * (S // TILE) + s // TILE) * D + d, (s % TILE).expand(B, H, S, D)
+    return (slice_ * S + s) * (D // TILE) + d // TILE, (d % TILE).expand(B, H, S, D)
+
+
+def decode_buffers(kind: str, bits: int, shape, bitmaps, offsets, packed, scale=None, zero=None) -> torch.Tensor:
+    """fp32 [B, H, S_c, D]: the cache the Mustafar buffers describe (kernels.md section 9), zero
+    where an element is not kept. Element j of a tile is kept iff bit 63 - j of its int64 bitmap
+    is set; the p-th kept element (p = kept elements before it) is ``packed[offsets[tile] + p]``
+    (fp16), or 2-bit code ``(word >> 2 * (p % 16)) & 3`` of word ``packed[offsets[tile] + p // 16]``
+    dequantised as ``(code - zero[tile]) * scale[tile]``."""
+    device = bitmaps.device
+    bit = 63 - torch.arange(TILE, device=device)
+    kept = (bitmaps.to(torch.int64)[:, None] >> bit) & 1                  # [tiles, 64] of 0/1
+    before = kept.cumsum(-1) - kept                                          # kept elements before j
+    tile, j = _tile_and_slot(kind, shape, device)
+    is_kept = kept[tile, j].bool()
+    p = before[tile, j]
+    start = offsets.to(torch.int64)[tile]
+    flat = torch.cat([packed.flatten(), packed.new_zeros(1)])               # a safe slot for unkept ones
+    if bits == 16:
+        where = torch.where(is_kept, start + p, flat.numel() - 1)
+        values = flat[where].float()
+    else:
+        where = torch.where(is_kept, start + p // CODES_PER_WORD, flat.numel() - 1)
+        word = flat[where].to(torch.int64) & 0xFFFFFFFF                     # the word's 32 bits, unsigned
+        code = (word >> (2 * (p % CODES_PER_WORD))) & 3
+        values = (code - zero.to(torch.int64)[tile]).float() * scale.float()[tile]
+    return torch.where(is_kept, values, torch.zeros_like(values))
+
+
+def on_buffers(buffers: dict, kind: str, bits: int, shape, compute_dtype) -> torch.Tensor:
+    """The dense cache a case's compressed buffers describe (``buffers``: bitmaps, offsets,
+    packed, and for 2 bits scale and zero), in the compute dtype."""
+    return decode_buffers(kind, bits, shape, **buffers).to(compute_dtype)
 
 
 def approximation(approx: torch.Tensor, truth: torch.Tensor) -> dict:

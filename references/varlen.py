@@ -16,6 +16,11 @@ from typing import Optional
 import torch
 
 
+#: Bytes of attention scores materialised at once (a few query heads at a time): several workers
+#: share one device, and the full [B, Hq, S, S] in float64 of a bench case is gigabytes.
+SCORE_BYTES = 2**30
+
+
 def _masked_attention(q, k, v, visible, scale, compute_dtype):
     """q [B, Hq, Sq, D], k/v [B, Hkv, Skv, D], visible [B, 1, Sq, Skv] bool (every row must see
     at least one key) -> (o, lse) in compute_dtype."""
@@ -23,11 +28,15 @@ def _masked_attention(q, k, v, visible, scale, compute_dtype):
     q = q.to(compute_dtype)
     k = k.to(compute_dtype).repeat_interleave(G, dim=1)
     v = v.to(compute_dtype).repeat_interleave(G, dim=1)
-    scores = (q @ k.transpose(-1, -2)) * scale
-    scores = scores.masked_fill(~visible, float("-inf"))
-    lse = torch.logsumexp(scores, dim=-1)
-    o = torch.softmax(scores, dim=-1) @ v
-    return o, lse
+    B, Hq, Sq, _ = q.shape
+    step = max(1, SCORE_BYTES // max(1, B * Sq * k.shape[2] * q.element_size()))
+    outs, lses = [], []
+    for h in range(0, Hq, step):
+        scores = (q[:, h:h + step] @ k[:, h:h + step].transpose(-1, -2)) * scale
+        scores = scores.masked_fill(~visible, float("-inf"))
+        lses.append(torch.logsumexp(scores, dim=-1))
+        outs.append(torch.softmax(scores, dim=-1) @ v[:, h:h + step])
+    return torch.cat(outs, dim=1), torch.cat(lses, dim=1)
 
 
 def prefill_padded_reference(q, k, v, lengths, *, causal: bool, scale: Optional[float] = None,

@@ -25,7 +25,7 @@ def test_an_entry_that_wrongly_covers_320_fails_the_run_as_stale(run_suite, tmp_
     widened = re.sub(r'versions = "[^"]*"', 'versions = ">=3.2.0rc2"', block)
     ledger = tmp_path / "ledger.toml"
     ledger.write_text(text.replace(block, widened))
-    run = run_suite("cases/test_probes.py", "-k", "block_ptr_order and original", "--device", "npu",
+    run = run_suite("cases/probes.py", "-k", "block_ptr_order and original", "--device", "npu",
                     "--compile-only", "-o", f"attnsuite_ledger={ledger}")
     assert run.records and {r["outcome"] for r in run.records} == {"xpass"}, run.output[-2000:]
     assert all("'block_ptr_order' looks stale" in r["message"] for r in run.records)

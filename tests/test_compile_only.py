@@ -6,7 +6,7 @@ from attnsuite.compile import toolchain
 upstream = pytest.mark.skipif(toolchain.installed() != "upstream", reason="needs upstream triton")
 ascend = pytest.mark.skipif(toolchain.installed() != "ascend", reason="needs triton-ascend (tox -e npu-compile)")
 
-DECODE = "cases/test_decode.py::test_decode[fp16-B2-Hq8-Hkv2-S300-D64-lse]"
+DECODE = "cases/decode.py::decode[fp16-B2-Hq8-Hkv2-S300-D64-lse]"
 
 
 def test_cpu_cannot_compile_only(run_suite):
@@ -22,7 +22,7 @@ def test_npu_compile_only_needs_the_ascend_toolchain(run_suite):
 
 @upstream
 def test_cuda_compile_only_builds_every_launch_for_each_arch(run_suite):
-    run = run_suite(DECODE, "cases/test_sparse_paged_decode.py", "-k", "S300 or keep0.05",
+    run = run_suite(DECODE, "cases/sparse_paged_decode.py", "-k", "S300 or keep0.05",
                     "--device", "cuda", "--compile-only", "--cuda-arch", "80,90")
     assert run.returncode == 0, run.output[-3000:]
     assert len(run.records) >= 2

@@ -50,3 +50,52 @@ def test_cuda_and_npu_report_what_is_missing_here():
         device_class("cuda").check_available()
     with pytest.raises(DeviceUnavailable, match=r"^--device npu: .*torch_npu"):
         device_class("npu").check_available()
+
+
+def test_an_exclusive_hold_waits_for_shared_holders_and_holds_off_new_ones(tmp_path, monkeypatch):
+    """The OOM retry takes the device exclusively: it waits for the cases other workers are
+    running, and cases that start meanwhile queue behind it instead of starving it."""
+    import tempfile
+    import threading
+    import time
+
+    from attnsuite.devices.base import Device
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+
+    class Fake(Device):
+        kind = "fake"
+
+    dev, events = Fake(0), []
+    first_in, release_first = threading.Event(), threading.Event()
+
+    def shared(name, started=None, hold=None):
+        with dev.use():
+            events.append(f"{name} in")
+            if started:
+                started.set()
+            if hold:
+                hold.wait(10)
+        events.append(f"{name} out")
+
+    def exclusive():
+        with dev.use(exclusive=True):
+            events.append("retry in")
+            time.sleep(0.2)
+        events.append("retry out")
+
+    a = threading.Thread(target=shared, args=("a", first_in, release_first))
+    a.start()
+    first_in.wait(10)
+    b = threading.Thread(target=exclusive)
+    b.start()
+    time.sleep(0.3)  # the retry is waiting for a
+    c = threading.Thread(target=shared, args=("c",))
+    c.start()
+    time.sleep(0.3)
+    assert events == ["a in"]  # neither the retry nor the newcomer got in while a holds it
+    release_first.set()
+    for t in (a, b, c):
+        t.join(10)
+    assert events.index("retry in") > events.index("a out")
+    assert events.index("c in") > events.index("retry out")

@@ -10,7 +10,7 @@ FAST_FAMILIES = ("decode", "paged_decode", "sparse_paged_decode", "magicpig_deco
 
 
 def test_fast_paths_pass_the_quick_conformance_cases_in_the_interpreter(run_suite):
-    files = [f"cases/test_{name}.py" for name in FAST_FAMILIES]
+    files = [f"cases/{name}.py" for name in FAST_FAMILIES]
     run = run_suite(*files, "--device", "cpu", "--kernel-path", "fast", "-n", "2")
     assert run.returncode == 0, run.output[-3000:]
     outcomes = run.outcomes()

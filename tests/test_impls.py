@@ -6,11 +6,12 @@ import textwrap
 import pytest
 
 from attnsuite.impls import ImplError, parse_options, resolve
-from attnsuite.interfaces import INTERFACES, BadImplementation, check_impl
+from attnsuite.interfaces import BadImplementation, check_impl
+from attnsuite.registry import families
 from attnsuite.ledger import KnownFailure
 from tests.conftest import ROOT
 
-DECODE_CASE = "cases/test_decode.py::test_decode[fp16-B2-Hq8-Hkv2-S17-D64-lse]"
+DECODE_CASE = "cases/decode.py::decode[fp16-B2-Hq8-Hkv2-S17-D64-lse]"
 
 OWN_KERNEL = '''
 def decode(q, k, v, *, scale=None, return_lse=False, out=None, lse=None):
@@ -40,7 +41,7 @@ def mypkg(tmp_path):
 
 
 def test_an_out_of_tree_callable_runs_the_decode_cases(run_suite, mypkg):
-    run = run_suite("cases/test_decode.py", "--impl", "decode=mypkg.mykernel:decode", env=mypkg)
+    run = run_suite("cases/decode.py", "--impl", "decode=mypkg.mykernel:decode", env=mypkg)
     assert run.returncode == 0, run.output[-3000:]
     assert run.records and {r["impl"] for r in run.records} == {"mypkg.mykernel:decode"}
     assert {r["outcome"] for r in run.records} <= {"pass", "xfail"}
@@ -54,7 +55,7 @@ def test_an_entry_point_is_selected_by_name(run_suite, mypkg):
 
 
 def test_a_wrong_signature_stops_the_run_before_any_case(run_suite, mypkg):
-    run = run_suite("cases/test_decode.py", "--impl", "decode=mypkg.mykernel:wrong", env=mypkg)
+    run = run_suite("cases/decode.py", "--impl", "decode=mypkg.mykernel:wrong", env=mypkg)
     assert run.returncode == 4 and not run.records
     assert "cannot be called as decode(q, k, v, *, return_lse=..., out=..., lse=...)" in run.output
 
@@ -72,18 +73,32 @@ def test_two_implementations_side_by_side_each_case_once_per_implementation(run_
     assert "decode · sdpa" in run.report.read_text().replace("</a> <span class=\"muted\">", " ").replace("</span>", "")
 
 
-@pytest.mark.parametrize("family", sorted(set(INTERFACES) - {"probes"}))
+@pytest.mark.parametrize("family", sorted(set(families()) - {"probes"}))
 def test_every_registered_implementation_fits_its_interface(family):
-    fam = importlib.import_module(f"cases.{family}").FAMILY
+    fam = families()[family]
+    assert fam.interface is not None
     for name, impl in fam.impls.items():
-        check_impl(family, name, impl)
+        check_impl(fam, name, impl)
 
 
 def test_interface_check_names_the_expected_call():
     with pytest.raises(BadImplementation, match=r"block_sparse\(q, k, v, sabi, \*, block_shape=..."):
-        check_impl("block_sparse", "mine", lambda q, k, v: None)
+        check_impl(families()["block_sparse"], "mine", lambda q, k, v: None)
     with pytest.raises(BadImplementation, match="missing compress, decompress, keys, values, decode"):
-        check_impl("mustafar", "mine", object())
+        check_impl(families()["mustafar"], "mine", object())
+
+
+def test_interfaces_print_shapes_dtypes_and_the_scale():
+    import subprocess
+    import sys
+
+    from tests.conftest import ROOT
+
+    out = subprocess.run([sys.executable, "-m", "attnsuite.interfaces"], cwd=ROOT, capture_output=True, text=True,
+                         env={**__import__("os").environ, "PYTHONPATH": str(ROOT)}, timeout=120).stdout
+    for family in families():
+        assert out.count(f"\n{family}") + out.startswith(family) >= 1, family
+    assert "[B, Hq, S, D]" in out and "1/sqrt(D)" in out and "kv_page_indptr [B + 1]" in out
 
 
 def test_option_parsing_and_unknown_names():

@@ -108,3 +108,21 @@ def test_from_tensors_round_trips_the_buffers():
     c = compress(cache(), 0.5, kind="key", bits=2)
     again = Compressed.from_tensors("key", 2, c.shape, c.tensors("kc_"), prefix="kc_")
     assert again.nbytes() == c.nbytes() and torch.equal(decompress(again), decompress(c))
+
+
+@pytest.mark.parametrize("kind", ["key", "value"])
+@pytest.mark.parametrize("bits", [16, 2])
+def test_the_reference_decoder_written_from_the_spec_agrees_with_the_format_module(kind, bits):
+    """references/mustafar.py decodes the buffers with its own code (it shares nothing with
+    kernels/mustafar_format.py); on planted edge tiles and S_c = 192 (a multiple of 64, not 256)
+    the two agree exactly."""
+    from cases.mustafar import plant_edge_tiles
+    from references.mustafar import decode_buffers
+
+    g = torch.Generator().manual_seed(7)
+    k = torch.randn(2, 2, 192, 128, generator=g).half()
+    v = torch.randn(2, 2, 192, 128, generator=g).half()
+    plant_edge_tiles(k, v)
+    x = k if kind == "key" else v
+    c = compress(x, 0.5, kind=kind, bits=bits)
+    assert torch.equal(decode_buffers(kind, bits, c.shape, **c.tensors()), decompress(c).float())

@@ -3,7 +3,9 @@ import json
 
 import pytest
 
-DECODE_CASE = "cases/test_decode.py::test_decode[fp16-B2-Hq8-Hkv2-S17-D64-lse]"
+from attnsuite.records import SCHEMA
+
+DECODE_CASE = "cases/decode.py::decode[fp16-B2-Hq8-Hkv2-S17-D64-lse]"
 
 
 def test_quick_profile_under_xdist_passes_records_every_case_and_writes_the_report(run_suite):
@@ -45,7 +47,7 @@ def test_a_hung_case_is_stopped_and_recorded_as_timeout(run_suite):
 
 
 def test_a_dead_worker_is_recorded_as_crash_and_the_run_goes_on(run_suite):
-    run = run_suite("cases/test_decode.py", "-n", "1", "-k", "S17 and fp16",
+    run = run_suite("cases/decode.py", "-n", "1", "-k", "S17 and fp16",
                     "--impl", "decode=tests.planted:decode_crashes")
     assert run.records, run.output[-2000:]
     assert {r["outcome"] for r in run.records} == {"crash"}
@@ -55,7 +57,7 @@ def test_a_dead_worker_is_recorded_as_crash_and_the_run_goes_on(run_suite):
 
 
 def test_stale_ledger_entry_turns_into_a_strict_xpass(run_suite):
-    run = run_suite("cases/test_decode.py", "-k", "fp16 and S17", "-o", "attnsuite_ledger=tests/ledgers/stale.toml")
+    run = run_suite("cases/decode.py", "-k", "fp16 and S17", "-o", "attnsuite_ledger=tests/ledgers/stale.toml")
     assert run.records and {r["outcome"] for r in run.records} == {"xpass"}
     assert all("'stale_entry' looks stale" in r["message"] for r in run.records)
     assert run.returncode == 1
@@ -95,7 +97,7 @@ def test_report_rerenders_and_merges_runs(run_suite, tmp_path):
     from tests.conftest import ROOT
 
     first = run_suite(DECODE_CASE)
-    second = run_suite("cases/test_prefill.py", "-k", "S17 and fp16 and D64")
+    second = run_suite("cases/prefill.py", "-k", "S17 and fp16 and D64")
     dirs = [str(first.report.parent / "records"), str(second.report.parent / "records")]
     out = tmp_path / "merged.html"
     proc = subprocess.run([sys.executable, "-m", "attnsuite.report", *dirs, "-o", str(out)],
@@ -103,7 +105,7 @@ def test_report_rerenders_and_merges_runs(run_suite, tmp_path):
     assert proc.returncode == 0, proc.stderr
     html = out.read_text()
     assert "decode[fp16-B2-Hq8-Hkv2-S17-D64-lse]" in html and "prefill[fp16-B2-Hq2-Hkv2-S17-D64-causal-lse]" in html
-    assert json.loads(json.dumps(first.records[0]))["schema"] == 1
+    assert json.loads(json.dumps(first.records[0]))["schema"] == SCHEMA
 
 
 def test_benchmarks_skip_on_cpu_with_the_reason_and_are_recorded_as_bench(run_suite):
@@ -122,3 +124,19 @@ def test_bench_selection_is_headline_cases_plus_sweeps_in_full():
     assert quick and all("bench" in c.tags for c in quick)
     assert {c.id for c in quick} < {c.id for c in full}
     assert any("context" in c.tags for c in full)
+
+
+@pytest.mark.parametrize("select", [("-m", "bench"), ("-k", "bench")])
+def test_case_tags_select_with_m_and_k(select):
+    import subprocess
+    import sys
+
+    from tests.conftest import ROOT
+
+    out = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider",
+                          "--profile", "full", "cases/decode.py", *select], cwd=ROOT, capture_output=True, text=True,
+                         env={**__import__("os").environ, "PYTHONPATH": str(ROOT)}, timeout=300).stdout
+    ids = [line for line in out.splitlines() if line.startswith("cases/decode.py::")]
+    from cases.decode import FAMILY
+
+    assert sorted(i.split("::")[1] for i in ids) == sorted(c.id for c in FAMILY.cases if "bench" in c.tags)

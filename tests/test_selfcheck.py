@@ -2,7 +2,7 @@
 past an output and an input modified in place both fail the case. (Wrong numbers per family are
 the mutation catalog's job: tests/test_mutants.py.)"""
 
-CASE = "cases/test_decode.py::test_decode[fp16-B2-Hq8-Hkv2-S17-D64-lse]"
+CASE = "cases/decode.py::decode[fp16-B2-Hq8-Hkv2-S17-D64-lse]"
 
 
 def test_writes_outside_the_output_and_input_mutation_are_caught(run_suite):

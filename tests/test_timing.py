@@ -230,6 +230,7 @@ def _bench_record(case_id, kernel_ms, cudnn_ms):
 
     line = lambda ms: {"device": {"median_ms": ms}, "method": "cudagraph"}  # noqa: E731
     return {"schema": SCHEMA, "case_id": case_id, "family": "decode", "impl": "triton", "device": "cuda",
+            "outcome": "pass", "mode": "bench",
             "bench": {"kernel": line(kernel_ms), "baselines": {"sdpa_cudnn": line(cudnn_ms),
                                                                "reference": {"unavailable": "x"}}}}
 

@@ -24,7 +24,7 @@ from __future__ import annotations
 import contextlib
 from typing import Callable, Optional
 
-from .timing import CaptureFailed, DeviceTime, summarize
+from .stats import CaptureFailed, DeviceTime, summarize
 
 TARGET_MS = 2.0
 MAX_CALLS = 16

@@ -15,7 +15,7 @@ from __future__ import annotations
 import os
 from typing import Callable, Optional, Sequence
 
-from .timing import DeviceTime, summarize
+from .stats import DeviceTime, summarize
 
 
 def device_activities(fn: Callable[[], None], sync: Callable[[], None]) -> list[tuple[float, float]]:

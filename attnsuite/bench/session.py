@@ -23,25 +23,30 @@ def copy_gbps(device) -> float:
 
 
 class Bench:
-    def __init__(self, state, info: dict, families, benchmark=None):
-        self.state, self.info, self.benchmark = state, info, benchmark
-        self.families = {f.name: f for f in families}
+    """``session``: the SuiteSession; ``item``: the benchmark's pytest item (its frozen outcome
+    goes to the item's stash, where the record is built from)."""
+
+    def __init__(self, session, item, benchmark=None):
+        self.session, self.item, self.benchmark = session, item, benchmark
 
     def run(self, case) -> dict:
-        state = self.state
-        if state.compile_targets:
+        from attnsuite.collection import OUTCOME
+        from attnsuite.result import CaseOutcome
+
+        session = self.session
+        if session.options.compile_targets:
             pytest.skip("compile-only: nothing to time")
-        if state.device.kind == "cpu":
+        if not session.device.times_kernels:
             pytest.skip(CPU_REASON)
-        family = self.families[case.family]
-        impl_name, impl = state.impl_for(family)
-        self.info["impl"] = impl_name
-        prepared = prepare(family, case, state.device, impl)
-        payload = run_bench(family, case, state.device, impl, runs=state.bench_runs,
-                            method=state.bench_method, l2=getattr(state, "bench_l2", "cold"),
-                            repeat=getattr(state, "bench_repeat", 1),
-                            copy_gbps=copy_gbps(state.device), prepared=prepared)
-        self.info["result_obj"].bench = payload
+        family = session.families()[case.family]
+        _, impl = session.impls_for(family)[0]
+        prepared = prepare(family, case, session.device, impl)
+        options = session.options
+        payload = run_bench(family, case, session.device, impl, runs=options.bench_runs,
+                            method=options.bench_method, l2=getattr(options, "bench_l2", "cold"),
+                            repeat=getattr(options, "bench_repeat", 1),
+                            copy_gbps=copy_gbps(session.device), prepared=prepared)
+        self.item.stash[OUTCOME] = CaseOutcome("pass", bench=payload)
         if self.benchmark is not None:
             self._store(prepared[2], payload)
         return payload
@@ -51,7 +56,7 @@ class Bench:
         sync, after an untimed L2 flush). ``extra_info`` carries the figures that matter:
         device time (median, IQR) and its method, host time per call, call latency, then the
         whole payload flattened (pytest-benchmark's compare reads flat keys)."""
-        device = self.state.device
+        device = self.session.device
 
         def synced():
             kernel()
@@ -65,7 +70,7 @@ class Bench:
         self.benchmark.extra_info.update(headline(payload))
         self.benchmark.extra_info.update(flatten(payload))
         with device_lock(device):
-            self.benchmark.pedantic(synced, setup=setup, rounds=self.state.bench_runs,
+            self.benchmark.pedantic(synced, setup=setup, rounds=self.session.options.bench_runs,
                                     warmup_rounds=2, iterations=1)
 
 

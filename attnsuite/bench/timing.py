@@ -10,14 +10,15 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
-import statistics
 import tempfile
-from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Callable, Iterator, Optional
 
-#: Bytes overwritten to evict the L2 before a cold call: 4x an H100's 50 MB L2.
-FLUSH_BYTES = 256 * 2**20
+from .graph_time import graph_time
+from .host_time import host_time
+from .profiler_time import npu_profiler_time, profiler_time
+from .stats import CaptureFailed, DeviceTime, Timing, summarize  # noqa: F401 - re-exported
+
 #: ``--bench-method`` choices. ``auto``: graph replay, else the profiler (the record names the
 #: one used). ``events``: the previous method (events around an eager call after a flush),
 #: which also counts any host time the device waits for; kept for comparison only.
@@ -27,53 +28,9 @@ RECORD_METHODS = ("cudagraph", "profiler", "events", "npu-graph", "npu-profiler"
 L2_STATES = ("cold", "warm")
 
 
-@dataclass(frozen=True)
-class Timing:
-    median_ms: float
-    q1_ms: float
-    q3_ms: float
-    iqr_ms: float
-    min_ms: float
-    runs: int
-
-    def as_dict(self) -> dict:
-        return asdict(self)
-
-
-def summarize(samples_ms: list[float]) -> Timing:
-    """Median and quartiles (inclusive method: defined for any number of runs >= 1)."""
-    if not samples_ms:
-        raise ValueError("summarize: no samples")
-    xs = sorted(samples_ms)
-    if len(xs) == 1:
-        q1 = med = q3 = xs[0]
-    else:
-        q1, med, q3 = statistics.quantiles(xs, n=4, method="inclusive")
-    return Timing(med, q1, q3, q3 - q1, xs[0], len(xs))
-
-
-@dataclass(frozen=True)
-class DeviceTime:
-    """Device time of one callable and how it was taken."""
-    timing: Timing
-    method: str
-    l2: str
-    note: Optional[str] = None
-
-
-class CaptureFailed(RuntimeError):
-    """The call cannot be recorded into a device graph (it synchronizes, copies from pageable
-    host memory, or the backend has no graphs); the message says why, in one line."""
-
-
 def l2_flusher(device) -> Optional[Callable[[], None]]:
     """A callable that evicts the device's L2 (None on cpu, where timings are not benchmarks)."""
-    if device.kind == "cpu":
-        return None
-    import torch
-
-    scratch = torch.empty(FLUSH_BYTES // 4, dtype=torch.int32, device=device.torch_device)
-    return scratch.zero_
+    return device.l2_flusher()
 
 
 def first_call_s(device, fn: Callable[[], object]) -> float:
@@ -110,21 +67,15 @@ def device_time(device, fn: Callable[[], object], *, method: str = "auto", l2: s
         return DeviceTime(summarize(samples), "events", l2,
                           "events around an eager call: host time the device waits for is inside")
     if device.kind == "npu" and method == "npu":
-        from .profiler_time import npu_profiler_time
-
         return npu_profiler_time(fn, warmup=warmup, runs=runs, l2=l2)
     note = None
     if method in ("auto", "cudagraph"):
-        from .graph_time import graph_time
-
         try:
             return graph_time(device, fn, flush=flush if l2 == "cold" else None, runs=runs)
         except CaptureFailed as exc:
             if method == "cudagraph":
                 raise
             note = f"not capturable ({exc}); profiler kernel time instead"
-    from .profiler_time import npu_profiler_time, profiler_time
-
     if device.kind == "npu":
         result = npu_profiler_time(fn, warmup=warmup, runs=runs, l2=l2)
     else:
@@ -140,8 +91,6 @@ def time_call(device, fn: Callable[[], object], *, method: str = "auto", l2: str
               host_runs: Optional[int] = None) -> dict:
     """One benchmark line (records' ``bench`` contract): device time by ``method``, host time
     per call apart, and their sum as the call latency. ``fn`` must have been called once."""
-    from .host_time import host_time
-
     dev = device_time(device, fn, method=method, l2=l2, runs=runs, warmup=warmup, flush=flush)
     host = host_time(fn, sync=device.synchronize, runs=host_runs or max(50, runs))
     return {"device": dev.timing.as_dict(), "method": dev.method, "host_us": host,

@@ -11,19 +11,27 @@ import torch
 from attnsuite.baselines import BaselineUnavailable
 
 
-def vendor_baselines(device_kind: str, problem: Optional[dict]) -> dict[str, tuple]:
-    """name -> (callable, note) or (None, reason)."""
-    if not problem:
-        return {}
-    q, k, v, causal = problem["q"], problem["k"], problem["v"], problem.get("causal", False)
-    base_note = problem.get("note")
-    builders: dict[str, Callable] = {}
-    if device_kind == "cuda":
-        from attnsuite.baselines.cuda import BACKENDS, sdpa_call
+def vendor_baselines(device, problem: Optional[dict]) -> dict[str, tuple]:
+    """name -> (callable, note) or (None, reason): the device's own vendor baselines."""
+    return device.vendor_baselines(problem) if problem else {}
 
-        builders = {name: (lambda n=name: sdpa_call(n, q, k, v, causal=causal)) for name in BACKENDS}
-    elif device_kind == "npu":
-        builders = {_npu_name(q): lambda: _npu_call(q, k, v, causal)}
+
+def sdpa_baselines(problem: dict) -> dict[str, tuple]:
+    """CUDA: torch SDPA pinned to each backend of attnsuite.baselines.cuda."""
+    from attnsuite.baselines.cuda import BACKENDS, sdpa_call
+
+    q, k, v, causal = problem["q"], problem["k"], problem["v"], problem.get("causal", False)
+    return _built({name: (lambda n=name: sdpa_call(n, q, k, v, causal=causal)) for name in BACKENDS},
+                  problem.get("note"))
+
+
+def npu_baselines(problem: dict) -> dict[str, tuple]:
+    """NPU: npu_fusion_attention (prefill) or npu_fused_infer_attention_score (decode)."""
+    q, k, v, causal = problem["q"], problem["k"], problem["v"], problem.get("causal", False)
+    return _built({_npu_name(q): lambda: _npu_call(q, k, v, causal)}, problem.get("note"))
+
+
+def _built(builders: dict[str, Callable], base_note: Optional[str]) -> dict[str, tuple]:
     out = {}
     for name, build in builders.items():
         try:
@@ -50,16 +58,6 @@ def _npu_call(q, k, v, causal):
         call = npu.fusion_attention_args(q, k, v, causal=causal)
     npu.run(call, torch_npu)  # once, so a failure is reported here rather than mid-timing
     return (lambda: npu.run(call, torch_npu)), None
-
-
-def dense_stand_in(q, heads: int, n_keys: int, note: str) -> dict:
-    """A dense problem of the same size as a paged or sparse decode: q as [B, Hq, 1, D] and
-    K/V [B, heads, n_keys, D] of random values. Only its shape matters for timing; it is built
-    here, so gathering the selected rows is not part of any timed call."""
-    q4 = q if q.dim() == 4 else q[:, :, None, :]
-    B, _, _, D = q4.shape
-    k = torch.randn((B, heads, max(int(n_keys), 1), D), dtype=q.dtype, device=q.device)
-    return {"q": q4.contiguous(), "k": k, "v": torch.randn_like(k), "causal": False, "note": note}
 
 
 def elsize(t) -> int:

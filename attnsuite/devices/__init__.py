@@ -20,6 +20,8 @@ class HostDevice(Device):
     """Compile-only runs: records name the device the kernels are compiled for, but tensors stay
     on the host (no accelerator is needed, none is touched)."""
 
+    times_kernels = False
+
     def __init__(self, kind: str):
         super().__init__(0)
         self.kind = kind
@@ -32,6 +34,9 @@ class HostDevice(Device):
 
     def place(self, tensor):
         return tensor
+
+    def l2_flusher(self):
+        return None
 
     def name(self) -> str:
         return f"host (compile-only for {self.kind})"

@@ -6,9 +6,13 @@ of the harness talks to a ``Device``. A new backend is a new module registered i
 """
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import os
+import tempfile
 import time
-from typing import Callable, Optional
+from pathlib import Path
+from typing import Callable, Iterator, Optional
 
 
 class DeviceUnavailable(RuntimeError):
@@ -19,6 +23,30 @@ class Device:
     kind: str = ""
     #: Environment variable that restricts which devices this process sees (None for cpu).
     visibility_env: str | None = None
+    #: Seconds before a hung case is stopped (pytest-timeout), unless --case-timeout says otherwise.
+    case_timeout_s: float = 300.0
+    #: Bytes overwritten to evict the last-level cache before a cold timing (4x an H100's 50 MB L2).
+    flush_bytes: int = 256 * 2**20
+    #: Whether kernel timings mean anything here (the interpreter's do not).
+    times_kernels: bool = True
+    #: Which Triton compile-only needs: "upstream" or "ascend" (None: this device never compiles).
+    compile_toolchain: str | None = None
+
+    # -- run policy (class level: read before any device is opened) -------------------------
+    @classmethod
+    def default_profile(cls, compile_only: bool) -> str:
+        """Devices run the full sweep; compile-only runs default to the small shapes."""
+        return "quick" if compile_only else "full"
+
+    @classmethod
+    def compile_targets(cls, cuda_arch: str, soc: str) -> list[str]:
+        """The targets ``--compile-only`` compiles every case for (ValueError: none here)."""
+        raise ValueError(f"--compile-only needs --device cuda or --device npu ({cls.kind} never compiles)")
+
+    @classmethod
+    def compile_target_options(cls, targets) -> str:
+        """The command-line options that name ``targets`` again (for repro commands)."""
+        return ""
 
     def __init__(self, index: int = 0):
         self.index = index
@@ -53,7 +81,17 @@ class Device:
         return torch.device(self.kind, self.index) if self.kind != "cpu" else torch.device("cpu")
 
     def place(self, tensor):
-        return tensor.to(self.torch_device)
+        """``tensor`` on this device, strides and storage offset kept: a view of a larger buffer
+        (K/V sliced from a longer cache, q/k/v of one fused QKV tensor) arrives as the same view,
+        with whatever the buffer holds between its elements, not as a contiguous copy."""
+        import torch
+
+        target = self.torch_device
+        if not isinstance(tensor, torch.Tensor) or tensor.is_contiguous() or tensor.device == target:
+            return tensor.to(target)
+        storage = tensor.untyped_storage()
+        flat = torch.empty(0, dtype=tensor.dtype).set_(storage, 0, (storage.nbytes() // tensor.element_size(),))
+        return flat.to(target).as_strided(tensor.shape, tensor.stride(), tensor.storage_offset())
 
     def synchronize(self) -> None:
         pass
@@ -75,6 +113,47 @@ class Device:
 
     def label(self) -> str:
         return self.kind if self.kind == "cpu" else f"{self.kind}:{self.index}"
+
+    # -- sharing one device between xdist workers ---------------------------------------------
+    def lock_path(self, what: str) -> Path:
+        return Path(tempfile.gettempdir()) / f"attnsuite-{what}-{self.kind}{self.index}.lock"
+
+    @contextlib.contextmanager
+    def use(self, exclusive: bool = False) -> Iterator[None]:
+        """Hold the device for one case: shared with the other workers on it, or exclusive (a
+        retry after running out of memory waits until their cases finish and holds off new
+        ones). Advisory file locks per device; the host (cpu) needs none. The gate lets a
+        waiting exclusive holder in: new shared holders queue behind it instead of starving it."""
+        if self.kind == "cpu":
+            yield
+            return
+        mode = fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH
+        with open(self.lock_path("gate"), "a+") as gate, open(self.lock_path("use"), "a+") as use:
+            fcntl.flock(gate, mode)
+            try:
+                fcntl.flock(use, mode)
+            finally:
+                if not exclusive:
+                    fcntl.flock(gate, fcntl.LOCK_UN)
+            try:
+                yield
+            finally:
+                fcntl.flock(use, fcntl.LOCK_UN)
+                if exclusive:
+                    fcntl.flock(gate, fcntl.LOCK_UN)
+
+    # -- benchmarks ----------------------------------------------------------------------------
+    def l2_flusher(self) -> Optional[Callable[[], object]]:
+        """A callable that evicts the device's last-level cache (None where timings are not
+        benchmarks: the interpreter)."""
+        import torch
+
+        scratch = torch.empty(self.flush_bytes // 4, dtype=torch.int32, device=self.torch_device)
+        return scratch.zero_
+
+    def vendor_baselines(self, problem: dict) -> dict[str, tuple]:
+        """The vendor's attention over a dense problem: name -> (callable, note) or (None, why)."""
+        return {}
 
     # -- timing ------------------------------------------------------------------------------
     def _torch_module(self):

@@ -9,6 +9,16 @@ from .base import Device
 
 class CpuDevice(Device):
     kind = "cpu"
+    # The interpreter is slow: a large quick case takes minutes, not seconds.
+    case_timeout_s = 900.0
+    times_kernels = False
+
+    @classmethod
+    def default_profile(cls, compile_only: bool) -> str:
+        return "quick"
+
+    def l2_flusher(self):
+        return None
 
     @classmethod
     def prepare_environment(cls, environ=os.environ) -> None:

@@ -11,6 +11,23 @@ from .base import Device, DeviceUnavailable
 class CudaDevice(Device):
     kind = "cuda"
     visibility_env = "CUDA_VISIBLE_DEVICES"
+    compile_toolchain = "upstream"
+
+    @classmethod
+    def compile_targets(cls, cuda_arch: str, soc: str) -> list[str]:
+        archs = [a.strip() for a in cuda_arch.split(",") if a.strip()]
+        if not archs or not all(a.isdigit() for a in archs):
+            raise ValueError(f"--cuda-arch: expected numbers like 80,90, got {cuda_arch!r}")
+        return [f"sm_{a}" for a in archs]
+
+    @classmethod
+    def compile_target_options(cls, targets) -> str:
+        return "--cuda-arch " + ",".join(t.removeprefix("sm_") for t in targets)
+
+    def vendor_baselines(self, problem: dict) -> dict[str, tuple]:
+        from ..bench.vendor import sdpa_baselines
+
+        return sdpa_baselines(problem)
 
     @classmethod
     def check_available(cls) -> None:
@@ -21,7 +38,8 @@ class CudaDevice(Device):
             vis = os.environ.get("CUDA_VISIBLE_DEVICES")
             extra = f", CUDA_VISIBLE_DEVICES={vis!r}" if vis is not None else ""
             raise DeviceUnavailable(
-                f"--device cuda: no usable CUDA GPU (torch {torch.__version__}, {build}{extra})"
+                f"--device cuda: no usable CUDA GPU (torch {torch.__version__}, {build}{extra}); "
+                f"to compile every case for NVIDIA targets without a GPU, add --compile-only"
             )
         try:
             import triton  # noqa: F401

@@ -24,6 +24,20 @@ def _npu():
 class NpuDevice(Device):
     kind = "npu"
     visibility_env = "ASCEND_RT_VISIBLE_DEVICES"
+    compile_toolchain = "ascend"
+
+    @classmethod
+    def compile_targets(cls, cuda_arch: str, soc: str) -> list[str]:
+        return [soc]
+
+    @classmethod
+    def compile_target_options(cls, targets) -> str:
+        return f"--soc {targets[0]}"
+
+    def vendor_baselines(self, problem: dict) -> dict[str, tuple]:
+        from ..bench.vendor import npu_baselines
+
+        return npu_baselines(problem)
 
     @classmethod
     def check_available(cls) -> None:
@@ -32,7 +46,8 @@ class NpuDevice(Device):
             import torch_npu  # noqa: F401  (registers torch.npu)
         except ImportError as exc:
             raise DeviceUnavailable(
-                f"--device npu: torch_npu is not importable ({exc}); it needs CANN and an Ascend driver"
+                f"--device npu: torch_npu is not importable ({exc}); it needs CANN and an Ascend driver; "
+                f"to compile every case for Ascend without an NPU, add --compile-only (needs triton-ascend)"
             ) from None
         except OSError as exc:  # CANN shared libraries missing
             raise DeviceUnavailable(f"--device npu: torch_npu failed to load CANN libraries ({exc})") from None

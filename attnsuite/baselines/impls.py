@@ -6,8 +6,8 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from .baselines import BaselineUnavailable
-from .interfaces import Unsupported
+from . import BaselineUnavailable
+from ..interfaces import Unsupported
 
 
 def _no_lse(name: str, return_lse: bool) -> None:
@@ -41,7 +41,7 @@ def sdpa_decode(q, k, v, *, scale=None, return_lse=False, out=None, lse=None):
 
 def npu_fusion_attention_prefill(q, k, v, *, causal, scale=None, return_lse=False, out=None, lse=None):
     """torch_npu.npu_fusion_attention as a prefill implementation (never run on an NPU here)."""
-    from .baselines import npu
+    from . import npu
 
     _no_lse(npu.FUSION_ATTENTION, return_lse)
     try:

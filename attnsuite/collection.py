@@ -1,0 +1,119 @@
+"""From the family registry to pytest items: a family's catalog module is its test file, and each
+(case, implementation) pair is one item whose known-failure verdict is decided here, once.
+
+Node ids read ``cases/decode.py::decode[fp16-B2-Hq8-Hkv2-S17-D64-lse]`` (the case id), with
+``@impl`` appended when several implementations of the family run side by side.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+import pytest
+
+from .case import Case
+from .context import suite
+from .ledger import KnownFailure, KnownFailureHit
+from .result import CaseFailure, CaseOutcome
+
+#: The frozen result of a case, set by the item (or the benchmark fixture) that ran it.
+OUTCOME = pytest.StashKey[CaseOutcome]()
+#: What the item is: the case, the implementation and the ledger's verdict.
+PARAM = pytest.StashKey["CaseParam"]()
+
+
+@dataclass(frozen=True)
+class CaseParam:
+    family: object
+    case: Case
+    impl: str
+    known: KnownFailure | None
+    node_name: str
+    mode: str
+
+    def marks(self, timeout: float | None) -> list:
+        marks = [pytest.mark.conformance, pytest.mark.impl(self.impl)]
+        marks += [getattr(pytest.mark, tag) for tag in sorted(self.case.tags)]
+        if self.known is not None:
+            k = self.known
+            marks.append(pytest.mark.xfail(strict=True, raises=KnownFailureHit, reason=(
+                f"known failure {k.id}: {k.reason} (porting_notes.md#{k.note}); "
+                f"if this case passes, the ledger entry {k.id!r} looks stale")))
+        if timeout is not None:
+            marks.append(pytest.mark.timeout(timeout))
+        return marks
+
+
+def case_params(family, cases: list[Case], impls: list[str], ledger_lookup: Callable, mode: str) -> list[CaseParam]:
+    """One param per (case, implementation), the ledger looked up once for each."""
+    params = []
+    for case in cases:
+        for impl in impls:
+            # Ids name the implementation only when there are several, so a single-implementation
+            # run keeps the plain case ids.
+            node = case.id if len(impls) == 1 else f"{case.id}@{impl}"
+            params.append(CaseParam(family, case, impl, ledger_lookup(case, impl), node, mode))
+    return params
+
+
+class FamilyFile(pytest.File):
+    """A family's catalog module, collected as the test file of its cases."""
+
+    family = None
+
+    def collect(self):
+        session = suite(self.config)
+        for param in session.params(self.family):
+            yield CaseItem.from_parent(self, name=param.node_name, param=param)
+
+
+class CaseItem(pytest.Item):
+    """One conformance case against one implementation."""
+
+    def __init__(self, *, param: CaseParam, **kwargs):
+        super().__init__(**kwargs)
+        self.param = param
+        self.stash[PARAM] = param
+        timeout = suite(self.config).options.case_timeout if self.config.pluginmanager.hasplugin("timeout") \
+            else None
+        for mark in param.marks(timeout):
+            self.add_marker(mark)
+        # -k matches tags too: ``-k bench``, ``-k "fuzz and decode"``.
+        self.extra_keyword_matches.update(param.case.tags)
+
+    def runtest(self) -> None:
+        param = self.param
+        reason = param.family.skip_reason(param.case)
+        if reason:
+            skip(reason)
+        outcome = suite(self.config).run(param)
+        self.stash[OUTCOME] = outcome
+        raise_for(outcome, param)
+
+    def reportinfo(self):
+        return self.path, 0, f"{self.param.case.id} [{self.param.impl}]"
+
+    def repr_failure(self, excinfo, style=None):
+        # The harness's own failures already say what went wrong in one paragraph; a traceback
+        # through the runner would only bury it.
+        if isinstance(excinfo.value, (CaseFailure, KnownFailureHit)):
+            return str(excinfo.value)
+        return super().repr_failure(excinfo, style=style)
+
+
+def skip(reason: str) -> None:
+    """Skip the running case, reported at the case (not at this line)."""
+    raise pytest.skip.Exception(reason, _use_item_location=True)
+
+
+def raise_for(outcome: CaseOutcome, param: CaseParam) -> None:
+    """Turn a frozen outcome into pytest's vocabulary (the record keeps the outcome itself)."""
+    if outcome.status == "unsupported":
+        skip(f"{param.impl} does not support this case: {outcome.message}")
+    if outcome.status == "oom":
+        skip(f"out of device memory ({outcome.stage}): {outcome.message} -- not a kernel failure")
+    if outcome.status == "fail":
+        known = param.known
+        if known is not None and known.explains(outcome.stage, outcome.message):
+            raise KnownFailureHit(known, outcome.stage, outcome.message)
+        raise CaseFailure(outcome.stage, f"{outcome.stage}: {outcome.message}")

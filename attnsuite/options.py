@@ -1,0 +1,149 @@
+"""The suite's command-line options, declared in one place and read once into ``RunOptions``."""
+from __future__ import annotations
+
+import datetime as _dt
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from .case import PROFILES
+from .devices import BACKENDS, device_class
+
+DEFAULT_LEDGER = "cases/known_failures.toml"
+
+
+def add_options(parser) -> None:
+    group = parser.getgroup("attnsuite", "attention kernel conformance")
+    group.addoption("--device", choices=sorted(BACKENDS), default="cpu",
+                    help="where kernels run: cpu (Triton interpreter, default), cuda, npu")
+    group.addoption("--profile", choices=PROFILES, default=None,
+                    help="case set: quick (small shapes; default on cpu and compile-only), full "
+                         "(default on devices), fuzz (cases drawn at random: --fuzz-seed, --fuzz-count)")
+    group.addoption("--fuzz-seed", type=int, default=0, help="fuzz profile: the seed cases are drawn from")
+    group.addoption("--fuzz-count", type=int, default=50, help="fuzz profile: cases per family")
+    group.addoption("--impl", action="append", default=[], metavar="FAMILY=MODULE:CALLABLE",
+                    help="run FAMILY's cases against this callable (or registered name) instead of the "
+                         "project's kernel; repeat to run several side by side")
+    group.addoption("--records-dir", default=None,
+                    help="where this run's JSONL records go (default reports/runs/<run id>)")
+    group.addoption("--report-html", default=None,
+                    help="report written at session end (default reports/index.html; 'none' to skip)")
+    group.addoption("--compile-only", action="store_true", default=False,
+                    help="compile (never launch) every case's kernels for the device's targets; needs "
+                         "no accelerator. cuda: upstream triton, --cuda-arch; npu: triton-ascend, --soc")
+    group.addoption("--cuda-arch", default="80,90", help="compile-only CUDA targets (default 80,90)")
+    group.addoption("--soc", default="Ascend910B2", help="compile-only Ascend target (default Ascend910B2)")
+    group.addoption("--case-timeout", type=float, default=None,
+                    help="seconds before a hung case is stopped and recorded as timeout (default 900 on "
+                         "cpu, 300 elsewhere); a case stuck where signals cannot reach Python is ended "
+                         "by a watchdog a little later and its worker replaced")
+    group.addoption("--bench-runs", type=int, default=30,
+                    help="benchmarks: timed runs per kernel and baseline (median and IQR over them)")
+    group.addoption("--bench-method", choices=("auto", "cudagraph", "profiler", "events", "npu"),
+                    default="auto",
+                    help="benchmarks, device time: auto (default): graph replay, else the profiler's "
+                         "kernel time for a call that cannot be captured; events: the old eager "
+                         "timing (host time inside); npu: triton-ascend's profiler-based do_bench")
+    group.addoption("--bench-l2", choices=("cold", "warm"), default="cold",
+                    help="benchmarks: L2 state of every timed call (cold: flushed before each)")
+    group.addoption("--bench-repeat", type=int, default=1, choices=(1, 2),
+                    help="benchmarks: 2 times each kernel twice in the session and flags a "
+                         "device-time spread over 10%% (bench.repeat)")
+    group.addoption("--autotune", action="store_true", default=False,
+                    help="GPU: time the tile candidates of every kernel shape not yet tuned and cache "
+                         "the fastest (kernels.settings.autotune)")
+    group.addoption("--kernel-path", choices=("auto", "portable", "fast"), default=None,
+                    help="auto (default): backend fast paths on CUDA, portable kernels elsewhere; "
+                         "portable: the portable kernels everywhere; fast: the fast paths, also "
+                         "in the interpreter (kernels.settings.kernel_path)")
+    parser.addini("attnsuite_ledger", "known-failure ledger (TOML), relative to the rootdir",
+                  default=DEFAULT_LEDGER)
+    parser.addini("attnsuite_families", "the family registry package (default: cases)", default="cases")
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    device_kind: str
+    profile: str
+    compile_targets: tuple[str, ...]
+    impl_specs: tuple[str, ...]
+    case_timeout: float
+    run_id: str
+    run_dir: Path
+    report_path: Path | None
+    ledger_path: Path
+    registry: str
+    fuzz_seed: int = 0
+    fuzz_count: int = 50
+    bench_runs: int = 30
+    bench_method: str = "auto"
+    bench_l2: str = "cold"
+    bench_repeat: int = 1
+    kernel_path: str | None = None
+    autotune: bool = False
+
+    @property
+    def mode(self) -> str:
+        return "compile" if self.compile_targets else "numeric"
+
+    def repro_options(self) -> str:
+        """The options that make a single case run the way it ran in this session."""
+        extra = f" --device {self.device_kind} --profile {self.profile}"
+        if self.profile == "fuzz":
+            extra += f" --fuzz-seed {self.fuzz_seed} --fuzz-count {self.fuzz_count}"
+        if self.compile_targets:
+            extra += " --compile-only " + device_class(self.device_kind).compile_target_options(self.compile_targets)
+        if self.kernel_path:
+            extra += f" --kernel-path {self.kernel_path}"
+        extra += f" --case-timeout {self.case_timeout:g}"
+        return extra
+
+
+class OptionError(ValueError):
+    pass
+
+
+def compile_targets(kind: str, cuda_arch: str, soc: str) -> tuple[str, ...]:
+    """The compile-only targets of a device kind, after checking this environment's compiler."""
+    from .compile import toolchain
+
+    cls = device_class(kind)
+    try:
+        targets = cls.compile_targets(cuda_arch, soc)
+    except ValueError as exc:
+        raise OptionError(str(exc)) from None
+    want = cls.compile_toolchain
+    if toolchain.installed() != want:
+        need = "upstream triton" if want == "upstream" else "triton-ascend (tox -e npu-compile)"
+        raise OptionError(f"--device {kind} --compile-only: needs {need}; this environment has "
+                          f"{toolchain.describe()}")
+    return tuple(targets)
+
+
+def read_options(config, workerinput: dict | None) -> RunOptions:
+    kind = config.getoption("device")
+    if workerinput and "attnsuite_run_id" in workerinput:
+        run_id, run_dir = workerinput["attnsuite_run_id"], Path(workerinput["attnsuite_run_dir"])
+    else:
+        run_id = f"{kind}-{_dt.datetime.now().strftime('%Y%m%d-%H%M%S')}-{os.getpid()}"
+        records = config.getoption("records_dir")
+        run_dir = Path(records) if records else config.rootpath / "reports" / "runs" / run_id
+    report = config.getoption("report_html")
+    report_path = None if report == "none" else Path(report or config.rootpath / "reports" / "index.html")
+    targets = (compile_targets(kind, config.getoption("cuda_arch"), config.getoption("soc"))
+               if config.getoption("compile_only") else ())
+    cls = device_class(kind)
+    return RunOptions(
+        device_kind=kind,
+        profile=config.getoption("profile") or cls.default_profile(bool(targets)),
+        compile_targets=targets,
+        impl_specs=tuple(config.getoption("impl") or ()),
+        case_timeout=config.getoption("case_timeout") or cls.case_timeout_s,
+        run_id=run_id, run_dir=run_dir, report_path=report_path,
+        ledger_path=config.rootpath / config.getini("attnsuite_ledger"),
+        registry=config.getini("attnsuite_families") or "cases",
+        fuzz_seed=config.getoption("fuzz_seed"), fuzz_count=config.getoption("fuzz_count"),
+        bench_runs=config.getoption("bench_runs"), bench_method=config.getoption("bench_method"),
+        bench_l2=config.getoption("bench_l2"), bench_repeat=config.getoption("bench_repeat"),
+        kernel_path=config.getoption("kernel_path"), autotune=bool(config.getoption("autotune")),
+    )

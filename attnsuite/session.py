@@ -1,0 +1,136 @@
+"""The suite's session: everything one pytest process knows about this run (options, device,
+registry, ledger, implementations, records), built once in ``pytest_configure`` and reached from
+every hook through ``attnsuite.context.suite(config)``. Hooks stay thin; the work is in plain
+methods here and in the modules they call (runner, recording, accounting)."""
+from __future__ import annotations
+
+from pathlib import Path
+
+from . import registry
+from .case import select
+from .collection import CaseParam, case_params
+from .options import RunOptions
+
+
+class SuiteSession:
+    def __init__(self, options: RunOptions, *, worker: str, controller: bool):
+        self.options = options
+        self.worker = worker
+        #: True in xdist's controller process, which runs no case.
+        self.controller = controller
+        self.device = None
+        self._env: dict | None = None
+        self._ledger: list | None = None
+        self._impls: dict | None = None
+        self._params: dict[str, list[CaseParam]] = {}
+        self.report_error: str | None = None
+
+    # -- what this run covers -------------------------------------------------------------------
+    def families(self) -> dict:
+        return registry.families(self.options.registry)
+
+    def family_at(self, path: Path):
+        return registry.family_at(path, self.options.registry)
+
+    def in_registry_package(self, path: Path) -> bool:
+        """Whether ``path`` lies in the registry's package (checked without importing it)."""
+        return registry.package_dir(self.options.registry) == Path(path).resolve().parent
+
+    def cases(self, family) -> list:
+        if self.options.profile == "fuzz":
+            from .fuzz import fuzz_cases
+
+            return fuzz_cases(family, self.options.fuzz_seed, self.options.fuzz_count)
+        return select(family.cases, self.options.profile)
+
+    def ledger(self) -> list:
+        if self._ledger is None:
+            from .ledger import load
+
+            self._ledger = load(self.options.ledger_path)
+        return self._ledger
+
+    def implementations(self) -> dict:
+        """family -> [(name, implementation)] from --impl, resolved (and checked) once."""
+        if self._impls is None:
+            from .impls import parse_options, resolve_all
+
+            self._impls = resolve_all(parse_options(list(self.options.impl_specs)), self.families())
+        return self._impls
+
+    def impls_for(self, family) -> list[tuple[str, object]]:
+        """The implementations this session tests for ``family`` (its default one unless --impl)."""
+        return self.implementations().get(family.name) or [family.default_impl()]
+
+    def impl(self, family, name: str):
+        return next(fn for n, fn in self.impls_for(family) if n == name)
+
+    def params(self, family) -> list[CaseParam]:
+        """The items of a family: (case, implementation) pairs with their ledger verdict."""
+        if family.name not in self._params:
+            from .ledger import lookup
+
+            opts = self.options
+            known = lambda case, impl: lookup(self.ledger(), case, opts.device_kind,  # noqa: E731
+                                              mode=opts.mode, impl=impl)
+            self._params[family.name] = case_params(family, self.cases(family),
+                                                    [n for n, _ in self.impls_for(family)], known, opts.mode)
+        return self._params[family.name]
+
+    def param_for(self, nodeid: str) -> CaseParam | None:
+        """The param behind a node id, for the records of items that ran in a dead worker."""
+        path, _, name = nodeid.partition("::")
+        if "[" in name and not any(name.startswith(f) for f in self.families()):
+            return self.bench_param(name[name.index("[") + 1:-1])
+        for family in self.families().values():
+            if registry.module_path(family.name, self.options.registry).name != Path(path).name:
+                continue
+            return next((p for p in self.params(family) if p.node_name == name), None)
+        return None
+
+    def bench_param(self, case_id: str) -> CaseParam | None:
+        """A benchmark item's param: the case, the family's (first) implementation, no ledger."""
+        family_name = case_id.split("[", 1)[0]
+        family = self.families().get(family_name)
+        case = next((c for c in family.cases if c.id == case_id), None) if family else None
+        if case is None:
+            return None
+        return CaseParam(family, case, self.impls_for(family)[0][0], None, case_id, "bench")
+
+    # -- running ---------------------------------------------------------------------------------
+    def run(self, param: CaseParam):
+        from .runner import run_case
+
+        if self.options.compile_targets and not param.family.launches_kernel(param.case):
+            from .collection import skip
+
+            skip(f"compile-only: {param.case.id} runs plain PyTorch, no kernel to compile")
+        return run_case(param.family, param.case, self.device, self.impl(param.family, param.impl),
+                        compile_targets=self.options.compile_targets)
+
+    # -- what every record carries ----------------------------------------------------------------
+    def env(self) -> dict:
+        if self._env is None:
+            from .environment import fingerprint
+
+            self._env = fingerprint(self.device, self.options.device_kind)
+        return self._env
+
+    def device_info(self) -> dict:
+        return {"kind": self.options.device_kind, "index": getattr(self.device, "index", None)}
+
+    def repro(self, nodeid: str, family: str, impl: str) -> str:
+        """A command that runs this one case the way it ran here (same implementation, profile,
+        device, timeouts), so it reproduces the same outcome."""
+        extra = ""
+        specs = [s for s in self.options.impl_specs if s.startswith(f"{family}=")]
+        if specs:
+            chosen = next((s for s in specs if s.split("=", 1)[1] == impl), specs[0])
+            extra = f" --impl {chosen}"
+        return f"pytest '{nodeid}'{self.options.repro_options()}{extra}"
+
+    def run_context(self, nodeid: str, param: CaseParam, mode: str | None = None) -> dict:
+        return {"run_id": self.options.run_id, "nodeid": nodeid, "profile": self.options.profile,
+                "mode": mode or param.mode, "worker": self.worker,
+                "repro": self.repro(nodeid, param.family.name, param.impl),
+                "known_failure": param.known.describe() if param.known else None}

@@ -1,0 +1,107 @@
+"""Records that stay true when a foreign kernel misbehaves (issue: crashes, hangs, running out of
+memory, runs that end early), each behaviour driven by a purpose-built implementation of
+tests/planted.py through a real pytest run."""
+import json
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from attnsuite.records import read_records, read_run_status
+from tests.conftest import ROOT
+
+DECODE = "cases/decode.py"
+ONE = "cases/decode.py::decode[fp16-B2-Hq8-Hkv2-S17-D64-lse]"
+PLANTED = "decode=tests.planted:"
+
+
+def test_a_crash_record_names_the_implementation_the_environment_and_the_time_and_its_repro_reproduces(run_suite):
+    run = run_suite(ONE, "-n", "1", "--impl", PLANTED + "decode_crashes")
+    (rec,) = run.records
+    assert rec["outcome"] == "crash" and rec["impl"] == "tests.planted:decode_crashes"
+    assert rec["env"]["torch"] and rec["env"]["triton"] and rec["elapsed_s"] is not None and rec["elapsed_s"] >= 0
+    assert "--impl decode=tests.planted:decode_crashes" in rec["repro"] and "--case-timeout" in rec["repro"]
+    # The repro command, run as it stands (under xdist so the crash is a record, not a dead run),
+    # gives the same outcome.
+    cmd = rec["repro"].removeprefix("pytest ").replace("'", "").split()
+    again = run_suite(*cmd, "-n", "1")
+    assert [r["outcome"] for r in again.records] == ["crash"]
+
+
+def test_an_implementation_that_aborts_on_every_call_is_recorded_case_by_case_and_the_rest_as_not_run(run_suite):
+    run = run_suite(DECODE, "-n", "2", "-k", "fp16", "--max-worker-restart", "3", "--impl", PLANTED + "decode_aborts")
+    outcomes = [r["outcome"] for r in run.records]
+    assert set(outcomes) == {"crash", "not_run"} and outcomes.count("crash") >= 3
+    (status,) = read_run_status([run.report.parent / "records"])
+    assert status["collected"] == len(run.records) and status["not_run"] == outcomes.count("not_run")
+    assert "restart budget (3)" in status["not_run_reason"]
+    assert all("restart budget" in r["message"] for r in run.records if r["outcome"] == "not_run")
+    crashes = [r for r in run.records if r["outcome"] == "crash"]
+    assert all("Fatal Python error: Aborted" in r["message"] and "decode_aborts" in r["message"]
+               for r in crashes)  # the dead worker's fault dump, not the terminal, holds the stack
+    assert run.report.exists()
+
+
+def test_a_case_stuck_in_native_code_is_ended_by_the_watchdog_and_the_run_goes_on(run_suite):
+    run = run_suite(DECODE, "-n", "1", "-k", "S17 and fp16", "--case-timeout", "1",
+                    "--impl", PLANTED + "decode_hangs_in_native_code", timeout=300)
+    assert len(run.records) >= 2, run.output[-2000:]
+    assert {r["outcome"] for r in run.records} == {"timeout"}
+    assert all("watchdog" in r["message"] and r["impl"] == "tests.planted:decode_hangs_in_native_code"
+               for r in run.records)
+
+
+def test_out_of_memory_is_its_own_outcome_with_its_stage_never_a_failure(run_suite):
+    run = run_suite(ONE, "--impl", PLANTED + "decode_out_of_memory")
+    (rec,) = run.records
+    assert rec["outcome"] == "oom" and rec["stage"] == "first_call" and "out of memory" in rec["message"]
+    assert run.returncode == 0
+
+
+@pytest.mark.parametrize("impl,why", [("decode_ignores_out", "ignored the caller's buffer"),
+                                      ("decode_copies_out", "not that buffer or a view of it"),
+                                      ("decode_never_writes", "never wrote")])
+def test_the_buffer_contract_is_checked(run_suite, impl, why):
+    rec = run_suite(ONE, "--impl", PLANTED + impl).records[0]
+    assert rec["outcome"] == "fail" and why in rec["message"]
+    assert rec["stage"] == ("numeric" if impl == "decode_never_writes" else "contract")
+
+
+def _interrupted_run(tmp_path, sig):
+    records, report, started = tmp_path / "records", tmp_path / "index.html", tmp_path / "started"
+    env = {**__import__("os").environ, "PYTHONPATH": str(ROOT), "ATTN_PLANTED_STARTED": str(started)}
+    proc = subprocess.Popen([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", DECODE, "-k", "S17",
+                             "--records-dir", str(records), "--report-html", str(report),
+                             "--impl", PLANTED + "decode_hangs", "--case-timeout", "120"],
+                            cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    deadline = time.monotonic() + 240
+    while not started.exists() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    proc.send_signal(sig)
+    out, _ = proc.communicate(timeout=120)
+    return out, records, report
+
+
+@pytest.mark.parametrize("sig,name", [(signal.SIGINT, "SIGINT"), (signal.SIGTERM, "SIGTERM")])
+def test_a_run_that_ends_early_still_writes_its_report_with_a_banner(tmp_path, sig, name):
+    out, records, report = _interrupted_run(tmp_path, sig)
+    (status,) = read_run_status([records])
+    assert status["interrupted"] == name, out[-2000:]
+    recs = read_records([records])
+    assert recs and {r["outcome"] for r in recs} <= {"not_run", "fail", "timeout"}
+    assert status["collected"] == len(recs) and status["not_run"] >= 1
+    assert report.exists() and "INTERRUPTED" in out
+
+
+def test_read_records_keeps_what_it_can_and_says_what_it_skipped(tmp_path):
+    good = {"schema": 2, "case_id": "decode[a]", "family": "decode", "device": "cpu", "outcome": "crash",
+            "impl": None, "params": "odd", "finished_at": 5}
+    lines = [json.dumps(good), "{torn", json.dumps({"schema": 2, "family": "decode"}), json.dumps([1, 2]),
+             json.dumps({**good, "schema": 99})]
+    (tmp_path / "x.jsonl").write_text("\n".join(lines))
+    skipped = []
+    (rec,) = read_records([tmp_path], skipped)
+    assert rec["impl"] == "unknown" and rec["params"] == {} and rec["finished_at"] == "5"
+    assert len(skipped) == 4 and all("x.jsonl:" in s for s in skipped)
