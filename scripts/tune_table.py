@@ -52,26 +52,25 @@ def main(argv=None) -> int:
     device = open_device("cuda", None)
     name = torch.cuda.get_device_name(device.index)
     tags = {"bench", "sweep"} if args.sweeps else {"bench"}
-    found_all: dict = {}
-    for family_name in args.families:
-        family = importlib.import_module(f"cases.{family_name}").FAMILY
-        impl = family.impls["triton"]
-        for case in family.cases:
-            if not tags & set(case.tags):
-                continue
-            try:
-                _, _, call = prepare(family, case, device, impl)
-                with tuning.retuning() as found:
+    with tuning.retuning() as found_all:  # one context: a key shared by several cases is tuned once
+        for family_name in args.families:
+            family = importlib.import_module(f"cases.{family_name}").FAMILY
+            impl = family.impls["triton"]
+            for case in family.cases:
+                if not tags & set(case.tags):
+                    continue
+                before = sum(len(e) for e in found_all.values())
+                try:
+                    _, _, call = prepare(family, case, device, impl)
                     call()
                     device.synchronize()
-            except Exception as exc:  # noqa: BLE001 - one case must not stop the table
-                print(f"{family_name}[{case.id}]: {type(exc).__name__}: {str(exc).splitlines()[0]}")
-                continue
-            for kernel, entries in found.items():
-                found_all.setdefault(kernel, {}).update(entries)
-            if not args.quiet:
-                print(f"{family_name}[{case.id}]: {sum(len(e) for e in found.values())} shape(s) tuned")
-            torch.cuda.empty_cache()
+                except Exception as exc:  # noqa: BLE001 - one case must not stop the table
+                    print(f"{family_name}[{case.id}]: {type(exc).__name__}: {str(exc).splitlines()[0]}")
+                    continue
+                if not args.quiet:
+                    print(f"{case.id}: {sum(len(e) for e in found_all.values()) - before} new shape(s) tuned")
+                torch.cuda.empty_cache()
+        found_all = {k: dict(v) for k, v in found_all.items()}
     if args.quiet:
         return 0
 

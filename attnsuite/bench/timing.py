@@ -26,6 +26,8 @@ METHOD_CHOICES = ("auto", "cudagraph", "profiler", "events", "npu")
 #: What a record's ``method`` may say.
 RECORD_METHODS = ("cudagraph", "profiler", "events", "npu-graph", "npu-profiler")
 L2_STATES = ("cold", "warm")
+#: Device time the host-time samples of one line may wait for, in all.
+HOST_BUDGET_MS = 3000.0
 
 
 def l2_flusher(device) -> Optional[Callable[[], None]]:
@@ -92,7 +94,12 @@ def time_call(device, fn: Callable[[], object], *, method: str = "auto", l2: str
     """One benchmark line (records' ``bench`` contract): device time by ``method``, host time
     per call apart, and their sum as the call latency. ``fn`` must have been called once."""
     dev = device_time(device, fn, method=method, l2=l2, runs=runs, warmup=warmup, flush=flush)
-    host = host_time(fn, sync=device.synchronize, runs=host_runs or max(50, runs))
+    # Each host sample waits for the device first: a slow baseline (a reference at a long
+    # sequence) gets fewer samples, about HOST_BUDGET_MS in all, never fewer than 5.
+    wanted = host_runs or max(50, runs)
+    affordable = int(HOST_BUDGET_MS / max(dev.timing.median_ms, 1e-3))
+    host = host_time(fn, sync=device.synchronize, runs=max(5, min(wanted, affordable)),
+                     warmup=1 if affordable < wanted else 3)
     return {"device": dev.timing.as_dict(), "method": dev.method, "host_us": host,
             "latency_ms": dev.timing.median_ms + host["median"] * 1e-3, "l2": dev.l2,
             "note": dev.note}
