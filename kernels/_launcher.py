@@ -38,13 +38,22 @@ _knobs_runtime = None
 _driver = None
 
 
+class _Driver:
+    """The two driver calls a launch makes, looked up once (``driver.active`` is a lazy proxy
+    that forwards every attribute access)."""
+
+    def __init__(self, active):
+        self.get_current_device = active.get_current_device
+        self.get_current_stream = active.get_current_stream
+
+
 def _runtime():
     global _knobs_runtime, _driver
     if _knobs_runtime is None:
         from triton import knobs
         from triton.runtime import driver
 
-        _knobs_runtime, _driver = knobs.runtime, driver.active
+        _knobs_runtime, _driver = knobs.runtime, _Driver(driver.active)
     return _knobs_runtime, _driver
 
 

@@ -338,3 +338,45 @@ def test_every_unchecked_bench_call_is_capturable(name):
     _, _, call = prepare(family, case, device, family.impls["triton"])
     call()
     check_capturable(backend_for(device), call)
+
+
+def test_every_kernel_plan_binds_completely_for_the_direct_launch():
+    """With real JITFunctions (no interpreter; planning for host tensors as compile-only does),
+    every launch of every family's bench and quick plans has a value for each kernel parameter,
+    so none silently falls back to the JIT path on a GPU."""
+    import os
+    import subprocess
+    import sys
+
+    from tests.conftest import ROOT
+
+    script = (
+        "import importlib, torch\n"
+        "import kernels.settings as ks\n"
+        "from kernels.plans import capture_launches\n"
+        "from kernels._launcher import param_values\n"
+        "from attnsuite.bench.run import unchecked\n"
+        "n = 0\n"
+        "for name in ('prefill','prefill_varlen','decode','paged_decode','sparse_decode',\n"
+        "             'sparse_paged_decode','magicpig_decode','block_sparse','mustafar'):\n"
+        "    fam = importlib.import_module(f'cases.{name}').FAMILY\n"
+        "    picked = [c for c in fam.cases if c.profile == 'quick' and c.params.get('op') != 'compress'][:2]\n"
+        "    for case in picked:\n"
+        "        inputs = fam.make_inputs(case, case.generator())\n"
+        "        outputs = {k: torch.empty(s, dtype=d) for k, (s, d) in fam.output_specs(case, inputs).items()}\n"
+        "        for path in ('portable', 'fast'):\n"
+        "            with ks.using(kernel_path=path, host_compile=True), capture_launches() as plans:\n"
+        "                fam.call(unchecked(fam.impls['triton']), case, inputs, outputs)\n"
+        "            for plan in plans:\n"
+        "                for p in plan.chain():\n"
+        "                    assert type(p.kernel).__name__ == 'JITFunction', type(p.kernel)\n"
+        "                    v = param_values(p.kernel, p.args, p.meta)\n"
+        "                    assert v is not None and len(v) == len(p.kernel.arg_names), (name, p.kernel)\n"
+        "                    n += 1\n"
+        "print('bound', n)\n")
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    env["PYTHONPATH"] = str(ROOT)
+    proc = subprocess.run([sys.executable, "-c", script], cwd=ROOT, env=env, capture_output=True, text=True,
+                          timeout=600)
+    assert proc.returncode == 0 and "bound" in proc.stdout, proc.stdout + proc.stderr
+    assert int(proc.stdout.split()[-1]) >= 30
