@@ -450,3 +450,29 @@ def test_run_bench_fills_the_records_contract_from_device_time(monkeypatch):
     assert bench["baselines"]["broken"] == {"unavailable": "ZeroDivisionError: division by zero"}
     assert bench["repeat"]["flagged"] is False and len(bench["repeat"]["device_median_ms"]) == 2
     assert bench["gbps"] == pytest.approx(4e6 / (k["device"]["median_ms"] * 1e-3) / 1e9)
+
+
+def test_a_pinned_baseline_is_timed_inside_its_context_entered_once(monkeypatch):
+    from attnsuite.baselines.cuda import Pinned
+
+    dev = FakeGraphs(call_ms=0.02)
+    monkeypatch.setattr(gt, "backend_for", lambda device: dev)
+    entered, inside = [], []
+    state = {"in": False}
+
+    @contextmanager
+    def context():
+        entered.append(1)
+        state["in"] = True
+        yield
+        state["in"] = False
+
+    def bare():
+        inside.append(state["in"])
+        dev.call()
+
+    line = time_call(FakeDevice(), Pinned(bare, context), flush=dev.flush, runs=5)
+    assert entered == [1] and inside and all(inside)
+    assert "backend pinned around the timing" in line["note"]
+    Pinned(bare, context)()  # called on its own it still pins
+    assert entered == [1, 1] and inside[-1] is True
