@@ -24,6 +24,9 @@ def add_options(parser) -> None:
     group.addoption("--impl", action="append", default=[], metavar="FAMILY=MODULE:CALLABLE",
                     help="run FAMILY's cases against this callable (or registered name) instead of the "
                          "project's kernel; repeat to run several side by side")
+    group.addoption("--ledger", action="append", default=[], metavar="TOML",
+                    help="an extra known-failure ledger (your kernels' known failures), read after the "
+                         "project's own (cases/known_failures.toml); repeatable")
     group.addoption("--records-dir", default=None,
                     help="where this run's JSONL records go (default reports/runs/<run id>)")
     group.addoption("--report-html", default=None,
@@ -73,6 +76,8 @@ class RunOptions:
     report_path: Path | None
     ledger_path: Path
     registry: str
+    #: Extra ledgers from --ledger, read after ``ledger_path`` (the first matching entry wins).
+    extra_ledgers: tuple[Path, ...] = ()
     fuzz_seed: int = 0
     fuzz_count: int = 50
     bench_runs: int = 30
@@ -95,6 +100,8 @@ class RunOptions:
             extra += " --compile-only " + device_class(self.device_kind).compile_target_options(self.compile_targets)
         if self.kernel_path:
             extra += f" --kernel-path {self.kernel_path}"
+        for path in self.extra_ledgers:
+            extra += f" --ledger {path}"
         extra += f" --case-timeout {self.case_timeout:g}"
         return extra
 
@@ -141,6 +148,7 @@ def read_options(config, workerinput: dict | None) -> RunOptions:
         case_timeout=config.getoption("case_timeout") or cls.case_timeout_s,
         run_id=run_id, run_dir=run_dir, report_path=report_path,
         ledger_path=config.rootpath / config.getini("attnsuite_ledger"),
+        extra_ledgers=tuple(Path(p) for p in config.getoption("ledger") or ()),
         registry=config.getini("attnsuite_families") or "cases",
         fuzz_seed=config.getoption("fuzz_seed"), fuzz_count=config.getoption("fuzz_count"),
         bench_runs=config.getoption("bench_runs"), bench_method=config.getoption("bench_method"),

@@ -44,8 +44,12 @@ def pytest_configure(config):
 
     kernels.settings.configure(kernel_path=options.kernel_path, autotune=options.autotune or None)
     session = SuiteSession(options, worker=worker, controller=controller)
+    if options.compile_targets:  # before any implementation is imported: Triton 3.2 needs a driver to autotune
+        from .compile.capture import use_host_driver
+        use_host_driver()
     try:
         session.implementations()  # a bad --impl stops the run here, before any worker starts
+        session.ledger()  # and so does a bad ledger
         if options.compile_targets:
             session.device = host_device(kind)  # compile-only: inputs stay on the host
         elif controller:

@@ -16,8 +16,10 @@ import torch
 from attnsuite.case import make_cases
 from attnsuite.family import Family
 from attnsuite.interfaces import Interface
-from kernels.probes import (block_ptr_order, cumsum, gather_transposed, grid_limit,
-                            interp_bf16_dot, loop_if_mask, page_div_zero, ub_overflow)
+from kernels.probes import (block_ptr_order, cumsum, early_return, gather_inner_axis, gather_int32,
+                            gather_transposed, grid_limit, interp_bf16_dot, loop_carried_mask,
+                            loop_const_trip, loop_if_mask, page_div_zero, ub_overflow,
+                            while_block_index)
 
 from ._attention import randn
 
@@ -38,6 +40,18 @@ class Probe:
 
 def _ints(gen, high, shape):
     return torch.randint(0, high, shape, generator=gen, dtype=torch.int32)
+
+
+def _page_sums(x, c, dt):
+    pages = -(-c["L"] // c["page"])
+    return torch.nn.functional.pad(x.to(dt), (0, pages * c["page"] - c["L"])).view(pages, c["page"]).sum(0)
+
+
+def _listed_attention(x, c, dt):
+    cols = while_block_index.keys(x["row"], c["bkv"], c["S"])
+    q, k, v = (x[n].to(dt) for n in ("q", "k", "v"))
+    p = torch.softmax(q @ k[cols].T / c["D"] ** 0.5, dim=-1)
+    return p @ v[cols]
 
 
 PROBE_SPECS = {
@@ -61,12 +75,54 @@ PROBE_SPECS = {
         reference=lambda c, x, dt: torch.nn.functional.pad(
             x["x"].to(dt), (0, c["pages"] * c["page"] - c["L"])).view(c["pages"], c["page"]).sum(0),
         kwargs=("page",)),
+    # loop_if_mask's sums with the page count a constexpr.
+    "loop_const_trip": Probe(
+        loop_const_trip,
+        inputs=lambda c, g: {"x": randn(g, (c["L"],), c.dtype)},
+        output=lambda c, x: ("o", (c["page"],), torch.float32),
+        reference=lambda c, x, dt: _page_sums(x["x"], c, dt),
+        kwargs=("page",)),
+    # The same sums, the mask carried from trip to trip.
+    "loop_carried_mask": Probe(
+        loop_carried_mask,
+        inputs=lambda c, g: {"x": randn(g, (c["L"],), c.dtype)},
+        output=lambda c, x: ("o", (c["page"],), torch.float32),
+        reference=lambda c, x, dt: _page_sums(x["x"], c, dt),
+        kwargs=("page",)),
     # kt = k[idx].T: K rows of tokens named by a loaded index vector, as a [D, N] tile.
     "gather_transposed": Probe(
         gather_transposed,
         inputs=lambda c, g: {"k": randn(g, (c["T"], c["D"]), c.dtype), "idx": _ints(g, c["T"], (c["N"],))},
         output=lambda c, x: ("kt", (c["D"], c["N"]), c.dtype),
         reference=lambda c, x, dt: x["k"].to(dt)[x["idx"].long()].T),
+    "gather_inner_axis": Probe(
+        gather_inner_axis,
+        inputs=lambda c, g: {"k": randn(g, (c["T"], c["D"]), c.dtype), "idx": _ints(g, c["T"], (c["N"],))},
+        output=lambda c, x: ("kt", (c["D"], c["N"]), c.dtype),
+        reference=lambda c, x, dt: x["k"].to(dt)[x["idx"].long()].T),
+    # y = 2 x over n values, launched on more programs than have work.
+    "early_return": Probe(
+        early_return,
+        inputs=lambda c, g: {"x": randn(g, (c["n"],), c.dtype)},
+        output=lambda c, x: ("y", (c["n"],), c.dtype),
+        reference=lambda c, x, dt: 2 * x["x"].to(dt),
+        kwargs=("programs",)),
+    # words[idx] of int32 words (exact).
+    "gather_int32": Probe(
+        gather_int32,
+        inputs=lambda c, g: {"words": torch.randint(-2**31, 2**31 - 1, (c["N"],), generator=g, dtype=torch.int32),
+                             "idx": _ints(g, c["N"], (c["N"],))},
+        output=lambda c, x: ("w", (c["N"],), torch.int32),
+        reference=lambda c, x, dt: x["words"][x["idx"].long()].to(dt)),
+    # One query tile attending to the keys of its listed KV blocks.
+    "while_block_index": Probe(
+        while_block_index,
+        inputs=lambda c, g: {"q": randn(g, (c["BM"], c["D"]), c.dtype), "k": randn(g, (c["S"], c["D"]), c.dtype),
+                             "v": randn(g, (c["S"], c["D"]), c.dtype),
+                             "row": torch.tensor(list(c["blocks"]) + [while_block_index.PAD], dtype=torch.int32)},
+        output=lambda c, x: ("o", (c["BM"], c["D"]), c.dtype),
+        reference=lambda c, x, dt: _listed_attention(x, c, dt),
+        kwargs=("bkv", "block_n")),
     # Rows of tokens tok0 .. tok0 + n - 1 of a sequence whose page-table entries start at
     # page_start, from a paged K cache of shuffled pages.
     "page_div_zero": Probe(
@@ -119,7 +175,19 @@ CASES = [
     # Trip count 1 (Triton specializes num_pages == 1 into a constant) and 2 (a runtime count).
     *_each_variant("loop_if_mask", L=13, page=16, pages=1),
     *_each_variant("loop_if_mask", L=29, page=16, pages=2),
+    # Constexpr trip counts 1, 2 and 3.
+    *_each_variant("loop_const_trip", L=13, page=16, pages=1),
+    *_each_variant("loop_const_trip", L=29, page=16, pages=2),
+    *_each_variant("loop_const_trip", L=45, page=16, pages=3),
+    *_each_variant("loop_carried_mask", L=13, page=16, pages=1),
+    *_each_variant("loop_carried_mask", L=29, page=16, pages=2),
     *_each_variant("gather_transposed", T=64, N=16, D=32),
+    *_each_variant("gather_inner_axis", T=64, N=16, D=32),
+    # 4 programs for 40 values: the last one has nothing to do.
+    *_each_variant("early_return", n=40, programs=4),
+    *_each_variant("gather_int32", N=32),
+    # block_sparse's D=64 tiles (BM=128, BN=64), 128-key blocks, the last one partial (S=1000).
+    *_each_variant("while_block_index", BM=128, D=64, S=1000, bkv=128, block_n=64, blocks=(0, 3, 7)),
     # Tokens 8 .. 23 straddle the sequence's first two pages (entries 2 and 3 of the table).
     *_each_variant("page_div_zero", cache_pages=8, page_size=16, page_start=2, tok0=8, n=16, D=32),
     # [256, 512] in fp32 is 512 KB per tile; the UB holds 192 KB.

@@ -142,6 +142,8 @@ def _bind(plan: _checks.LaunchPlan, tensors: tuple, live: bool, launcher) -> Opt
     steps = list(plan.chain())
     if not isinstance(compiled, list) or len(compiled) != len(steps):
         return None
+    if live and any(c is None for c in compiled):  # recorded by a launch capture, not launched
+        return None
     launches, ok = [], True
     for p, c in zip(steps, compiled):
         values = param_values(p.kernel, p.args, p.meta)

@@ -11,7 +11,8 @@ directly, with the arguments in the kernel's parameter order, as ``JITFunction.r
 Version guard: Triton 3.3 to 3.9 (``triton.knobs``; the launcher takes every parameter value,
 constexprs included, after the hooks). Anything else, the interpreter, a launch hook being set
 (a profiler such as proton wants its metadata), or another current device falls back to the
-JIT path, which is always correct.
+JIT path, which is always correct; so does a replaced ``JITFunction.run`` (a launch capture such
+as compile-only's records launches there).
 """
 from __future__ import annotations
 
@@ -97,13 +98,16 @@ class Launch:
     arguments of the JIT fallback, ``meta`` the rest."""
 
     __slots__ = ("kernel", "grid", "meta", "n_args", "compiled", "device", "run", "function",
-                 "packed", "grid3")
+                 "packed", "grid3", "entry")
 
     def __init__(self, kernel, grid: tuple, meta: dict, n_args: int, compiled: Any, device: Optional[int]):
         self.kernel, self.grid, self.meta, self.n_args = kernel, grid, meta, n_args
         self.compiled, self.device = compiled, device
         g = tuple(grid) + (1,) * (3 - len(grid))
         self.grid3 = g
+        # Triton's launch entry as it was: a tool that replaces it (a launch capture, a
+        # profiler) must see every launch, so then the JIT path is taken.
+        self.entry = getattr(type(kernel), "run", None)
         self.run = self.function = self.packed = None
         if compiled is not None:
             try:
@@ -113,7 +117,8 @@ class Launch:
                 self.compiled = None
 
     def fire(self, values: list) -> None:
-        if self.compiled is not None and direct_allowed():
+        if (self.compiled is not None and direct_allowed()
+                and getattr(type(self.kernel), "run", None) is self.entry):
             _, drv = _runtime()
             dev = drv.get_current_device()
             if dev == self.device:

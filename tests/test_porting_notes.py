@@ -25,25 +25,46 @@ NOTES_PATH = ROOT / "porting_notes.md"
 #: name -> (device kind, ledger mode, installed compiler versions).
 TOOLCHAINS = {
     "npu triton-ascend 3.2.0rc2": ("npu", "compile", {"triton-ascend": "3.2.0rc2"}),
+    "npu triton-ascend 3.2.0rc4": ("npu", "compile", {"triton-ascend": "3.2.0rc4"}),
     "npu triton-ascend 3.2.0": ("npu", "compile", {"triton-ascend": "3.2.0"}),
     "cuda triton 3.9.0 compile": ("cuda", "compile", {"triton": "3.9.0"}),
     "cpu triton 3.9.0 interpreter": ("cpu", "numeric", {"triton": "3.9.0"}),
     "cuda triton 3.6.0 (H200)": ("cuda", "numeric", {"triton": "3.6.0"}),
 }
 
+#: Probes added after a toolchain's measurement: nothing is claimed for them there.
+NOT_MEASURED = {
+    "cuda triton 3.6.0 (H200)": {"loop_const_trip", "loop_carried_mask", "gather_inner_axis",
+                                 "early_return", "gather_int32", "while_block_index"},
+}
+
+_ASCEND = {"npu triton-ascend 3.2.0rc2", "npu triton-ascend 3.2.0rc4", "npu triton-ascend 3.2.0"}
+_RC2 = {"npu triton-ascend 3.2.0rc2"}
+
 #: What the probe cases did on those toolchains: case id -> the toolchains where it failed.
 #: Every probes case not listed, and every toolchain not listed for a case, passed.
 MEASURED_FAILURES = {
     "probes[interp_bf16_dot-original-bf16]": {"cpu triton 3.9.0 interpreter"},
-    "probes[block_ptr_order-original-fp16]": {"npu triton-ascend 3.2.0rc2", "cuda triton 3.9.0 compile",
-                                              "cpu triton 3.9.0 interpreter"},
-    "probes[loop_if_mask-original-fp16-pages2]": {"npu triton-ascend 3.2.0rc2"},
-    "probes[gather_transposed-original-fp16]": {"npu triton-ascend 3.2.0rc2"},
-    "probes[page_div_zero-original-fp16]": {"npu triton-ascend 3.2.0rc2"},
-    "probes[ub_overflow-original-fp16]": {"npu triton-ascend 3.2.0rc2", "npu triton-ascend 3.2.0"},
-    "probes[grid_limit-original-fp16]": {"npu triton-ascend 3.2.0rc2", "npu triton-ascend 3.2.0"},
-    "probes[cumsum-original-fp16]": {"npu triton-ascend 3.2.0rc2"},
+    "probes[block_ptr_order-original-fp16]": _RC2 | {"cuda triton 3.9.0 compile", "cpu triton 3.9.0 interpreter"},
+    "probes[loop_if_mask-original-fp16-pages2]": _RC2,
+    "probes[loop_const_trip-original-fp16-pages2]": _RC2,
+    "probes[loop_const_trip-original-fp16-pages3]": _RC2,
+    "probes[loop_carried_mask-original-fp16-pages2]": _ASCEND,
+    "probes[gather_transposed-original-fp16]": _RC2,
+    "probes[gather_inner_axis-original-fp16]": _RC2,
+    "probes[early_return-original-fp16]": _RC2,
+    "probes[gather_int32-original-fp16]": {"npu triton-ascend 3.2.0rc4", "npu triton-ascend 3.2.0"},
+    "probes[while_block_index-original-fp16]": {"npu triton-ascend 3.2.0rc4", "npu triton-ascend 3.2.0"},
+    "probes[page_div_zero-original-fp16]": _RC2,
+    "probes[ub_overflow-original-fp16]": _ASCEND,
+    "probes[grid_limit-original-fp16]": _ASCEND,
+    "probes[cumsum-original-fp16]": _RC2,
 }
+
+#: Sections that explain something other than a ledger entry: the performance hazards (never
+#: failures), and failures met once that no reduced kernel reproduces (they say so).
+PERFORMANCE_SECTION = "performance-hazards"
+NOT_REPRODUCED = "**Not reproduced:**"
 
 _CASE_ID = re.compile(r"^(\w+)\[(.+)\]$")
 _BACKTICKED_ID = re.compile(r"`(\w+)\[([^\]`\s]+)\]`")
@@ -114,10 +135,20 @@ def test_entry_names_an_existing_probe_that_it_selects(entry):
 def test_note_section_names_existing_cases_and_has_an_entry(section):
     ids = ["{}[{}]".format(*m) for m in _BACKTICKED_ID.findall(SECTIONS[section])
            if (ROOT / "cases" / f"{m[0]}.py").is_file()]
-    assert ids, f"porting_notes.md#{section} names no probe or case id (e.g. `probes[...]`)"
     missing = [i for i in ids if find_case(i) is None]
     assert not missing, f"porting_notes.md#{section} names case ids that do not exist: {missing}"
     entries = [e.id for e in LEDGER if e.note == section]
+    if NOT_REPRODUCED in SECTIONS[section]:
+        assert not entries, f"porting_notes.md#{section} says it is not reproduced, yet has entries {entries}"
+        assert "Confirmed on hardware:" in SECTIONS[section], section
+        return
+    assert ids, f"porting_notes.md#{section} names no probe or case id (e.g. `probes[...]`)"
+    if section == PERFORMANCE_SECTION:
+        assert not entries, "a performance hazard is never a ledger failure"
+        for hazard in ("Grid vs cores", "Scalarized and per-row accesses", "Unified buffer (UB) use"):
+            assert f"### {hazard}" in SECTIONS[section], hazard
+        assert "prediction" in SECTIONS[section] and "Confirmed on hardware:** no" in SECTIONS[section]
+        return
     assert entries, f"porting_notes.md#{section} is the note of no ledger entry"
     if any("npu" in e.devices for e in LEDGER if e.note == section):
         assert "Confirmed on hardware:" in SECTIONS[section], (
@@ -155,6 +186,8 @@ def test_ledger_matches_what_was_measured(toolchain):
     device, mode, versions = TOOLCHAINS[toolchain]
     wrong = []
     for case in PROBES.cases:
+        if case["probe"] in NOT_MEASURED.get(toolchain, ()):
+            continue
         entry = lookup(LEDGER, case, device, versions, mode=mode)
         expected_fail = toolchain in MEASURED_FAILURES.get(case.id, set())
         if expected_fail and entry is None:

@@ -117,27 +117,25 @@ def throughput(work: dict, kernel_ms: float, copy_gbps: float | None) -> dict:
     return out
 
 
-def _capture_launches():
-    # attnsuite.compile.capture (compile-only's launch capture) is the one place this should
-    # come from once it exists; until then the kernels' own public capture fills the column.
-    try:
-        from attnsuite.compile.capture import capture_launches
-    except ImportError:
-        from kernels.plans import capture_launches
-    return capture_launches()
-
-
 def _config(impl, case, family, inputs, outputs) -> dict | None:
-    """The launch config the kernel chose: the captured plans' meta (tile sizes, warps) and
-    where it came from (``tuning``: table, cache, tuned or default)."""
-    try:
-        with _capture_launches() as plans:
-            family.call(impl, case, inputs, outputs)
-    except Exception:  # noqa: BLE001 - a config we cannot capture is just not shown
+    """The launch config the kernel chose: the captured launches' meta (tile sizes, warps), and
+    where each kernel's tiles came from (``tuning``: table, cache, tuned or default, from the
+    kernels' own plans)."""
+    from kernels.plans import capture_launches
+
+    from ..compile.capture import launch_configs
+
+    call = lambda: family.call(impl, case, inputs, outputs)  # noqa: E731
+    configs = launch_configs(call)
+    if not configs:
         return None
-    return {_kernel_name(p.kernel): {**{k: v for k, v in p.meta.items() if isinstance(v, (int, str))},
-                                     "tuning": p.tuning}
-            for plan in plans for p in plan.chain()} or None
+    try:
+        with capture_launches() as plans:
+            call()
+        sources = {_kernel_name(p.kernel): p.tuning for plan in plans for p in plan.chain()}
+    except Exception:  # noqa: BLE001 - the tiles are still worth showing without their source
+        sources = {}
+    return {name: {**meta, "tuning": sources.get(name, "unknown")} for name, meta in configs.items()}
 
 
 def _kernel_name(kernel) -> str:

@@ -8,6 +8,12 @@ Targets: "sm_NN" / "cuda:NN" need upstream Triton (3.6 - 3.9); "Ascend<soc>" / "
 need triton-ascend (see ``npu``). The two cannot share an environment: ``toolchain.installed()``
 says which one is here, and asking for the other raises ``ToolchainUnavailable``.
 
+Any launch works, not only the project's plans: ``capture.capture()`` records what an
+implementation launches at Triton's own launch path (``kernel``, ``grid``, ``args``, ``meta``),
+which is what the harness compiles (``attnsuite.compile_case``). On Ascend targets each compiled
+launch also yields performance hazards (``hazards``: grid vs cores, scalarized and row accesses,
+UB use), and a run compiles each specialization once (``cache``).
+
 Works whether or not ``TRITON_INTERPRET=1`` was set when the kernels were imported (see
 ``jitfn``), but not after the interpreter has *run* a kernel in the same process: the interpreter
 leaves ``triton.language`` patched and the frontend then fails ("'value' object has no attribute
@@ -23,7 +29,7 @@ from .result import FAIL, PASS, CompileOutcome, trim_message
 from .toolchain import ToolchainUnavailable
 
 __all__ = ["CompileOutcome", "ToolchainUnavailable", "compile_plan", "compile_link", "target_kind",
-           "toolchain", "PASS", "FAIL", "trim_message"]
+           "check_grid", "toolchain", "PASS", "FAIL", "trim_message"]
 
 
 def target_kind(target: str) -> str:
@@ -34,6 +40,13 @@ def target_kind(target: str) -> str:
         return "npu"
     cuda.parse_target(target)
     return "cuda"
+
+
+def check_grid(target: str, grid: Any) -> str | None:
+    """Why ``grid`` cannot be launched on ``target`` (too many programs), or None."""
+    from . import cuda, npu
+
+    return npu.check_grid(grid) if target_kind(target) == "npu" else cuda.check_grid(grid)
 
 
 def compile_link(link: Any, target: str, **options) -> CompileOutcome:

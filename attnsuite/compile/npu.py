@@ -35,10 +35,11 @@ import re
 import shutil
 import signal
 import subprocess as _real_subprocess
+import tempfile
 import time
 from typing import Any, Iterator, Optional
 
-from . import toolchain
+from . import memory, toolchain
 from .frontend import frontend_message, is_frontend_error
 from .jitfn import as_jit_function, compiling, kernel_name
 from .result import FAIL, PASS, CompileOutcome, trim_message
@@ -51,6 +52,7 @@ HIVMC_MISSING = "bishengir (hivmc missing)"
 
 _HIVMC = re.compile(r"hivmc", re.I)
 _UB = re.compile(r"ub overflow", re.I)
+_MIX_MODE = re.compile(r'\bmix_mode\s*=\s*"(\w+)"')
 _UB_BITS = re.compile(r"requires\s+(\d+)\s+bits\s+while\s+(\d+)\s+bits\s+available", re.I)
 
 
@@ -97,10 +99,11 @@ def bishengir_bin_dir() -> Optional[str]:
 class _ToolLog:
     """Stands in for the backend module's ``subprocess``: same API, records every ``run``."""
 
-    def __init__(self, timeout: float, debuginfo: bool = True):
+    def __init__(self, timeout: float, debuginfo: bool = True, memory_display: bool = True):
         self.calls: list[dict] = []
         self._timeout = timeout
         self._debuginfo = debuginfo
+        self._memory_display = memory_display
 
     def __getattr__(self, name):
         return getattr(_real_subprocess, name)
@@ -113,6 +116,12 @@ class _ToolLog:
         kwargs.setdefault("timeout", self._timeout)
         entry = {"tool": tool, "cmd": cmd}
         self.calls.append(entry)
+        display_dir = None
+        if self._memory_display and tool == "bishengir-compile" and "cwd" not in kwargs:
+            # The memory display is written to the working directory, not next to the output.
+            display_dir = tempfile.mkdtemp(prefix="attnsuite-ubdisplay-")
+            cmd.append("--enable-memory-display")
+            kwargs["cwd"] = display_dir
         t0 = time.perf_counter()
         try:
             ret = _real_subprocess.run(cmd, *args, **kwargs)
@@ -126,6 +135,9 @@ class _ToolLog:
             raise
         finally:
             entry["seconds"] = time.perf_counter() - t0
+            if display_dir is not None:
+                entry["memory"] = memory.read_display(display_dir)
+                shutil.rmtree(display_dir, ignore_errors=True)
 
     def last(self, tool: str) -> Optional[dict]:
         for entry in reversed(self.calls):
@@ -208,12 +220,16 @@ def bishengir_message(output: str) -> str:
 
 
 def compile_link(plan: Any, target: str = DEFAULT_SOC, *, timeout: float = TOOL_TIMEOUT_S,
-                 keep_ir: bool = True, debuginfo: bool = True) -> CompileOutcome:
+                 keep_ir: bool = True, debuginfo: bool = True, memory_display: bool = True,
+                 grid_check: bool = True) -> CompileOutcome:
     """Compile one LaunchPlan link for an Ascend SoC ("Ascend910B2").
 
     ``timeout``: seconds per external tool run. ``keep_ir``: keep the TTIR and linalg IR text in
     ``artifacts`` ("ttir", "ttadapter"). ``debuginfo``: run the adapter with
     ``--mlir-print-debuginfo`` (source lines in the IR and in bishengir's messages).
+    ``memory_display``: run bishengir with ``--enable-memory-display`` (``artifacts["memory"]``,
+    see ``memory``). ``grid_check``: fail a launch of more programs than Ascend allows (off when
+    the caller checks grids itself, e.g. to reuse one compile for several launches).
     """
     t0 = time.perf_counter()
     name = kernel_name(plan.kernel)
@@ -236,7 +252,7 @@ def compile_link(plan: Any, target: str = DEFAULT_SOC, *, timeout: float = TOOL_
     backend = make_backend(npu_target)
     backend_globals = type(backend).add_stages.__globals__
     arts["backend"] = os.path.basename(os.path.dirname(backend_globals.get("__file__", "")))
-    log = _ToolLog(timeout, debuginfo)
+    log = _ToolLog(timeout, debuginfo, memory_display)
     keep = (lambda s: s in ("ttir", "ttadapter")) if keep_ir else (lambda s: s == "ttadapter")
     with compiling():
         jf = as_jit_function(plan.kernel)
@@ -251,9 +267,15 @@ def compile_link(plan: Any, target: str = DEFAULT_SOC, *, timeout: float = TOOL_
             kernel, exc, tracker = compile_tracked(spec.src, npu_target, spec.options, keep=keep)
     arts["stage_seconds"] = dict(tracker.seconds)
     arts["commands"] = [" ".join(c["cmd"]) for c in log.calls]
+    shown = (log.last("bishengir-compile") or {}).get("memory")
+    if shown:
+        arts["memory"] = shown
     for stage_name, text in tracker.outputs.items():
         arts[stage_name] = text
     if "ttadapter" in tracker.outputs:
+        mode = _MIX_MODE.search(tracker.outputs["ttadapter"])
+        if mode:
+            arts["mix_mode"] = mode.group(1)
         accesses = count_scalar_accesses(tracker.outputs["ttadapter"])
         arts["scalar_accesses"] = accesses
         arts["scalar_summary"] = summarize(accesses)
@@ -299,7 +321,7 @@ def compile_link(plan: Any, target: str = DEFAULT_SOC, *, timeout: float = TOOL_
     else:
         return done(FAIL, tracker.current, trim_message(str(exc)), reached)
 
-    grid_problem = check_grid(plan.grid)
+    grid_problem = check_grid(plan.grid) if grid_check else None
     if grid_problem:
         outcome.outcome, outcome.stage, outcome.message = FAIL, "grid", grid_problem
     return outcome

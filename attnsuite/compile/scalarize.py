@@ -150,24 +150,32 @@ _PURE_OPS = re.compile(r"^(?:%[\w.$-]+(?::\d+)?\s*=\s*)?(?:arith\.|index\.|tenso
                        r"|bufferization\.materialize_in_destination\b|scf\.(?:for|yield)\b)")
 
 
+def _one_row(dims: Optional[list[int]]) -> bool:
+    """A view of one row: at most one dimension longer than 1."""
+    return bool(dims) and sum(1 for d in dims if d != 1) <= 1
+
+
 def count_scalar_accesses(ttadapter_ir: str) -> list[dict]:
     """One dict per memory access the adapter turned into a loop of single-element (or single-row)
     moves. A site is the outermost ``scf.for`` marked ``ExtractedLoadOrStore`` /
     ``DiscreteMemAccess`` around the access (3.2.0 marks them); failing that (rc2 marks nothing),
     the outermost of a nest of loops that hold nothing but index arithmetic, ``tensor.extract`` /
     ``tensor.insert`` and a ``memref.load`` / ``memref.store`` of a one-element view of a kernel
-    argument.
+    argument. Neither version marks a loop the kernel itself wrote that moves one row per trip from
+    an address it read from memory (a gather written as a loop, a page loop over one-row pages):
+    such a copy is a site too, found by following its offset back to a load (``dataflow``).
 
     Keys: ``loc`` ("prefill.py:87" or "?"), ``file``, ``line``, ``col``, ``kind`` ("load" /
     "store"), ``granularity`` ("element" for a memref<1xT> / memref<1x1xT> view, else "row"),
     ``elements_per_access``, ``dtype`` ("f16"), ``trips`` (iterations of the loops of the nest, None
     when a bound is not a constant), ``loops`` (nest depth), ``markers`` (the marker attributes
-    found, [] for a pattern match), ``detected_by`` ("marker" / "pattern"), ``ir_line`` (1-based
+    found, [] otherwise), ``detected_by`` ("marker" / "pattern" / "dataflow"), ``ir_line`` (1-based
     line of the site's loop), ``stack`` (every file:line the location names, e.g. inlined helpers).
     """
     aliases, frames, ops = _parse(ttadapter_ir)
     consts = {}
     defs = {}
+    where_defined: dict[str, tuple] = {}
     direct: dict[int, list[_Op]] = {}
     for op in ops:
         c = _CONST.match(op.text)
@@ -176,6 +184,7 @@ def count_scalar_accesses(ttadapter_ir: str) -> list[dict]:
         d = _DEF.match(op.text)
         if d:
             defs[d.group(1)] = (d.group(2), d.group(3))
+            where_defined[d.group(1)] = op.frames
         if op.frames:
             direct.setdefault(id(op.frames[-1]), []).append(op)
 
@@ -188,6 +197,53 @@ def count_scalar_accesses(ttadapter_ir: str) -> list[dict]:
                       "memref.collapse_shape", "memref.expand_shape"):
             src = re.match(r"\s*(%[\w.$-]+)", rest)
             return bool(src) and is_global(src.group(1), depth + 1)
+        return False
+
+    def operand_names(rest: str) -> list[str]:
+        return re.findall(r"%[\w.$-]+", rest.split(" : ")[0])
+
+    def from_memory(name: str, loop: _Frame, depth: int = 0) -> bool:
+        """Is this index value computed from a value read from global memory inside ``loop``
+        (a new address every trip, not a base loaded once before the loop)?"""
+        if depth > 24 or name not in defs:
+            return False
+        opname, rest = defs[name]
+        if opname in ("memref.load", "tensor.extract"):
+            if loop not in where_defined.get(name, ()):
+                return False
+            src = operand_names(rest)
+            if opname == "memref.load":
+                return bool(src) and is_global(src[0])
+            return bool(src) and loaded_tensor(src[0], depth + 1)
+        if opname.startswith(("arith.", "index.")):
+            return any(from_memory(o, loop, depth + 1) for o in operand_names(rest))
+        return False
+
+    def loaded_tensor(name: str, depth: int) -> bool:
+        if depth > 24 or name not in defs:
+            return False
+        opname, rest = defs[name]
+        if opname == "bufferization.to_tensor":
+            return True
+        if opname.startswith(("arith.", "tensor.", "linalg.")):
+            return any(loaded_tensor(o, depth + 1) for o in operand_names(rest))
+        return False
+
+    def address_from_memory(name: str, loop: _Frame, depth: int = 0) -> bool:
+        """Does this global view's offset depend on a value read from memory inside ``loop``?"""
+        if depth > 8 or name not in defs:
+            return False
+        opname, rest = defs[name]
+        if opname == "memref.reinterpret_cast":
+            m = re.search(r"offset:\s*\[([^\]]*)\]", rest)
+            return bool(m) and any(from_memory(o, loop) for o in re.findall(r"%[\w.$-]+", m.group(1)))
+        src = re.match(r"\s*(%[\w.$-]+)", rest)
+        if opname == "memref.subview":  # %src[offsets] [sizes] [strides]: sizes are masks
+            m = re.match(r"\s*%[\w.$-]+\[([^\]]*)\]", rest)
+            if m and any(from_memory(o, loop) for o in re.findall(r"%[\w.$-]+", m.group(1))):
+                return True
+        if opname in ("memref.subview", "memref.cast", "memref.collapse_shape", "memref.expand_shape"):
+            return bool(src) and address_from_memory(src.group(1), loop, depth + 1)
         return False
 
     def pure(frame: _Frame) -> bool:
@@ -232,6 +288,11 @@ def count_scalar_accesses(ttadapter_ir: str) -> list[dict]:
             while i > 0 and pure(loops[i - 1]):
                 i -= 1
             site, detected = loops[i], "pattern"
+        elif kind_op != "load" and n != 1 and _one_row(dims) and is_global(mem) \
+                and address_from_memory(mem, loops[-1]):
+            # One DMA of one row per trip, at an address read from memory: a gather the user
+            # wrote as a loop (or a page loop over one-row pages). The adapter marks nothing here.
+            site, detected = loops[-1], "dataflow"
         else:
             continue
         nest = loops[loops.index(site):]
@@ -239,7 +300,8 @@ def count_scalar_accesses(ttadapter_ir: str) -> list[dict]:
         for f in nest:
             t = _trip_count(f.header, consts)
             trips = None if (trips is None or t is None) else trips * t
-        where = _loc_of(site.closing, aliases) or _loc_of(op.text, aliases)
+        where = (_loc_of(op.text, aliases) if detected == "dataflow" else
+                 _loc_of(site.closing, aliases)) or _loc_of(op.text, aliases)
         file, line, col = where[0] if where else ("?", 0, 0)
         results.append({
             "loc": f"{os.path.basename(file)}:{line}" if where else "?",

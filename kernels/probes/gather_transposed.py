@@ -1,11 +1,12 @@
 """Probe gather_transposed (porting_notes.md#gather_transposed): gather the K rows of selected
 tokens (indices loaded from memory) directly as a transposed [D, N] tile, the shape
-``tl.dot(q, kt)`` wants.
+``tl.dot(q, kt)`` wants, written the way the origin's sparse-token kernel wrote it.
 
-original: a pointer tensor with the loaded token indices on the INNER axis,
-    ``tl.load((K + tok * stride)[None, :] + offs_d[:, None])``. triton-ascend 3.2.0rc2's adapter
-    fails ("failed to legalize unresolved materialization ... to 'tensor<16x!tt.ptr<f16>>'") and
-    then aborts; later versions compile it into one scalar load per element.
+original: the loaded token indices reshaped to a row, ``tl.reshape(tok, (1, N))``, on the INNER
+    axis of the pointer grid: ``tl.load(K + tl.reshape(tok, (1, N)) * stride + offs_d[:, None])``.
+    triton-ascend 3.2.0rc2's adapter warns "could not cast operand of type 'f16' to
+    '!tt.ptr<f16>'", prints the ``"tt.reshape"(...) {MixUse}`` op and dies with SIGSEGV (the
+    origin's recorded failure); later versions compile it into one scalar load per element.
 rewrite: gather whole rows [N, D] (``tok[:, None] * stride + offs_d[None, :]``), then
     ``tl.trans``.
 """
@@ -17,12 +18,11 @@ from kernels._checks import LaunchPlan, launch
 
 
 @triton.jit
-def _gather_kt_inner(K, IDX, KT, stride_kt, N: tl.constexpr, D: tl.constexpr):
+def _gather_kt_reshaped(K, IDX, KT, stride_kt, N: tl.constexpr, D: tl.constexpr):
     offs_n = tl.arange(0, N)
     offs_d = tl.arange(0, D)
     tok = tl.load(IDX + offs_n)
-    k_ptr = K + tok * stride_kt
-    kt = tl.load(k_ptr[None, :] + offs_d[:, None])  # [D, N]: the gathered tokens vary fastest
+    kt = tl.load(K + tl.reshape(tok, (1, N)) * stride_kt + offs_d[:, None])  # [D, N]
     tl.store(KT + offs_d[:, None] * N + offs_n[None, :], kt)
 
 
@@ -35,13 +35,15 @@ def _gather_rows_then_trans(K, IDX, KT, stride_kt, N: tl.constexpr, D: tl.conste
     tl.store(KT + offs_d[:, None] * N + offs_n[None, :], tl.trans(k))
 
 
-def _gather(kernel, k: torch.Tensor, idx: torch.Tensor, out: torch.Tensor | None) -> torch.Tensor:
+def gather(kernel, k: torch.Tensor, idx: torch.Tensor, out: torch.Tensor | None,
+           probe: str = "gather_transposed") -> torch.Tensor:
+    """``k[idx].T`` [D, N] with ``kernel``; N and D powers of two, idx int32."""
     (_, D), (N,) = k.shape, idx.shape
     if idx.dtype != torch.int32:
-        raise TypeError(f"gather_transposed: idx must be int32, got {idx.dtype}")
+        raise TypeError(f"{probe}: idx must be int32, got {idx.dtype}")
     for name, size in (("N", N), ("D", D)):
         if size & (size - 1):
-            raise ValueError(f"gather_transposed: {name} must be a power of two, got {size}")
+            raise ValueError(f"{probe}: {name} must be a power of two, got {size}")
     k, idx = k.contiguous(), idx.contiguous()
     if out is None:
         out = torch.empty((D, N), dtype=k.dtype, device=k.device)
@@ -50,10 +52,10 @@ def _gather(kernel, k: torch.Tensor, idx: torch.Tensor, out: torch.Tensor | None
 
 
 def original(k, idx, out=None):
-    """``k[idx].T`` [D, N], gathered with the token indices on the inner axis."""
-    return _gather(_gather_kt_inner, k, idx, out)
+    """``k[idx].T`` [D, N], gathered through ``tl.reshape(tok, (1, N))`` on the inner axis."""
+    return gather(_gather_kt_reshaped, k, idx, out)
 
 
 def rewrite(k, idx, out=None):
     """``k[idx].T`` [D, N], gathered as rows [N, D] and transposed in registers."""
-    return _gather(_gather_rows_then_trans, k, idx, out)
+    return gather(_gather_rows_then_trans, k, idx, out)
