@@ -391,3 +391,20 @@ def test_every_kernel_plan_binds_completely_for_the_direct_launch():
                           timeout=600)
     assert proc.returncode == 0 and "bound" in proc.stdout, proc.stdout + proc.stderr
     assert int(proc.stdout.split()[-1]) >= 30
+
+
+@interpreted
+def test_a_launch_capture_sees_repeat_calls_and_the_bench_config_names_the_tile_source():
+    from attnsuite.bench.run import _config
+    from attnsuite.compile.capture import capture_call
+
+    family = importlib.import_module("cases.decode").FAMILY
+    case = next(c for c in family.cases if c.profile == "quick" and c["dtype"] == "fp16")
+    inputs = family.make_inputs(case, case.generator())
+    impl = unchecked(family.impls["triton"])
+    _run(family, impl, case, inputs)
+    outputs = {n: torch.empty(s, dtype=d) for n, (s, d) in family.output_specs(case, inputs).items()}
+    launches = capture_call(lambda: family.call(impl, case, inputs, outputs))  # a repeat: bound plan
+    assert [ln.name.lstrip("_") for ln in launches] == ["decode_fwd"]
+    config = _config(impl, case, family, inputs, outputs)
+    assert config["decode_fwd"]["tuning"] == "default" and "BLOCK_N" in config["decode_fwd"]
