@@ -97,7 +97,7 @@ def gpu(families, runs: int, cases_per_family: int) -> list[dict]:
                     dev = device_time(device, fn, runs=20)
                     row[label] = {"host_us": host, "dev_ms": dev.timing.median_ms, "method": dev.method}
                 except Exception as exc:  # noqa: BLE001 - a baseline that cannot run here
-                    row[label] = {"error": f"{type(exc).__name__}: {str(exc).splitlines()[0][:100]}"}
+                    row[label] = {"error": f"{type(exc).__name__}: {(str(exc).splitlines() or [''])[0][:100]}"}
             if "error" in row["kernel"]:
                 rows.append(row)
                 print_row(row)

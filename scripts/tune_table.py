@@ -65,7 +65,7 @@ def main(argv=None) -> int:
                     call()
                     device.synchronize()
                 except Exception as exc:  # noqa: BLE001 - one case must not stop the table
-                    print(f"{family_name}[{case.id}]: {type(exc).__name__}: {str(exc).splitlines()[0]}")
+                    print(f"{family_name}[{case.id}]: {type(exc).__name__}: {(str(exc).splitlines() or [''])[0]}")
                     continue
                 if not args.quiet:
                     print(f"{case.id}: {sum(len(e) for e in found_all.values()) - before} new shape(s) tuned")
