@@ -24,6 +24,9 @@ def add_options(parser) -> None:
     group.addoption("--impl", action="append", default=[], metavar="FAMILY=MODULE:CALLABLE",
                     help="run FAMILY's cases against this callable (or registered name) instead of the "
                          "project's kernel; repeat to run several side by side")
+    group.addoption("--ledger", action="append", default=[], metavar="TOML",
+                    help="an extra known-failure ledger (your kernels' known failures), read after the "
+                         "project's own (cases/known_failures.toml); repeatable")
     group.addoption("--records-dir", default=None,
                     help="where this run's JSONL records go (default reports/runs/<run id>)")
     group.addoption("--report-html", default=None,
@@ -39,9 +42,16 @@ def add_options(parser) -> None:
                          "by a watchdog a little later and its worker replaced")
     group.addoption("--bench-runs", type=int, default=30,
                     help="benchmarks: timed runs per kernel and baseline (median and IQR over them)")
-    group.addoption("--bench-method", choices=("events", "npu"), default="events",
-                    help="benchmarks: device events (default), or on NPU the profiler-based method "
-                         "of triton-ascend's do_bench (TRITON_BENCH_METHOD=npu)")
+    group.addoption("--bench-method", choices=("auto", "cudagraph", "profiler", "events", "npu"),
+                    default="auto",
+                    help="benchmarks, device time: auto (default): graph replay, else the profiler's "
+                         "kernel time for a call that cannot be captured; events: the old eager "
+                         "timing (host time inside); npu: triton-ascend's profiler-based do_bench")
+    group.addoption("--bench-l2", choices=("cold", "warm"), default="cold",
+                    help="benchmarks: L2 state of every timed call (cold: flushed before each)")
+    group.addoption("--bench-repeat", type=int, default=1, choices=(1, 2),
+                    help="benchmarks: 2 times each kernel twice in the session and flags a "
+                         "device-time spread over 10%% (bench.repeat)")
     group.addoption("--autotune", action="store_true", default=False,
                     help="GPU: time the tile candidates of every kernel shape not yet tuned and cache "
                          "the fastest (kernels.settings.autotune)")
@@ -66,10 +76,14 @@ class RunOptions:
     report_path: Path | None
     ledger_path: Path
     registry: str
+    #: Extra ledgers from --ledger, read after ``ledger_path`` (the first matching entry wins).
+    extra_ledgers: tuple[Path, ...] = ()
     fuzz_seed: int = 0
     fuzz_count: int = 50
     bench_runs: int = 30
-    bench_method: str = "events"
+    bench_method: str = "auto"
+    bench_l2: str = "cold"
+    bench_repeat: int = 1
     kernel_path: str | None = None
     autotune: bool = False
 
@@ -86,6 +100,8 @@ class RunOptions:
             extra += " --compile-only " + device_class(self.device_kind).compile_target_options(self.compile_targets)
         if self.kernel_path:
             extra += f" --kernel-path {self.kernel_path}"
+        for path in self.extra_ledgers:
+            extra += f" --ledger {path}"
         extra += f" --case-timeout {self.case_timeout:g}"
         return extra
 
@@ -132,8 +148,10 @@ def read_options(config, workerinput: dict | None) -> RunOptions:
         case_timeout=config.getoption("case_timeout") or cls.case_timeout_s,
         run_id=run_id, run_dir=run_dir, report_path=report_path,
         ledger_path=config.rootpath / config.getini("attnsuite_ledger"),
+        extra_ledgers=tuple(Path(p) for p in config.getoption("ledger") or ()),
         registry=config.getini("attnsuite_families") or "cases",
         fuzz_seed=config.getoption("fuzz_seed"), fuzz_count=config.getoption("fuzz_count"),
         bench_runs=config.getoption("bench_runs"), bench_method=config.getoption("bench_method"),
+        bench_l2=config.getoption("bench_l2"), bench_repeat=config.getoption("bench_repeat"),
         kernel_path=config.getoption("kernel_path"), autotune=bool(config.getoption("autotune")),
     )

@@ -49,6 +49,7 @@ def pytest_configure(config):
         use_host_driver()
     try:
         session.implementations()  # a bad --impl stops the run here, before any worker starts
+        session.ledger()  # and so does a bad ledger
         if options.compile_targets:
             session.device = host_device(kind)  # compile-only: inputs stay on the host
         elif controller:
@@ -341,10 +342,10 @@ def _render(config) -> None:
     run_dir = s.options.run_dir
     if s.options.report_path is None or not run_dir.is_dir() or not any(run_dir.glob("*.jsonl")):
         return
-    from .report import render_report
+    from .report import render_runs
 
-    try:
-        render_report(read_records([run_dir]), s.options.report_path)
+    try:  # records, each run's run.json (the interrupted-run banner) and what could not be read
+        render_runs([run_dir], s.options.report_path)
     except Exception as exc:  # the records are safe on disk; the report can be re-rendered
         s.report_error = f"{type(exc).__name__}: {exc}"
 

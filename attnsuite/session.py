@@ -47,7 +47,12 @@ class SuiteSession:
         if self._ledger is None:
             from .ledger import load
 
-            self._ledger = load(self.options.ledger_path)
+            self._ledger = [entry for path in (self.options.ledger_path, *self.options.extra_ledgers)
+                            for entry in load(path)]
+            ids = [e.id for e in self._ledger]
+            dupes = sorted({i for i in ids if ids.count(i) > 1})
+            if dupes:
+                raise ValueError(f"--ledger: entry ids used twice across ledgers: {dupes}")
         return self._ledger
 
     def implementations(self) -> dict:

@@ -110,11 +110,12 @@ def cu_seqlens(lengths) -> torch.Tensor:
     return cu
 
 
-def prefill_varlen(q, k, v, seq, **kw):
+def prefill_varlen(q, k, v, seq, *, check_indices=True, **kw):
     """The family's impl: ``prefill_padded`` when q is [B, Hq, S, D] (seq = lengths),
-    ``prefill_packed`` when q is [T, Hq, D] (seq = cu_seqlens)."""
+    ``prefill_packed`` when q is [T, Hq, D] (seq = cu_seqlens). ``check_indices`` is passed on
+    (the benchmarks time the call without the data checks, as for the other families)."""
     fn = prefill_padded if q.dim() == 4 else prefill_packed
-    return fn(q, k, v, seq, **kw)
+    return fn(q, k, v, seq, check_indices=check_indices, **kw)
 
 
 class PrefillVarlen(Family):

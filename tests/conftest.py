@@ -29,24 +29,34 @@ class SuiteRun:
         return {r["case_id"]: r["outcome"] for r in self.records}
 
 
+def _run_suite(out_dir: Path, *args: str, env: dict | None = None, timeout: float = 600) -> SuiteRun:
+    records, report = out_dir / "records", out_dir / "index.html"
+    cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+           "--records-dir", str(records), "--report-html", str(report), *args]
+    full_env = {**os.environ, "PYTHONPATH": str(ROOT), **(env or {})}
+    proc = subprocess.run(cmd, cwd=ROOT, env=full_env, capture_output=True, text=True, timeout=timeout)
+    found = read_records([records]) if records.is_dir() else []
+    return SuiteRun(proc.returncode, proc.stdout + proc.stderr, found, report)
+
+
 @pytest.fixture
 def run_suite(tmp_path):
     """``run_suite(*pytest_args, env=None)`` runs pytest on the conformance cases from the
     repository root, with records and report under ``tmp_path``."""
-
     calls = iter(range(1000))
 
     def _run(*args: str, env: dict | None = None, timeout: float = 600) -> SuiteRun:
-        out_dir = tmp_path / f"run{next(calls)}"
-        records, report = out_dir / "records", out_dir / "index.html"
-        cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
-               "--records-dir", str(records), "--report-html", str(report), *args]
-        full_env = {**os.environ, "PYTHONPATH": str(ROOT), **(env or {})}
-        proc = subprocess.run(cmd, cwd=ROOT, env=full_env, capture_output=True, text=True, timeout=timeout)
-        found = read_records([records]) if records.is_dir() else []
-        return SuiteRun(proc.returncode, proc.stdout + proc.stderr, found, report)
+        return _run_suite(tmp_path / f"run{next(calls)}", *args, env=env, timeout=timeout)
 
     return _run
+
+
+@pytest.fixture(scope="session")
+def quick_cpu_run(tmp_path_factory) -> SuiteRun:
+    """The whole quick profile on cpu under two xdist workers, once per session. It is the
+    most expensive run these tests make; every test that needs one (the plugin end to end, the
+    report in a browser) reads this one instead of repeating it. Treat it as read-only."""
+    return _run_suite(tmp_path_factory.mktemp("quick-cpu"), "-n", "2")
 
 
 def _language_namespaces() -> list:

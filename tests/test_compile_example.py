@@ -47,7 +47,7 @@ def test_cuda_compile_only(run_suite):
 @ascend
 def test_npu_compile_only_with_the_examples_ledger(run_suite):
     run = run_suite(PAGED, *CASES, "--device", "npu", "--compile-only", "--impl", SPEC,
-                    "-o", f"attnsuite_ledger={LEDGER}", env=_env())
+                    "--ledger", str(LEDGER), env=_env())
     assert run.returncode == 0, run.output[-3000:]
     by_page = {}
     for rec in run.records:

@@ -1,11 +1,17 @@
-"""The HTML report: escaping, merging runs, the family x device matrix, the CLI, self-containment."""
+"""The HTML report: escaping, merging runs, the family x device matrix, per-case tables with
+parameter columns and folded passes, links from summary figures to their cases, records schema 2
+(oom/not_run, phases, elapsed time, run status, compile hazards), odd record sets, the CLI,
+self-containment. (No import cycle inside attnsuite/report: tests/test_structure.py.)"""
 from __future__ import annotations
 
+import base64
+import hashlib
 import json
 import math
 import re
 import subprocess
 import sys
+from html import unescape
 from html.parser import HTMLParser
 from pathlib import Path
 
@@ -17,10 +23,10 @@ if str(REPO) not in sys.path:  # so the tests also run without an installed pack
 
 from attnsuite.records import read_records  # noqa: E402
 from attnsuite.report import render_html, render_report  # noqa: E402
+from attnsuite.report.fmt import fmt_duration, fmt_num  # noqa: E402
 from attnsuite.report.sections import (  # noqa: E402
     case_groups,
     family_device_matrix,
-    fmt_num,
     outcome_counts,
     tight_cases,
 )
@@ -33,11 +39,11 @@ CASES = [
 
 
 def make_record(case_id=CASES[0], *, device="cpu", outcome="pass", run_id=None,
-                finished_at="2026-11-21T05:30:10+00:00", family=None, **extra) -> dict:
+                finished_at="2026-11-21T05:30:10+00:00", family=None, schema=1, **extra) -> dict:
     family = family or case_id.split("[", 1)[0]
     run_id = run_id or f"{device}-20261121-053000"
     rec = {
-        "schema": 1,
+        "schema": schema,
         "run_id": run_id,
         "case_id": case_id,
         "nodeid": f"cases/test_{family}.py::test_{family}[{case_id.split('[', 1)[-1]}",
@@ -73,12 +79,16 @@ def write_run(run_dir: Path, records: list[dict], worker="gw0") -> Path:
     path = run_dir / f"{worker}.jsonl"
     with open(path, "a", encoding="utf-8") as fh:
         for rec in records:
-            fh.write(json.dumps(rec) + "\n")
+            fh.write((rec if isinstance(rec, str) else json.dumps(rec)) + "\n")
     return run_dir
 
 
+# --------------------------------------------------------------------------- reading the page
+
+
 class _Tables(HTMLParser):
-    """Text of every cell of the table inside <section id=...>, row by row."""
+    """Text of every cell of the tables inside <section id=...>, row by row, with each row's
+    attributes and the header row of its table (so tests name columns, not positions)."""
 
     def __init__(self, section_id: str):
         super().__init__()
@@ -87,6 +97,14 @@ class _Tables(HTMLParser):
         self.rows: list[list[str]] = []
         self.cell: list[str] | None = None
         self.cell_classes: list[list[str]] = []
+        self.row_attrs: list[dict] = []
+        self.headers: list[list[str]] = []  # the header of the table each row belongs to
+        self._header: list[str] = []
+        self._open_details: list[bool] = []
+        self.folded: list[bool] = []  # is the row inside a closed <details>?
+        self._group: dict | None = None  # the attributes of a <tbody data-row> being read
+        self._group_rows = 0
+        self.continued: list[bool] = []  # is the row a second line of the case above it?
 
     def handle_starttag(self, tag, attrs):
         attrs = dict(attrs)
@@ -95,10 +113,22 @@ class _Tables(HTMLParser):
                 self.depth += 1
         if not self.depth:
             return
-        if tag == "tr":
+        if tag == "details":
+            self._open_details.append("open" in attrs)
+        elif tag == "table":
+            self._header = []
+        elif tag == "tbody" and "data-row" in attrs:
+            self._group, self._group_rows = attrs, 0
+        elif tag == "tr":
             self.rows.append([])
             self.cell_classes.append([])
-        elif tag in ("td", "th"):
+            grouped = self._group is not None
+            self.row_attrs.append(self._group if grouped and not self._group_rows else attrs)
+            self.continued.append(grouped and self._group_rows > 0)
+            self._group_rows += 1
+            self.headers.append(self._header)
+            self.folded.append(not all(self._open_details) if self._open_details else False)
+        elif tag in ("td", "th") and self.rows:
             self.cell = []
             self.cell_classes[-1].append(attrs.get("class") or "")
         elif tag == "br" and self.cell is not None:
@@ -107,9 +137,17 @@ class _Tables(HTMLParser):
     def handle_endtag(self, tag):
         if not self.depth:
             return
-        if tag in ("td", "th") and self.cell is not None:
+        if tag == "details" and self._open_details:
+            self._open_details.pop()
+        elif tag in ("td", "th") and self.cell is not None:
             self.rows[-1].append(" ".join("".join(self.cell).split()))
             self.cell = None
+        elif tag == "tbody":
+            self._group = None
+        elif tag == "tr" and self.rows and not self._header and "data-row" not in self.row_attrs[-1] \
+                and not self.continued[-1]:
+            self._header = self.rows[-1]
+            self.headers[-1] = self._header
         elif tag == "section":
             self.depth -= 1
 
@@ -117,12 +155,45 @@ class _Tables(HTMLParser):
         if self.depth and self.cell is not None:
             self.cell.append(data)
 
+    def data_rows(self) -> list[dict]:
+        """Rows that carry data-row, as {column header: text}, plus "_attrs" and "_folded"."""
+        out = []
+        for cells, attrs, header, folded, more in zip(self.rows, self.row_attrs, self.headers, self.folded,
+                                                        self.continued):
+            if more:  # a case's second line: its details
+                out[-1]["Details"] = " ".join(cells)
+            elif "data-row" in attrs:
+                out.append(dict(zip(header, cells), _attrs=attrs, _folded=folded))
+        return out
+
 
 def section_table(html: str, section_id: str) -> _Tables:
     parser = _Tables(section_id)
     parser.feed(html)
     assert parser.rows, f"no table in section {section_id}"
     return parser
+
+
+def case_rows(html: str) -> dict[str, dict]:
+    """The per-case rows by case id (the row's title) and device."""
+    rows = section_table(html, "cases").data_rows()
+    titles = dict(re.findall(r'<tbody id="([^"]+)"[^>]*>\s*<tr>\s*<td class="case" title="([^"]*)"', html))
+    by_case = {}
+    for r in rows:
+        case = titles[r["_attrs"]["id"]].replace("&#34;", '"').replace("&lt;", "<").replace("&gt;", ">") \
+            .replace("&amp;", "&").replace("&#39;", "'")
+        by_case[(case, r["_attrs"]["data-device"])] = r
+    return by_case
+
+
+def section_html(html: str, section_id: str) -> str:
+    m = re.search(rf'<section id="{section_id}">(.*?)</section>', html, re.S)
+    assert m, f"no section {section_id}"
+    return m.group(1)
+
+
+def one_case(html: str, case_id: str, device: str = "cpu") -> dict:
+    return case_rows(html)[(case_id, device)]
 
 
 # --------------------------------------------------------------------------- escaping
@@ -139,24 +210,38 @@ def test_script_in_message_is_escaped():
     ]
     html = render_html(recs)
     assert "<script>alert" not in html
-    assert "<script" not in html.lower()  # the page carries no script at all
+    assert len(re.findall(r"<script\b", html, re.I)) == 1  # the page's own script, nothing else
     assert "&lt;script&gt;alert(1)&lt;/script&gt;" in html
     assert "<b>gpu</b>" not in html and "&lt;b&gt;gpu&lt;/b&gt;" in html
     assert "a &lt; b &amp;&amp; c &gt; d" in html
-    # The long message is folded into <details> with its first line as the summary.
-    assert re.search(r"<details><summary>&lt;script&gt;alert\(1\)&lt;/script&gt;</summary><pre>", html)
+    # A long message is folded: its first line is the summary, the whole text inside. A failing
+    # case's details start open.
+    assert re.search(r"<details open>\s*<summary>&lt;script&gt;alert\(1\)&lt;/script&gt;</summary>", html)
+    assert re.search(r'<pre class="msg">&lt;script&gt;alert\(1\)&lt;/script&gt;\ncompiler said', html)
 
 
 def test_script_in_ids_and_names_is_escaped():
     evil = '"><script>alert(2)</script>'
     rec = make_record("prefill[" + evil + "]", outcome="error", family="pre<fill>" + evil,
-                      impl=evil, stage=evil, run_id=evil, repro="pytest '" + evil + "'")
+                      impl=evil, stage=evil, run_id=evil, repro="pytest '" + evil + "'",
+                      params={evil: evil})
     html = render_html([rec], title=evil)
-    assert "<script" not in html.lower()
+    assert "<script>alert" not in html.lower()
     assert "&#34;&gt;&lt;script&gt;alert(2)&lt;/script&gt;" in html  # quotes escaped: no attribute breakout
     assert "pre&lt;fill&gt;" in html
-    # The family anchor is reduced to safe characters.
+    # Anchors are reduced to safe characters.
     assert re.search(r'id="family-pre-fill-script-alert-2-script"', html)
+    assert all(re.fullmatch(r"[A-Za-z0-9_-]+", a) for a in re.findall(r'\sid="([^"]+)"', html))
+
+
+def test_the_only_script_runs_by_its_hash_and_nothing_can_be_fetched():
+    html = render_html([make_record()])
+    (policy,) = re.findall(r'<meta http-equiv="Content-Security-Policy" content="([^"]+)">', html)
+    policy = unescape(policy)
+    (script,) = re.findall(r"<script>(.*?)</script>", html, re.S)
+    digest = base64.b64encode(hashlib.sha256(script.encode()).digest()).decode()
+    assert f"script-src 'sha256-{digest}'" in policy
+    assert "default-src 'none'" in policy and "unsafe-inline" not in policy.split("script-src")[1]
 
 
 # --------------------------------------------------------------------------- merging
@@ -186,10 +271,11 @@ def test_two_run_dirs_give_side_by_side_device_columns(tmp_path):
     assert "2 pass" in table.rows[1][2] and "1 fail" in table.rows[1][2]
     assert table.cell_classes[1][1] == "" and table.cell_classes[1][2] == "bad"
 
-    # Both runs in the header, both environments listed.
+    # Both runs listed, both environments; the per-case table gets a device column.
     assert "cpu-20261121-053000" in html and "cuda-20261121-060000" in html
     env = section_table(html, "environment")
     assert sorted(r[0] for r in env.rows[1:]) == ["cpu", "cuda"]
+    assert one_case(html, CASES[2], "cuda")["Device"] == "cuda"
 
 
 def test_later_record_for_the_same_key_wins():
@@ -200,8 +286,8 @@ def test_later_record_for_the_same_key_wins():
     for order in ([old, new], [new, old]):
         html = render_html(order)
         assert "old failure text" not in html
-        cases = section_table(html, "cases")
-        assert [(r[0], r[3]) for r in cases.rows[1:]] == [(CASES[0], "pass")]
+        rows = case_rows(html)
+        assert [(case, r["Outcome"]) for (case, _), r in rows.items()] == [(CASES[0], "pass")]
     # Shaping functions see the same thing once merged.
     from attnsuite.records import merge_latest
     merged = merge_latest([new, old])
@@ -216,7 +302,7 @@ def test_later_record_for_the_same_key_wins():
 # --------------------------------------------------------------------------- page contents
 
 
-def test_failures_first_then_by_case_id_and_tight_cases():
+def test_failures_first_passes_folded_and_tight_cases():
     recs = [
         make_record("prefill[c]", outcome="pass", headroom=1.1,
                     metrics={"o": {"max_abs_err": 1e-3, "allowed": 1.1e-3, "headroom": 1.1},
@@ -227,24 +313,108 @@ def test_failures_first_then_by_case_id_and_tight_cases():
         make_record("prefill[b]", outcome="xfail"),
         make_record("prefill[e]", outcome="xpass"),
         make_record("prefill[f]", outcome="pass", headroom=1.2499),
+        make_record("prefill[g]", outcome="oom", message="CUDA out of memory", schema=2),
     ]
     [group] = case_groups(recs)
     assert [r["case_id"] for r in group["rows"]] == [
-        "prefill[d]", "prefill[e]", "prefill[a]", "prefill[b]", "prefill[c]", "prefill[f]"]
+        "prefill[d]", "prefill[e]", "prefill[g]", "prefill[a]", "prefill[b]", "prefill[c]", "prefill[f]"]
+    assert [r["case_id"] for r in group["attention"]] == ["prefill[d]", "prefill[e]", "prefill[g]", "prefill[b]"]
     assert [r["case_id"] for r in tight_cases(recs)] == ["prefill[c]", "prefill[f]"]
 
     html = render_html(recs)
     tight = section_table(html, "tight")
     assert [r[0] for r in tight.rows[1:]] == ["prefill[c]", "prefill[f]"]
     assert tight.rows[1][3] == "1.1" and tight.rows[2][3] == "1.25"
-    cases = section_table(html, "cases")
-    by_case = {r[0]: r for r in cases.rows[1:]}
-    assert by_case["prefill[a]"][7] == "inf"
-    assert by_case["prefill[c]"][5] == "o: 0.001 lse: 1e-05"
+    rows = case_rows(html)
+    assert [case for case, _ in rows] == [r["case_id"] for r in group["attention"] + group["passing"]]
+    # Passing rows sit in a folded table, the others in the open one.
+    assert {case: r["_folded"] for (case, _), r in rows.items()} == {
+        "prefill[d]": False, "prefill[e]": False, "prefill[g]": False, "prefill[b]": False,
+        "prefill[a]": True, "prefill[c]": True, "prefill[f]": True}
+    assert rows[("prefill[a]", "cpu")]["Headroom"] == "inf"
+    assert "o: max abs err 0.001 · allowed 0.0011" in rows[("prefill[c]", "cpu")]["Details"]
+    assert rows[("prefill[g]", "cpu")]["_attrs"]["class"] == "warn"
     # The matrix cell is red (crash, xpass); its min headroom ignores non-passes.
-    matrix = family_device_matrix(recs)
-    assert matrix["rows"][0]["cells"][0]["bad"]
-    assert matrix["rows"][0]["cells"][0]["min_headroom"] == "1.1"
+    cell = family_device_matrix(recs)["rows"][0]["cells"][0]
+    assert cell["bad"] and cell["min_headroom"] == "1.1"
+
+
+def test_parameter_columns_are_what_varies_and_the_rest_is_said_once():
+    recs = [make_record(f"decode[{s}-{d}]", params={"S": s, "D": d, "dtype": "fp16", "lse": True},
+                        family="decode") for s in (17, 300) for d in (64, 128)]
+    recs.append(make_record("decode[odd]", family="decode", params={"S": 1, "D": 64, "dtype": "fp16",
+                                                                     "lse": True, "qscale": 0.5}))
+    [group] = case_groups(recs)
+    assert group["param_keys"] == ["S", "D", "qscale"]  # qscale: only one case has it
+    assert {p["name"]: p["value"] for p in group["constant_params"]} == {
+        "impl": "triton", "device": "cpu", "dtype": "fp16", "lse": "yes"}
+    html = render_html(recs)
+    row = one_case(html, "decode[300-128]")
+    assert (row["S"], row["D"], row["qscale"]) == ("300", "128", "—")
+    assert one_case(html, "decode[odd]")["qscale"] == "0.5"
+    assert "Impl" not in row and "Device" not in row  # the same for every case: said once
+    assert "<code>dtype=fp16</code>" in html
+
+
+def test_summary_figures_link_to_their_cases():
+    recs = [make_record("decode[a]", family="decode", headroom=3.0),
+            make_record("decode[b]", family="decode", headroom=1.2, duration_s=9.0),
+            make_record("decode[c]", family="decode", outcome="fail", headroom=0.1)]
+    html = render_html(recs)
+    ids = set(re.findall(r'\sid="([^"]+)"', html))
+    links = re.findall(r'href="#(case-[^"]+)"', html)
+    assert links and set(links) <= ids
+    target = one_case(html, "decode[b]")["_attrs"]["id"]
+    matrix = section_table(html, "matrix")
+    assert f'href="#{target}">1.2</a>' in html  # min headroom
+    assert "1.2" in matrix.rows[1][1]
+    assert f'<a href="#{target}">decode[b]</a>' in html  # tight list, slowest case
+    assert f'Slowest case: cpu <a href="#{target}">decode[b]</a> (9.00 s)' in html
+    # Outcome counts link to the filter that shows their rows.
+    assert 'href="?family=decode&amp;device=cpu&amp;mode=numeric&amp;outcome=fail"' in html
+    assert 'href="?outcome=pass"' in html
+
+
+def test_repro_command_in_a_copyable_block():
+    rec = make_record(repro="pytest 'cases/test_prefill.py::test_prefill[a b]' --device cpu")
+    html = render_html([rec])
+    assert re.search(r'<div class="repro"><pre><code>pytest &#39;cases/test_prefill.py::test_prefill\[a b\]&#39; '
+                     r'--device cpu</code></pre><button type="button" class="copy" hidden>copy</button></div>', html)
+
+
+def test_filter_bar_offers_every_value_present():
+    recs = [make_record("decode[a]", family="decode"), make_record("decode[a]", family="decode", device="cuda"),
+            make_record("prefill[a]", outcome="fail", impl="sdpa"),
+            make_record("prefill[b]", mode="compile", device="npu")]
+    html = render_html(recs)
+    bar = re.search(r'<nav id="filters" hidden.*?</nav>', html, re.S).group(0)
+    selects = dict(re.findall(r'<select data-dim="(\w+)">(.*?)</select>', bar, re.S))
+    assert list(selects) == ["family", "device", "impl", "outcome", "mode"]
+
+    def values(dim):
+        return re.findall(r'<option value="([^"]*)">', selects[dim])
+
+    assert values("family") == ["", "decode", "prefill"]
+    assert values("device") == ["", "cpu", "cuda", "npu"]
+    assert values("impl") == ["", "sdpa", "triton"]
+    assert values("outcome") == ["", "pass", "fail"]
+    assert values("mode") == ["", "compile", "numeric"]
+    assert '<option value="cpu">cpu (2)</option>' in selects["device"]
+    # Every row carries what the bar filters on.
+    row = one_case(html, "prefill[b]", "npu")
+    assert {k: v for k, v in row["_attrs"].items() if k.startswith("data-")} == {
+        "data-row": None, "data-family": "prefill", "data-device": "npu", "data-impl": "triton",
+        "data-outcome": "pass", "data-mode": "compile"}
+
+
+def test_cpu_only_page_says_timings_need_a_device_run():
+    html = render_html([make_record(duration_s=12.0)])
+    assert "Timings need a device run." in html and "Triton interpreter" in html
+    assert "Triton\n    interpreter time" in section_html(html, "timing")
+    with_gpu = render_html([make_record(duration_s=12.0), make_record(device="cuda")])
+    assert "Timings need a device run." not in with_gpu
+    # Compile-only records never launch anything: a cpu + compile-only page still gets the note.
+    assert "Timings need a device run." in render_html([make_record(), make_record(device="npu", mode="compile")])
 
 
 def test_minimal_records_render():
@@ -257,12 +427,157 @@ def test_minimal_records_render():
     weird = dict(make_record("decode[z]", device="npu"), metrics={"o": None, "lse": {"headroom": "inf"}},
                  headroom=None, env="not a dict", message=12345, duration_s="slow")
     html = render_html([bare, nulls, weird])
-    cases = section_table(html, "cases")
-    by_case = {r[0]: r for r in cases.rows[1:]}
-    assert by_case["decode[x]"][3] == "timeout" and by_case["decode[x]"][7] == "—"
-    assert by_case["decode[y]"][8] == "—" and by_case["decode[y]"][9] == "—"  # compiles, duration
-    assert by_case["decode[z]"][7] == "inf"  # falls back to the per-output headroom
-    assert "12345" in by_case["decode[z]"][10]
+    rows = {case: r for (case, _), r in case_rows(html).items()}
+    assert rows["decode[x]"]["Outcome"] == "timeout" and rows["decode[x]"]["Headroom"] == "—"
+    assert rows["decode[y]"]["Duration"] == "—"
+    assert rows["decode[z]"]["Headroom"] == "inf"  # falls back to the per-output headroom
+    assert "12345" in rows["decode[z]"]["Details"]
+
+
+# --------------------------------------------------------------------------- records schema 2
+
+
+def test_schema_2_outcomes_phases_and_elapsed_time():
+    recs = [
+        make_record("decode[a]", family="decode", schema=2, duration_s=3.0,
+                    phases={"inputs": 0.5, "first_call": 1.5, "impl": 0.2, "reference": 0.6, "compare": 0.1}),
+        make_record("decode[b]", family="decode", schema=2, outcome="oom", device="cuda",
+                    message="CUDA out of memory. Tried to allocate 2.00 GiB"),
+        make_record("decode[c]", family="decode", schema=2, outcome="not_run", device="cuda",
+                    message="the run was interrupted (SIGINT) before this case ran", duration_s=None),
+        make_record("decode[d]", family="decode", schema=2, outcome="timeout", device="cuda",
+                    duration_s=300.5, elapsed_s=301.0, message="Timeout (>300.0s) from pytest-timeout."),
+    ]
+    html = render_html(recs)
+    counts = {c["outcome"]: c["count"] for c in outcome_counts(recs)}
+    assert counts["oom"] == 1 and counts["not_run"] == 1
+    assert re.search(r'class="count c-oom"[^>]*><span class="n">1</span>oom', html)
+    rows = {case: r for (case, _), r in case_rows(html).items()}
+    assert rows["decode[b]"]["_attrs"]["class"] == "warn" and rows["decode[c]"]["Outcome"] == "not_run"
+    assert rows["decode[d]"]["Duration"] == "5m 01s" and "5m 01s before it stopped" in rows["decode[d]"]["Details"]
+    assert "first call (compile) 1.50 s" in rows["decode[a]"]["Details"]
+    # Where the time goes: phase totals with shares, slowest cases first.
+    timing = section_table(html, "timing")
+    phases = {r[0]: r[1:] for r in timing.rows if len(r) == 3}
+    assert phases["first call (compile)"] == ["1.50 s", "50%"]
+    assert phases["outside the phases (set-up, teardown, harness)"] == ["100 ms", "3%"]
+    slowest = [r for r in timing.data_rows() if "Total" in r]
+    assert [r["Case"] for r in slowest] == ["decode[a]", "decode[d]", "decode[b]"]  # per device, slowest first
+    assert "Timings need a device run." not in html
+
+
+def test_run_status_banner_and_skipped_records_are_said(tmp_path):
+    run = write_run(tmp_path / "cuda-1", [make_record(c, device="cuda", schema=2) for c in CASES[:2]])
+    (run / "run.json").write_text(json.dumps({
+        "run_id": "cuda-1", "collected": 10, "recorded": 2, "interrupted": "SIGINT",
+        "not_run_reason": "interrupted by the user", "finished_at": "2026-11-21T06:00:00+00:00"}))
+    done = write_run(tmp_path / "cpu-1", [make_record(CASES[2])])
+    (done / "run.json").write_text(json.dumps({"run_id": "cpu-1", "collected": 1, "recorded": 1,
+                                               "interrupted": None, "not_run_reason": None}))
+    res = run_cli(run, done, "-o", tmp_path / "out.html")
+    assert res.returncode == 0, res.stderr
+    html = (tmp_path / "out.html").read_text()
+    banners = re.findall(r'<div class="banner warn run-status">(.*?)</div>', html, re.S)
+    assert len(banners) == 1
+    assert "cuda-1: interrupted (SIGINT)</strong>: 2 of 10 cases recorded. interrupted by the user" in banners[0]
+    # Without run.json (older harness), no banner and no error.
+    (run / "run.json").unlink()
+    (run / "ignored.txt").write_text("not a record")
+    assert run_cli(run, "-o", tmp_path / "o2.html").returncode == 0
+    assert "run-status" not in (tmp_path / "o2.html").read_text()
+
+
+def test_compile_hazards_flagged_prominently():
+    hazards = {"grid": {"programs": 7, "ai_cores": 24, "vector_cores": 48, "ratio": 0.29, "flagged": True},
+               "accesses": {"scalar": 3, "row_gather": 1,
+                            "sites": [{"kind": "scalar", "line": "decode.py:88", "count": 3},
+                                      {"kind": "row_gather", "line": "decode.py:91", "count": 1}]},
+               "ub": {"bytes": 180000, "capacity": 196608, "percent": 91.6, "flagged": True}}
+    flagged = make_record("decode[a]", family="decode", schema=2, device="npu", mode="compile",
+                          compile={"Ascend910B2": [{"kernel": "_decode_fwd", "outcome": "pass",
+                                                    "stage": None, "hazards": hazards}]})
+    clean = make_record("decode[b]", family="decode", schema=2, device="npu", mode="compile",
+                        compile={"Ascend910B2": [{"kernel": "_decode_fwd", "outcome": "pass", "hazards": {
+                            "grid": {"programs": 48, "ai_cores": 24, "ratio": 2.0, "flagged": False},
+                            "accesses": {"scalar": 0, "row_gather": 0, "sites": []},
+                            "ub": {"bytes": 1000, "capacity": 196608, "percent": 0.5, "flagged": False}}}]})
+    old = make_record("decode[c]", family="decode", device="npu", mode="compile",
+                      compile={"Ascend910B2": [{"kernel": "k", "outcome": "pass", "scalar_accesses": 2,
+                                                "scalar_summary": ["decode.py:12: 2 scalar loads"]}]})
+    html = render_html([flagged, clean, old])
+    rows = section_table(html, "hazards").data_rows()
+    assert [r["Case"] for r in rows] == ["decode[a]", "decode[c]"]
+    top = rows[0]
+    assert top["Grid"] == "7 programs / 24 AI cores (0.29×)" and top["UB"] == "UB 91.6% (176 KiB of 192 KiB)"
+    assert (top["Scalarized"], top["Row gathers"]) == ("3", "1")
+    assert "scalar decode.py:88 ×3" in top["Where"] and "row_gather decode.py:91 ×1" in top["Where"]
+    assert re.search(r'<td class="flag-line">7 programs', html)
+    case = one_case(html, "decode[a]", "npu")
+    assert "grid" in case["Compiles"] and "UB" in case["Compiles"] and "3 scalarized" in case["Compiles"]
+    assert rows[1]["Where"] == "scalar decode.py:12: 2 scalar loads"  # schema 1 still reads
+
+
+# --------------------------------------------------------------------------- odd record sets
+
+
+ODD_LINES = [
+    json.dumps(make_record("decode[ok]", family="decode")),
+    json.dumps(make_record("decode[noimpl]", family="decode", impl=None, outcome="skip")),
+    json.dumps(make_record("decode[other-impl]", family="decode", impl=7)),
+    json.dumps(make_record("decode[weird]", family="decode", outcome="exploded", schema=2,
+                           params=["not", "a", "dict"], phases={"inputs": "soon", "impl": -1},
+                           compile="nope", bench={"kernel": 3}, metrics=[1, 2], quality="high")),
+    json.dumps(make_record("decode[bench]", family="decode", mode="bench", schema=2,
+                           bench={"kernel": {"device": "fast", "host_us": [1]}, "baselines": {"x": None},
+                                  "speedup": {"x": "big"}, "repeat": {"device_median_ms": "x"}})),
+    json.dumps({"schema": 2, "case_id": None, "family": "decode", "device": "cpu", "outcome": "pass"}),
+    json.dumps({"schema": 2, "case_id": "decode[nodevice]", "outcome": "pass"}),
+    json.dumps({"schema": 99, "case_id": "decode[future]", "device": "cpu", "outcome": "pass"}),
+    json.dumps(["a", "list"]),
+    json.dumps("a string"),
+    json.dumps({"schema": 2, "case_id": 42, "device": "cpu", "outcome": "pass", "family": None,
+                "finished_at": 5, "run_id": {"x": 1}}),
+    '{"schema": 2, "case_id": "decode[torn',
+]
+
+
+def test_odd_and_partial_record_sets_render_and_say_what_was_skipped(tmp_path):
+    run = write_run(tmp_path / "runs" / "cuda-odd", ODD_LINES)
+    (run / "run.json").write_text("{not json")
+    (tmp_path / "runs" / "cpu-empty").mkdir()
+    (tmp_path / "runs" / "notes.txt").write_text("hello")
+    out = tmp_path / "odd.html"
+    res = run_cli(*sorted((tmp_path / "runs").iterdir()), "-o", out)
+    assert res.returncode == 0, res.stderr
+    assert "Traceback" not in res.stderr
+    html = out.read_text()
+    shown = {case for case, _ in case_rows(html)}
+    assert shown == {"decode[ok]", "decode[noimpl]", "decode[other-impl]", "decode[weird]"}
+    note = re.search(r'<div class="banner info skipped-records">(.*?)</div>', html, re.S).group(1)
+    for reason in ("2 × not a JSON object", "1 × no usable case_id<", "1 × no usable family, device",
+                   "1 × no usable case_id, family", "1 × schema 99", "1 × line that is not JSON",
+                   "1 × not a run directory or .jsonl file: notes.txt"):
+        assert reason in note, note
+    assert "exploded" in html and "Outcomes this report does not know" in html
+    assert "skipped:" in res.stdout
+    # An implementation that is not a name is shown as the harness fills it in, apart.
+    matrix = section_table(html, "matrix")
+    assert [r[0] for r in matrix.rows[1:]] == ["decode · triton", "decode · unknown"]
+
+
+def test_report_of_everything_in_the_runs_directory_never_crashes(tmp_path):
+    """``python -m attnsuite.report reports/runs/*`` over every kind of run this suite writes."""
+    runs = tmp_path / "runs"
+    write_run(runs / "cpu-a", [make_record(c) for c in CASES])
+    write_run(runs / "cuda-b", [make_record(c, device="cuda", schema=2, outcome=o)
+                                for c, o in zip(CASES, ("oom", "not_run", "crash"))])
+    write_run(runs / "torn", ['{"schema": 1, "case_id": "pre'])
+    res = run_cli(*sorted(runs.iterdir()), "-o", tmp_path / "all.html")
+    assert res.returncode == 0, res.stderr
+    assert "6 cases (6 records read)" in res.stdout
+
+
+# --------------------------------------------------------------------------- formatting
 
 
 @pytest.mark.parametrize("value, text", [
@@ -271,6 +586,13 @@ def test_minimal_records_render():
 ])
 def test_fmt_num(value, text):
     assert fmt_num(value) == text
+
+
+@pytest.mark.parametrize("value, text", [
+    (None, "—"), (-1, "—"), (0.0123, "12 ms"), (1.5, "1.50 s"), (61, "1m 01s"), (7322, "2h 02m"),
+])
+def test_fmt_duration(value, text):
+    assert fmt_duration(value) == text
 
 
 def test_page_is_self_contained(tmp_path):
@@ -284,15 +606,15 @@ def test_page_is_self_contained(tmp_path):
     assert html.startswith("<!DOCTYPE html>")
     assert not re.search(r"""(?:src|href)\s*=\s*["']?\s*(?:https?:)?//""", html, re.I)
     assert "http://" not in html and "https://" not in html
-    assert not re.search(r"<script\b", html, re.I)
+    assert not re.search(r"<script\b[^>]*\bsrc=", html, re.I)
     assert not re.search(r"<link\b", html, re.I)
     assert "@import" not in html and "url(" not in html
     assert not re.search(r"<(?:img|iframe|object|embed)\b", html, re.I)
-    # Internal links from the matrix point at family sections that exist.
-    anchors = re.findall(r'href="#([^"]+)"', html)
-    assert len(anchors) == len(set(anchors)) == 4  # decode, paged decode, paged-decode, prefill
-    for anchor in anchors:
-        assert html.count(f'id="{anchor}"') == 1
+    # Family links from the matrix point at family sections that exist, one per family.
+    families = re.findall(r'href="#(family-[^"]+)"', html)
+    assert len(families) == len(set(families)) == 4  # decode, paged decode, paged-decode, prefill
+    for anchor in set(re.findall(r'href="#([^"]+)"', html)):
+        assert html.count(f'id="{anchor}"') == 1, anchor
 
 
 # --------------------------------------------------------------------------- CLI

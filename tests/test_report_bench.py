@@ -10,18 +10,11 @@ from html.parser import HTMLParser
 import pytest
 
 from attnsuite.report import render_html
-from attnsuite.report.bench import (
-    Axis,
-    Line,
-    bench_context,
-    fmt_context,
-    fmt_median_iqr,
-    heat_colour,
-    line_chart,
-    log_ticks,
-    speedup,
-)
-from attnsuite.report.sections import build_context
+from attnsuite.report.bench import bench_context
+from attnsuite.report.bench_records import speedup
+from attnsuite.report.context import build_context
+from attnsuite.report.fmt import fmt_context, fmt_median_iqr
+from attnsuite.report.svg import Axis, Line, heat_colour, line_chart, log_ticks
 
 GATHER_NOTE = "gather excluded: SDPA over the equivalent dense cache"
 KEPT = (0.01, 0.02, 0.05, 0.2, 1.0)
@@ -316,7 +309,7 @@ def test_bench_records_stay_out_of_the_conformance_sections():
 def test_no_bench_section_without_bench_records():
     html = render_html([conformance_record("decode[a]")])
     assert 'id="benchmarks"' not in html and "<svg" not in html
-    assert bench_context([conformance_record("decode[a]")]) == {"families": [], "total": 0}
+    assert bench_context([conformance_record("decode[a]")]) == {"families": [], "total": 0, "unstable": []}
 
 
 def test_merged_devices_show_device_and_host_per_row():
@@ -458,7 +451,7 @@ def test_every_chart_is_well_formed_xml_and_names_are_escaped():
         svg = svg_tree(chart["svg"])  # raises on a stray < or &
         assert svg.tag == "svg"
     html = render_html(recs)
-    assert "<script" not in html.lower()
+    assert "<script>alert" not in html.lower() and len(re.findall("<script", html)) == 1
     assert "&lt;fam&amp;" in html and "<fam&" not in html
     assert "S&lt;32000&gt; &amp; &quot;more&quot;" in html  # legend title and data-label
     assert 'id="bench-fam-ily"' in html  # the anchor is slugged
@@ -469,6 +462,68 @@ def test_page_with_benchmarks_stays_self_contained():
                        + [conformance_record("decode[a]")])
     assert html.count("<svg") == 5
     assert "http://" not in html and "https://" not in html  # no xmlns URL either
-    assert not re.search(r"<(?:script|link|img|iframe|object|embed)\b", html, re.I)
+    assert not re.search(r"<(?:link|img|iframe|object|embed)\b|<script[^>]*src", html, re.I)
     assert "url(" not in html and "@import" not in html
     assert not re.search(r"<(?:use|image)\b|href=", section_html(html, "benchmarks"))
+
+
+# --------------------------------------------------------------------------- records schema 2
+
+
+def _timed(median_ms: float, host_us: float, method: str = "cudagraph", **extra) -> dict:
+    """A schema 2 timed callable: device time, host time per call and latency apart."""
+    return {"device": dict(_stats(median_ms), min_ms=median_ms * 0.97), "method": method,
+            "host_us": {"median": host_us, "q1": host_us * 0.95, "q3": host_us * 1.1, "runs": 100},
+            "latency_ms": median_ms + host_us / 1000, "l2": "cold", "note": None, **extra}
+
+
+def bench_record_v2(case_id: str, *, kernel_ms: float = 0.05, host_us: float = 40.0,
+                    baselines: dict | None = None, repeat: tuple | None = None,
+                    device: str = "cuda", method: str = "cudagraph", **extra) -> dict:
+    rec = bench_record(case_id, device=device, **extra)
+    rec["schema"] = 2
+    bases = {name: _timed(ms, 25.0, method) if not isinstance(ms, dict) else ms
+             for name, ms in (baselines or {}).items()}
+    rec["bench"] = {"kernel": _timed(kernel_ms, host_us, method, compile_s=2.25), "baselines": bases,
+                    "speedup": {n: b["device"]["median_ms"] / kernel_ms for n, b in bases.items() if "device" in b},
+                    "config": {"BLOCK_N": 64}, "sweep": None, "gbps": 2100.0, "copy_gbps": 3000.0}
+    if repeat:
+        a, b = repeat
+        spread = abs(a - b) / min(a, b)
+        rec["bench"]["repeat"] = {"device_median_ms": [a, b], "spread": spread, "flagged": spread > 0.10}
+    return rec
+
+
+def test_schema_2_device_host_and_latency_are_separate_columns_with_the_method_named():
+    recs = [bench_record_v2("decode[fp16-B1-S32000]", kernel_ms=0.0669, host_us=131.0,
+                            baselines={"sdpa_cudnn": 0.0636, "reference": {"unavailable": "too slow"}}),
+            bench_record_v2("decode[fp16-B8-S1024]", kernel_ms=0.0242, host_us=38.0,
+                            baselines={"sdpa_cudnn": 0.0221}, repeat=(0.0242, 0.0300))]
+    html = render_html(recs)
+    header, sub, long_ctx, short = table_rows(html, "tbl-bench-decode")
+    assert header[:6] == ["Case", "Device", "Kernel ms", "Host µs", "Latency ms", "torch reference"]
+    assert "TFLOP/s" not in header and "GB/s" in header
+    long_ctx = dict(zip(header[:5], long_ctx))
+    assert long_ctx["Kernel ms"] == "0.0669 ± 0.0027"
+    assert long_ctx["Host µs"] == "131 ± 20"  # q3 - q1 = 144.1 - 124.45
+    assert long_ctx["Latency ms"] == "0.198"
+    # Speedups come from device medians: 0.0636 / 0.0669.
+    assert re.search(r'<span class="slower">0.951×</span>', html)
+    assert "device time: CUDA graph replay (cuda)" in html
+    assert "Speedups, TFLOP/s and GB/s use device time" in html
+    # The case timed twice 24% apart is flagged in its row and in the section's banner.
+    assert "repeat ±24%" in short[2]
+    assert re.search(r'moved more than 10% between two timings.*decode\[fp16-B8-S1024\]</a> \(24%\)', html, re.S)
+    [fam] = bench_context(recs)["families"]
+    assert [r["case_id"] for r in fam["unstable"]] == ["decode[fp16-B8-S1024]"]
+
+
+def test_schema_1_and_2_records_share_one_table():
+    old = bench_record("decode[old]", kernel_ms=0.1, baselines={"sdpa_cudnn": 0.2})
+    new = bench_record_v2("decode[new]", kernel_ms=0.1, baselines={"sdpa_cudnn": 0.05}, method="events")
+    html = render_html([old, new])
+    header, sub, *rows = table_rows(html, "tbl-bench-decode")
+    by_case = {r[0]: dict(zip(["Case", "Device", "Kernel ms", "Host µs", "Latency ms"], r)) for r in rows}
+    assert by_case["decode[old]"]["Host µs"] == "—" and by_case["decode[new]"]["Host µs"] == "40 ± 6"
+    assert speedup(old, "sdpa_cudnn") == pytest.approx(2.0) and speedup(new, "sdpa_cudnn") == pytest.approx(0.5)
+    assert "device time: device events (cuda)" in html  # schema 1 was timed with events
