@@ -177,3 +177,18 @@ def test_mustafar_lengths_not_a_multiple_of_256_for_every_op():
     _, cases = quick("mustafar")
     for op in ("compress", "keys", "values", "decode"):
         assert any(c["op"] == op and c["S"] % 64 == 0 and c["S"] % 256 for c in cases), op
+
+
+def test_mustafar_pruning_ties_follow_a_legal_choice_and_only_a_legal_one():
+    from references.mustafar import keep_mask, legal_pruning
+
+    x = torch.tensor([[3.0, -1.0, 1.0, 0.5]], dtype=torch.float16)      # keep 2: 3.0 and one of the +-1 tie
+    default = keep_mask(x, 0.5)
+    assert default.tolist() == [[True, True, False, False]]             # ties to the lower index
+    swapped = torch.tensor([[True, False, True, False]])
+    assert legal_pruning(x, swapped, 0.5).item()
+    assert torch.equal(keep_mask(x, 0.5, swapped), swapped)
+    for illegal in ([[True, True, True, False]], [[True, False, False, True]]):  # count; a smaller entry kept
+        chosen = torch.tensor(illegal)
+        assert not legal_pruning(x, chosen, 0.5).item()
+        assert torch.equal(keep_mask(x, 0.5, chosen), default)
