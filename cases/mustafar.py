@@ -89,10 +89,10 @@ QUICK = (
     # as windows of a longer cache.
     + [case(op, bits=2, s=0.5, Hq=4, Hkv=2, S=192, view="slice") for op in OPS]
     # Value distributions: V offset (values, decode and the compressor), late and large scores.
-    + [case(op, bits=b, s=0.5, Hq=2, S=512, vals=vl) for op in ("values", "decode") for b in (16, 2)
-       for vl in ("offset", "cancel")]
+    + [case(op, bits=b, s=0.5, Hq=2, S=512, vals=vl)
+       for op, b, vl in (("values", 16, "offset"), ("values", 2, "cancel"), ("decode", 2, "offset"),
+                         ("decode", 16, "cancel"), ("decode", 16, "late"), ("decode", 2, "large"))]
     + [case("compress", bits=2, s=0.5, Hq=2, Hkv=2, S=128, vals="offset")]
-    + [case("decode", bits=b, s=0.5, Hq=2, S=512, vals=vl) for vl in ("late", "large") for b in (16, 2)]
 )
 
 FULL = (
