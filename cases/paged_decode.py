@@ -37,8 +37,10 @@ QUICK = (
      case(P=256, lengths=(3, 256), Hq=4, Hkv=4)]
     # Both layouts x the three placements.
     + [case(layout=lay, placement=pl, lengths=(17, 48)) for lay in ("HND", "NHD") for pl in _paged.PLACEMENTS]
-    # A zero-page sequence between normal ones.
-    + [case(lengths=(0, 33, 7)), case(layout="NHD", lengths=(21, 0), placement="scattered")]
+    # A zero-page sequence between normal ones; a batch with no page at all (found by the fuzz
+    # profile: kv_page_indices is empty).
+    + [case(lengths=(0, 33, 7)), case(layout="NHD", lengths=(21, 0), placement="scattered"),
+       case(lengths=(0, 0))]
     # GQA 1, 4, 8 and head dims.
     + [case(Hq=4, Hkv=4, lengths=(20, 9)), case(Hq=8, Hkv=1, lengths=(20, 9), lse=False),
        case(D=128, lengths=(33,)), case(D=256, Hq=4, Hkv=1, lengths=(18,), P=16)]
@@ -64,6 +66,9 @@ FULL = (
      if not (D == 256 and G == 8)]
     + [case(dtype=dt, P=P, lengths=(n, n), vs="decode", D=128) for dt in ("fp16", "bf16")
        for P, n in ((256, 256), (256, 200), (64, 37))]
+    # Found by the fuzz profile (paged_decode[fuzz4.16-...]): bf16 with no page at all. On cpu it
+    # passes (no tl.dot runs) where the interpreter's bf16-dot ledger entry expects a failure.
+    + [case(dtype="bf16", P=1, placement="ordered", lengths=(0,), Hq=8, Hkv=2, D=128, vals="cancel")]
     + [case(dtype=dt, layout=lay, P=P, lengths=(4 * P + 1, 7 * P + P // 2 + 1, 5000), D=128, view=vw, vals=vl)
        for dt in ("fp16", "bf16") for lay in ("HND", "NHD") for P in (16, 256)
        for vw, vl in [(v, RANDN) for v in PAGED_VIEWS] + [(CONTIG, v) for v in VALUES]]

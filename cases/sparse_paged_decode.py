@@ -37,7 +37,7 @@ QUICK = (
     + [case(layout="NHD", placement=pl, keep=0.2) for pl in _paged.PLACEMENTS]
     + [case(P=1, lengths=(1, 30), keep=0.3), case(P=64, lengths=(64, 130), keep=0.1),
        case(P=256, lengths=(300,), Hq=4, Hkv=4, keep=0.1)]
-    + [case(lengths=(0, 70, 5), keep=0.3), case(Hq=4, Hkv=4, keep=0.1), case(Hq=8, Hkv=1, keep=0.1, lse=False),
+    + [case(lengths=(0, 70, 5), keep=0.3), case(lengths=(0, 0), keep=0.3), case(Hq=4, Hkv=4, keep=0.1), case(Hq=8, Hkv=1, keep=0.1, lse=False),
        case(D=128, keep=0.2), case(D=256, Hq=4, Hkv=1, lengths=(60,), keep=0.5), case(dtype="bf16")]
     # Consistency: every token selected once equals paged decode over the same cache.
     + [case(keep=1.0, vs="paged_decode"), case(layout="NHD", keep=1.0, lengths=(0, 33, 16), vs="paged_decode")]
