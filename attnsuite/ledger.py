@@ -52,6 +52,13 @@ class KnownFailure:
     #: Implementation names it applies to (fnmatch globs): e.g. not to a vendor op that never
     #: goes through the Triton compiler the entry is about.
     impls: tuple[str, ...] = ("*",)
+    #: Implementations for which the entry is strict (a pass is a stale entry): those known to
+    #: hit the failure. For the others it applies to (an out-of-tree kernel that may or may not
+    #: use the construct) a pass is simply a pass. Default: strict for every implementation.
+    strict_impls: tuple[str, ...] = ("*",)
+
+    def strict_for(self, impl: str | None) -> bool:
+        return impl is None or any(fnmatch.fnmatchcase(impl, g) for g in self.strict_impls)
 
     def applies(self, case, device_kind: str, versions: Mapping[str, str], mode: str = "numeric",
                 impl: str | None = None) -> bool:
@@ -79,8 +86,8 @@ def load(path: str | Path) -> list[KnownFailure]:
     entries = []
     for raw in data.get("failure", []):
         raw = dict(raw)
-        for key in ("devices", "families", "impls"):
-            raw[key] = tuple(raw.get(key, ("*",) if key == "impls" else ()))
+        for key in ("devices", "families", "impls", "strict_impls"):
+            raw[key] = tuple(raw.get(key, ("*",) if key in ("impls", "strict_impls") else ()))
         raw["where"] = {k: tuple(v) for k, v in raw.get("where", {}).items()}
         try:
             entries.append(KnownFailure(**raw))

@@ -42,9 +42,16 @@ def add_options(parser) -> None:
                          "by a watchdog a little later and its worker replaced")
     group.addoption("--bench-runs", type=int, default=30,
                     help="benchmarks: timed runs per kernel and baseline (median and IQR over them)")
-    group.addoption("--bench-method", choices=("events", "npu"), default="events",
-                    help="benchmarks: device events (default), or on NPU the profiler-based method "
-                         "of triton-ascend's do_bench (TRITON_BENCH_METHOD=npu)")
+    group.addoption("--bench-method", choices=("auto", "cudagraph", "profiler", "events", "npu"),
+                    default="auto",
+                    help="benchmarks, device time: auto (default): graph replay, else the profiler's "
+                         "kernel time for a call that cannot be captured; events: the old eager "
+                         "timing (host time inside); npu: triton-ascend's profiler-based do_bench")
+    group.addoption("--bench-l2", choices=("cold", "warm"), default="cold",
+                    help="benchmarks: L2 state of every timed call (cold: flushed before each)")
+    group.addoption("--bench-repeat", type=int, default=1, choices=(1, 2),
+                    help="benchmarks: 2 times each kernel twice in the session and flags a "
+                         "device-time spread over 10%% (bench.repeat)")
     group.addoption("--autotune", action="store_true", default=False,
                     help="GPU: time the tile candidates of every kernel shape not yet tuned and cache "
                          "the fastest (kernels.settings.autotune)")
@@ -74,7 +81,9 @@ class RunOptions:
     fuzz_seed: int = 0
     fuzz_count: int = 50
     bench_runs: int = 30
-    bench_method: str = "events"
+    bench_method: str = "auto"
+    bench_l2: str = "cold"
+    bench_repeat: int = 1
     kernel_path: str | None = None
     autotune: bool = False
 
@@ -143,5 +152,6 @@ def read_options(config, workerinput: dict | None) -> RunOptions:
         registry=config.getini("attnsuite_families") or "cases",
         fuzz_seed=config.getoption("fuzz_seed"), fuzz_count=config.getoption("fuzz_count"),
         bench_runs=config.getoption("bench_runs"), bench_method=config.getoption("bench_method"),
+        bench_l2=config.getoption("bench_l2"), bench_repeat=config.getoption("bench_repeat"),
         kernel_path=config.getoption("kernel_path"), autotune=bool(config.getoption("autotune")),
     )

@@ -13,6 +13,7 @@ import math
 import torch
 
 from ._attention import randn
+from ._dims import CONTIG, draw_length, fused_rows, pool_slice, row_pad
 
 PLACEMENTS = ("ordered", "shuffled", "scattered")
 
@@ -69,6 +70,22 @@ def paged_cache(gen, lengths, page_size, Hkv, D, dtype, layout, indptr, indices,
     return cache
 
 
+def slot_positions(indptr: torch.Tensor, indices: torch.Tensor, lengths, page_size: int,
+                   num_pages: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """(position, length) [num_pages, page_size] int64: the logical position of the token each
+    cache slot holds and the length of its sequence; -1 and 0 for slots no token owns."""
+    lengths = torch.as_tensor(lengths, dtype=torch.int64)
+    entries = torch.arange(int(indptr[-1]))
+    seq = torch.searchsorted(indptr.to(torch.int64), entries, right=True) - 1
+    first = (entries - indptr.to(torch.int64)[seq]) * page_size
+    pos = torch.full((num_pages, page_size), -1, dtype=torch.int64)
+    length = torch.zeros((num_pages, page_size), dtype=torch.int64)
+    pos[indices.long()] = first[:, None] + torch.arange(page_size)[None, :]
+    length[indices.long()] = lengths[seq][:, None].expand(-1, page_size)
+    owned = (pos >= 0) & (pos < length)
+    return torch.where(owned, pos, -1), torch.where(owned, length, 0)
+
+
 def dense_to_cache(k: torch.Tensor, v: torch.Tensor, page_size: int, layout: str, indices: torch.Tensor,
                    num_pages: int) -> torch.Tensor:
     """Write dense k/v [B, Hkv, S, D] into pages: sequence b owns ``n = ceil(S / page_size)``
@@ -92,7 +109,8 @@ def selection(gen, lengths, Hq: int, keep: float, *, order: str = "shuffled", du
 
     keep == 1.0 selects every token exactly once. ``duplicates`` draws with replacement;
     ``order`` 'sorted' or 'shuffled'; ``empty_rows`` forces nnz = 0 on some heads; entries past
-    nnz are -1 (``pad='-1'``) or out-of-range garbage (``pad='garbage'``) that must be ignored;
+    nnz are -1 (``pad='-1'``), out-of-range garbage (``pad='garbage'``) or stale in-range
+    positions of the sequence (``pad='stale'``, -1 for an empty sequence), all to be ignored;
     ``extra`` widens L_max beyond every nnz.
     """
     B = len(lengths)
@@ -112,8 +130,48 @@ def selection(gen, lengths, Hq: int, keep: float, *, order: str = "shuffled", du
             nnz[b, h] = count
             rows.append(chosen)
     l_max = max(1, max(len(r) for r in rows) + extra)
-    fill = -1 if pad == "-1" else 10**6
-    ind = torch.full((B * Hq, l_max), fill, dtype=torch.int32)
+    if pad == "stale":
+        n_of_row = torch.tensor(lengths, dtype=torch.int64).repeat_interleave(Hq)[:, None]
+        ind = (torch.rand((B * Hq, l_max), generator=gen) * n_of_row).long().to(torch.int32)
+        ind = torch.where(n_of_row > 0, ind, -1).to(torch.int32)
+    else:
+        ind = torch.full((B * Hq, l_max), -1 if pad == "-1" else 10**6, dtype=torch.int32)
     for i, r in enumerate(rows):
         ind[i, :len(r)] = r.to(torch.int32)
     return ind.view(B, Hq, l_max), nnz
+
+
+#: Views of a paged cache: a page and head slice of a larger pool (q from a fused projection),
+#: and rows wider than D.
+PAGED_VIEWS = ("pool", "rowpad")
+PAGE_SIZES = (1, 16, 64, 256)
+
+
+def paged_views(view: str, q, cache, layout: str) -> tuple:
+    if view == CONTIG:
+        return q, cache
+    if view == "pool":
+        B, Hq, D = q.shape
+        Hkv = cache.shape[2] if layout == "HND" else cache.shape[3]
+        return fused_rows(q, q.new_full((B, 2 * Hkv, D), float("nan")))[0], pool_slice(cache, layout)
+    if view == "rowpad":
+        return row_pad(q), row_pad(cache)
+    raise ValueError(f"unknown view {view!r}")
+
+
+def draw_page_table(rng, hi: int = 1100) -> tuple:
+    """(page_size, placement, layout, lengths) for the fuzz profile: several sequences, some
+    empty, lengths at tile residues, page boundaries and past the split threshold."""
+    P = rng.choice(PAGE_SIZES)
+    if P == 1:
+        hi = min(hi, 200)  # one loop step per token: the interpreter's cost
+    lengths = []
+    for _ in range(rng.randint(1, 3)):
+        r = rng.random()
+        if r < 0.1:
+            lengths.append(0)
+        elif r < 0.4:  # a short last page: whole pages plus a few tokens
+            lengths.append(min(hi, P * rng.randint(0, max(0, hi // P - 1)) + rng.randint(1, max(1, min(P, 128)))))
+        else:
+            lengths.append(draw_length(rng, hi))
+    return P, rng.choice(PLACEMENTS), rng.choice(("HND", "NHD")), tuple(lengths)

@@ -19,22 +19,52 @@ from attnsuite.family import Family
 from attnsuite.interfaces import OUT_KEYWORDS, Interface
 from attnsuite.result import CaseFailure
 from attnsuite.sparsity import (BLOCK_SIZES, PAD, block_index, frame_exceeds_budget, frame_from_tokens,
-                                grid_shape)
+                                grid_shape, mask_to_index)
 from kernels.block_sparse import block_sparse
 from references.block_sparse import block_sparse_reference
 
 from ._attention import attention_outputs, lse_if, qkv
+from ._dims import (CONTIG, DENSE_VIEWS, RANDN, VALUES, dense_values, dense_views, dims_label, draw_dtype,
+                    draw_head_dim, draw_length, draw_vals, draw_view, index_view)
+
+#: Sparsity patterns besides the spec's generator (``uniform``: every row keeps the same count):
+#: rows listing different numbers of blocks (kernels.md, "Block-sparse rows"), row 0 never the
+#: longest. ``causal``: row i lists the KV blocks that start at or before its last query
+#: (block-causal); ``ragged``: a random count per row, row 0 keeping one block.
+PATTERNS = ("causal", "ragged")
 
 
 def label(p) -> str:
     frame = f"-frame{p['frame']}" if p["frame"] else ""
     init = "-zeros" if p["init"] == "zeros" else ""
+    pattern = f"-pat_{p['pattern']}" if p.get("pattern", "uniform") != "uniform" else ""
     return (f"{p['dtype']}-B{p['B']}-H{p['H']}-S{p['S']}-D{p['D']}-blk{p['bq']}x{p['bkv']}"
-            f"-s{p['s']}{frame}{'-lse' if p['lse'] else ''}{init}")
+            f"-s{p['s']}{frame}{'-lse' if p['lse'] else ''}{init}{pattern}{dims_label(p)}")
 
 
-def case(dtype="fp16", B=1, H=1, S=600, D=64, bq=128, bkv=128, s=0.5, frame=0, lse=True, init="randn"):
-    return dict(dtype=dtype, B=B, H=H, S=S, D=D, bq=bq, bkv=bkv, s=s, frame=frame, lse=lse, init=init)
+def case(dtype="fp16", B=1, H=1, S=600, D=64, bq=128, bkv=128, s=0.5, frame=0, lse=True, init="randn",
+         pattern="uniform", view=CONTIG, vals=RANDN):
+    return dict(dtype=dtype, B=B, H=H, S=S, D=D, bq=bq, bkv=bkv, s=s, frame=frame, lse=lse, init=init,
+                pattern=pattern, view=view, vals=vals)
+
+
+def pattern_index(pattern: str, S: int, block_shape, gen, batch_heads) -> torch.Tensor:
+    """sabi [B, H, n_rows, n_cols] of a pattern whose rows list different numbers of blocks."""
+    bq, bkv = block_shape
+    n_rows, n_cols = grid_shape(S, block_shape)
+    B, H = batch_heads
+    rows, cols = torch.arange(n_rows)[:, None], torch.arange(n_cols)[None, :]
+    if pattern == "causal":
+        last_query = torch.clamp((rows + 1) * bq, max=S) - 1
+        mask = (cols * bkv <= last_query).expand(B, H, n_rows, n_cols)
+    elif pattern == "ragged":
+        counts = torch.randint(1, n_cols + 1, (B, H, n_rows), generator=gen)
+        counts[..., 0] = 1
+        rank = torch.rand((B, H, n_rows, n_cols), generator=gen).argsort(-1).argsort(-1)
+        mask = rank < counts[..., None]
+    else:
+        raise ValueError(f"unknown pattern {pattern!r}")
+    return mask_to_index(mask)
 
 
 def skip_reason(c) -> "str | None":
@@ -44,32 +74,56 @@ def skip_reason(c) -> "str | None":
     return frame_exceeds_budget(n_rows, n_cols, c["s"], frame_from_tokens(c["frame"], shape))
 
 
+#: The sparsities of the 11 x 11 sweep the quick profile runs; full runs the other ones too.
+QUICK_SPARSITIES = (0.2, 0.4, 0.7)
+#: Quick cases of earlier rounds now in full only (their ids kept): cheaper shapes of the same
+#: checks run in quick instead.
+MOVED_TO_FULL = [case(S=1300, s=s) for s in (0.1, 0.3, 0.6, 0.8)] + [
+    case(B=2, H=2, s=0.0), case(B=2, H=2, S=600, s=0.5, init="zeros"), case(B=2, H=2, s=0.0, lse=False)]
+
 QUICK = (
     # Every block shape on the same kernel source, S ragged (two blocks along the larger axis).
     [case(S=max(bq, bkv) + 77, bq=bq, bkv=bkv) for bq in BLOCK_SIZES for bkv in BLOCK_SIZES]
     # Sparsity x frame at S=600 (5 x 5 blocks of 128), B and H > 1. s=0.9 keeps round(0.5) = 0
     # blocks and the 128-token frame exceeds 0.1 of a row: both skip, with the reason.
-    + [case(B=2, H=2, s=s, frame=f) for s in (0.0, 0.5, 0.9) for f in (0, 128)]
+    + [case(B=2, H=2, s=s, frame=f) for s in (0.0, 0.5, 0.9) for f in (0, 128) if (s, f) != (0.0, 0)]
     + [case(B=2, H=2, S=520, bq=256, bkv=128, s=0.5, frame=128)]
     # s=0.9 with enough columns to keep a block; then the frame at 0.9 skips.
     + [case(S=1300, s=0.9), case(S=1300, s=0.9, frame=256)]
-    # The rest of the sparsity range 0 ... 0.9 on 11 x 11 blocks.
-    + [case(S=1300, s=s) for s in (0.1, 0.2, 0.3, 0.4, 0.6, 0.7, 0.8)]
+    # More of the sparsity range 0 ... 0.9 on 11 x 11 blocks (the rest in full).
+    + [case(S=1300, s=s) for s in QUICK_SPARSITIES]
     + [case(B=2, H=4, S=333, bq=256, bkv=128, s=0.5), case(S=450, D=128, s=0.5, bq=128, bkv=256)]
-    # The origin's LSE checks: q = k = v = 0 gives lse = log(S) (uniform softmax); disabled lse.
-    + [case(B=2, H=2, S=600, s=0.5, init="zeros"), case(B=2, H=2, s=0.0, lse=False)]
+    # The origin's LSE checks: q = k = v = 0 gives lse = log(S) (uniform softmax); disabled lse
+    # (the B=2, H=2 shapes of these in full).
+    + [case(B=2, H=1, S=300, s=0.5, init="zeros"), case(B=2, H=1, S=300, s=0.5, lse=False)]
     # bf16: on cpu these meet the interpreter's bf16 tl.dot failure (cases/known_failures.toml).
     + [case(dtype="bf16", B=2, H=2, s=0.5), case(dtype="bf16", S=1101, bq=1024, bkv=512, s=0.5)]
+    # Rows listing different numbers of blocks, row 0 not the longest: block-causal (several
+    # block shapes, square and not) and a random count per row.
+    + [case(B=2, H=1, S=S, bq=bq, bkv=bkv, s=0.0, pattern="causal")
+       for S, bq, bkv in ((400, 128, 128), (520, 256, 128), (400, 128, 256))]
+    + [case(B=2, H=1, S=520, s=0.0, pattern="ragged")]
+    # The last block partly filled to every tile residue: S % 128 in {1, 2, 127}, S % 64 == 63.
+    + [case(S=S, s=0.0) for S in (129, 130, 255)]
+    # Legal views of q/k/v, and of sabi (rows with stale in-range columns between them).
+    + [case(B=2, H=1, S=300, s=0.5, view=vw) for vw in DENSE_VIEWS]
+    # Value distributions (the late keys are in the last KV blocks a row lists).
+    + [case(B=1, H=1, S=400, s=0.0, vals=vl) for vl in VALUES]
 )
 
 FULL = (
-    [case(dtype=dt, B=2, H=4, S=S, D=128, bq=bq, bkv=bkv, s=s, frame=f)
+    MOVED_TO_FULL
+    + [case(dtype=dt, B=2, H=4, S=S, D=128, bq=bq, bkv=bkv, s=s, frame=f)
      for dt in ("fp16", "bf16") for S in (4096, 10000)
      for (bq, bkv) in ((128, 128), (128, 512), (512, 128), (256, 1024), (1024, 1024))
      for s in (0.0, 0.5, 0.9) for f in (0, 256)]
     + [case(dtype=dt, B=2, H=4, S=4096, D=128, init="zeros") for dt in ("fp16", "bf16")]
     # One long case (the issue asks for S >= 32768; the reference works one head at a time).
     + [case(dtype="bf16", B=1, H=1, S=32768, D=128, bq=128, bkv=512, s=0.9, frame=256)]
+    + [case(dtype=dt, B=2, H=4, S=4097, D=128, bq=bq, bkv=bkv, s=0.0, pattern=pat)
+       for dt in ("fp16", "bf16") for pat in PATTERNS for bq, bkv in ((128, 128), (256, 1024), (1024, 128))]
+    + [case(dtype=dt, B=2, H=4, S=4097, D=128, s=0.5, view=vw, vals=vl) for dt in ("fp16", "bf16")
+       for vw, vl in [(v, RANDN) for v in DENSE_VIEWS] + [(CONTIG, v) for v in VALUES]]
 )
 
 # The origin's short bench: H in {16, 14}, S in {4096, 10000}, block 128x512, bf16. Without a
@@ -110,6 +164,20 @@ class BlockSparse(Family):
     def skip_reason(self, case):
         return skip_reason(case)
 
+    def fuzz(self, rng):
+        bq, bkv = rng.choice(BLOCK_SIZES[:3]), rng.choice(BLOCK_SIZES[:3])
+        D = draw_head_dim(rng)
+        S = draw_length(rng, 700 if D < 256 else 400)
+        pattern = rng.choice(("uniform", "uniform") + PATTERNS)
+        params = case(dtype=draw_dtype(rng), B=rng.randint(1, 2), H=rng.randint(1, 3), S=S, D=D, bq=bq, bkv=bkv,
+                      s=rng.choice((0.0, 0.3, 0.5, 0.7, 0.9)) if pattern == "uniform" else 0.0,
+                      frame=rng.choice((0, 0, 128, 256)) if pattern == "uniform" else 0,
+                      lse=rng.random() < 0.7, pattern=pattern, view=draw_view(rng, DENSE_VIEWS),
+                      vals=draw_vals(rng))
+        if skip_reason(params):  # the spec's skip rule: stay in the legal space
+            params.update(s=0.0, frame=0)
+        return params
+
     def make_inputs(self, case, gen):
         B, H, S, D = case["B"], case["H"], case["S"], case["D"]
         if case["init"] == "zeros":
@@ -119,9 +187,18 @@ class BlockSparse(Family):
             inputs = qkv(gen, B, H, H, S, S, D, case.dtype)
         shape = (case["bq"], case["bkv"])
         n_rows, n_cols = grid_shape(S, shape)
-        sabi = block_index(n_rows, n_cols, case["s"], frame=frame_from_tokens(case["frame"], shape),
-                           generator=gen, batch_heads=(B, H))
-        return {**inputs, "sabi": sabi}
+        pattern = case.params.get("pattern", "uniform")
+        if pattern == "uniform":
+            sabi = block_index(n_rows, n_cols, case["s"], frame=frame_from_tokens(case["frame"], shape),
+                               generator=gen, batch_heads=(B, H))
+        else:
+            sabi = pattern_index(pattern, S, shape, gen, (B, H))
+        view = case.params.get("view", CONTIG)
+        q, k, v = dense_values(case.params.get("vals", RANDN), inputs["q"], inputs["k"], inputs["v"])
+        q, k, v = dense_views(view, q, k, v)
+        if view != CONTIG:
+            sabi = index_view(sabi, 0)
+        return {"q": q, "k": k, "v": v, "sabi": sabi}
 
     def output_specs(self, case, inputs):
         B, H, S, D = inputs["q"].shape

@@ -10,11 +10,14 @@ from kernels.decode import decode
 from references.attention import decode_reference
 
 from ._attention import attention_outputs, heads, lse_if, qkv
+from ._dims import (CONTIG, DENSE_VIEWS, RANDN, SPLIT_LENGTHS, TILE_RESIDUES, VALUES, dense_values,
+                    dense_views, dims_label, draw_dtype, draw_head_dim, draw_heads, draw_length,
+                    draw_vals, draw_view)
 
 
 def label(p) -> str:
     qs = f"-qs{p['qscale']}" if p.get("qscale") else ""
-    return f"{p['dtype']}-{heads(p['B'], p['Hq'], p['Hkv'])}-S{p['S']}-D{p['D']}{'-lse' if p['lse'] else ''}{qs}"
+    return f"{p['dtype']}-{heads(p['B'], p['Hq'], p['Hkv'])}-S{p['S']}-D{p['D']}{'-lse' if p['lse'] else ''}{qs}{dims_label(p)}"
 
 
 QUICK = (
@@ -26,11 +29,24 @@ QUICK = (
     # subtracted overflows fp16 (past ~11.1), so a softmax that skips the max fails here.
     + [dict(dtype="fp16", B=1, Hq=4, Hkv=2, S=33, D=64, lse=True, qscale=8)]
     + [dict(dtype="bf16", B=2, Hq=8, Hkv=2, S=s, D=64, lse=True) for s in (17, 300)]
+    # Tile residues (S % 16, S % 64 in {0, 1, 2, tile - 1}) and lengths past the split-KV
+    # threshold (a merge of partial results), GQA packed in one tile.
+    + [dict(dtype="fp16", B=1, Hq=4, Hkv=1, S=s, D=64, lse=True) for s in TILE_RESIDUES + SPLIT_LENGTHS]
+    # Legal views: K/V a window of a longer cache, q/k/v of fused BSHD projections, padded rows;
+    # the window once more past the split threshold.
+    + [dict(dtype="fp16", B=2, Hq=4, Hkv=2, S=65, D=64, lse=True, view=vw) for vw in DENSE_VIEWS]
+    + [dict(dtype="fp16", B=2, Hq=4, Hkv=2, S=600, D=64, lse=True, view="kvslice")]
+    # Value distributions over several tiles and splits.
+    + [dict(dtype="fp16", B=1, Hq=4, Hkv=2, S=600, D=64, lse=True, vals=vl) for vl in VALUES]
 )
 
 FULL = [
     dict(dtype=p["dtype"], B=2, Hq=2 * p["G"], Hkv=2, S=p["S"], D=p["D"], lse=True)
     for p in grid(dtype=("fp16", "bf16"), G=(1, 4, 8), S=(1, 17, 300, 1024, 4097), D=(64, 128, 256))
+] + [
+    dict(dtype=dt, B=2, Hq=8, Hkv=2, S=s, D=128, lse=True, view=vw, vals=vl)
+    for dt in ("fp16", "bf16") for s in (1025, 8191)
+    for vw, vl in [(v, RANDN) for v in DENSE_VIEWS] + [(CONTIG, v) for v in VALUES]
 ]
 
 BENCH = (
@@ -60,11 +76,19 @@ class Decode(Family):
     def label(self, params):
         return label(params)
 
+    def fuzz(self, rng):
+        Hq, Hkv = draw_heads(rng)
+        return dict(dtype=draw_dtype(rng), B=rng.randint(1, 3), Hq=Hq, Hkv=Hkv, S=draw_length(rng, 1200),
+                    D=draw_head_dim(rng), lse=rng.random() < 0.7, view=draw_view(rng, DENSE_VIEWS),
+                    vals=draw_vals(rng))
+
     def make_inputs(self, case, gen):
         inputs = qkv(gen, case["B"], case["Hq"], case["Hkv"], 1, case["S"], case["D"], case.dtype)
         if case.params.get("qscale"):  # large logits: q scaled (exactly, a power of two)
             inputs["q"] = inputs["q"] * case["qscale"]
-        return inputs
+        q, k, v = dense_values(case.params.get("vals", RANDN), inputs["q"], inputs["k"], inputs["v"])
+        q, k, v = dense_views(case.params.get("view", CONTIG), q, k, v)
+        return {"q": q, "k": k, "v": v}
 
     def output_specs(self, case, inputs):
         B, Hq, _, D = inputs["q"].shape

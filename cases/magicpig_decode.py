@@ -12,8 +12,10 @@ from references.magicpig import magicpig_decode_reference
 from references.paged import sparse_paged_decode_reference
 
 from . import sparse_paged_decode as spd
-from ._sparse import SparseDecodeBench
 from ._attention import attention_outputs, lse_if
+from ._dims import CONTIG, SPLIT_LENGTHS, TILE_RESIDUES, VALUES, index_view
+from ._paged import PAGED_VIEWS
+from ._sparse import STALE_SELECTIONS, SparseDecodeBench
 
 #: How K and L are drawn: the integers of the MagicPIG paper, the origin's float range, and a
 #: huge L that makes u == 1 for every key (the correction vanishes).
@@ -40,6 +42,17 @@ QUICK = (
     + [case(lsh=lsh, cos="pm1", Hq=4, Hkv=4, keep=0.3) for lsh in ("int", "float")]
     # Consistency: with u == 1 for all keys the result equals sparse paged decode.
     + [case(lsh="huge", keep=0.3, vs="sparse_paged_decode")]
+    # Entries past nnz holding stale in-range positions of their sequence.
+    + [case(lsh="int", **STALE_SELECTIONS[1])]
+    # Index lists at tile residues and past the split threshold (several pages of 256, short last).
+    + [case(lsh="float", P=64, lengths=(s,), Hq=2, Hkv=1, keep=1.0) for s in TILE_RESIDUES[::3]]
+    + [case(lsh="int", P=256, lengths=(SPLIT_LENGTHS[0],), Hq=2, Hkv=1, keep=1.0)]
+    # Legal views of the cache, q, the index arrays and K / L, both layouts.
+    + [case(lsh="float", layout=lay, lengths=(40, 90), Hq=4, Hkv=2, keep=0.3, view=vw)
+       for vw, lay in zip(PAGED_VIEWS, ("HND", "NHD"))]
+    # Value distributions (late keys listed last).
+    + [case(lsh="int", lengths=(640,) if vl == "cancel" else (300, 40), Hq=2, Hkv=1,
+            keep=1.0 if vl == "cancel" else 0.8, vals=vl) for vl in VALUES]
 )
 
 FULL = (
@@ -52,6 +65,10 @@ FULL = (
        for dt in ("fp16", "bf16") for lsh in ("int", "float")]
     + [case(dtype=dt, lsh="huge", lengths=(3000, 1000), keep=0.1, vs="sparse_paged_decode")
        for dt in ("fp16", "bf16")]
+    + [case(dtype=dt, lsh=lsh, layout=lay, P=256, lengths=(4000, 700), D=128, view=vw, vals=vl, **sel)
+       for dt in ("fp16", "bf16") for lsh in ("int", "float") for lay in ("HND", "NHD")
+       for sel in STALE_SELECTIONS[:1]
+       for vw, vl in [(v, "randn") for v in PAGED_VIEWS] + [(CONTIG, v) for v in VALUES]]
 )
 
 BENCH = [case(dtype=dt, lsh="int", P=256, placement="scattered", pool=1024, lengths=spd.BENCH_LENGTHS,
@@ -100,12 +117,22 @@ class MagicPigDecode(SparseDecodeBench, Family):
     def label(self, params):
         return label(params)
 
+    def fuzz(self, rng):
+        params = spd.draw_case(rng)
+        cos = "pm1" if rng.random() < 0.15 else None
+        if cos:  # keys aligned with their query: one query head per KV head
+            params["Hq"] = params["Hkv"]
+        return dict(params, lsh=rng.choice(("int", "int", "float", "huge")), cos=cos)
+
     def make_inputs(self, case, gen):
-        inputs = spd.make_sparse_paged_inputs(case, gen)
+        inputs = spd.make_sparse_paged_inputs(case, gen, views=False)
         B, Hq, _ = inputs["q"].shape
         inputs["K"], inputs["L"] = _lsh_params(gen, case, B, Hq)
         if case["cos"] == "pm1":
             _align_keys_with_queries(inputs, case)
+        inputs = spd.apply_views(case, inputs)
+        if case.params.get("view", CONTIG) != CONTIG:
+            inputs["K"], inputs["L"] = index_view(inputs["K"], float("nan")), index_view(inputs["L"], float("nan"))
         return inputs
 
     def output_specs(self, case, inputs):

@@ -28,9 +28,15 @@ from attnsuite.interfaces import Interface
 from kernels import mustafar as kernels_mustafar
 from kernels.mustafar_format import Compressed, compress, decompress
 from references.mustafar import (approximation, attention_reference, compressed_reference,
-                                 on_buffers, scores_reference, values_reference)
+                                 kept_from_bitmaps, on_buffers, scores_reference, values_reference)
 
 from ._attention import randn
+from ._dims import (CONTIG, RANDN, VALUES, cancel_values, dims_label, draw_vals, embed, fused_rows,
+                    large_queries, late_mask, offset_values, scale_late, second_half, seq_slice)
+
+#: One view kind: q from a fused projection, p rows of a longer buffer, and the caches the
+#: compressor reads windows of a longer cache.
+MUSTAFAR_VIEWS = ("slice",)
 
 OPS = ("compress", "keys", "values", "decode")
 
@@ -56,11 +62,12 @@ TRITON = MustafarOps(compress=compress, decompress=decompress, keys=kernels_must
 def label(p) -> str:
     edge = "-edge" if p["init"] == "edge" else ""
     return (f"{p['op']}-{p['bits']}bit-s{p['s']}-B{p['B']}-Hq{p['Hq']}-Hkv{p['Hkv']}-S{p['S']}"
-            f"-D{p['D']}{edge}")
+            f"-D{p['D']}{edge}{dims_label(p)}")
 
 
-def case(op, bits=2, s=0.7, B=1, Hq=4, Hkv=1, S=256, D=64, init="randn"):
-    return dict(op=op, dtype="fp16", bits=bits, s=s, B=B, Hq=Hq, Hkv=Hkv, S=S, D=D, init=init)
+def case(op, bits=2, s=0.7, B=1, Hq=4, Hkv=1, S=256, D=64, init="randn", view=CONTIG, vals=RANDN):
+    return dict(op=op, dtype="fp16", bits=bits, s=s, B=B, Hq=Hq, Hkv=Hkv, S=S, D=D, init=init, view=view,
+                vals=vals)
 
 
 ORIGIN = dict(B=2, Hq=4, Hkv=4, D=128, S=256, s=0.7, bits=2)   # the origin's failing shape
@@ -74,6 +81,18 @@ QUICK = (
     + [case(op, bits=b, s=0.5, D=128, init="edge") for op in ("keys", "values", "decode") for b in (16, 2)]
     + [case(op, **ORIGIN) for op in ("keys", "values", "decode")]
     + [case("decode", bits=b, s=s, B=2, Hq=8, Hkv=2) for b in (16, 2) for s in (0.0, 0.5)]
+    # S_c a multiple of 64 but not of 256 (kernels.md: any multiple of 64), every op.
+    + [case(op, bits=b, s=0.5, S=S, Hq=2) for op in ("keys", "values", "decode")
+       for b, S in ((16, 192), (2, 320), (2, 64))]
+    + [case("compress", bits=b, s=0.5, Hq=2, Hkv=2, S=192) for b in (16, 2)]
+    # Legal views: q of a fused projection, p rows of a longer buffer, K/V the compressor reads
+    # as windows of a longer cache.
+    + [case(op, bits=2, s=0.5, Hq=4, Hkv=2, S=192, view="slice") for op in OPS]
+    # Value distributions: V offset (values, decode and the compressor), late and large scores.
+    + [case(op, bits=b, s=0.5, Hq=2, S=512, vals=vl)
+       for op, b, vl in (("values", 16, "offset"), ("values", 2, "cancel"), ("decode", 2, "offset"),
+                         ("decode", 16, "cancel"), ("decode", 16, "late"), ("decode", 2, "large"))]
+    + [case("compress", bits=2, s=0.5, Hq=2, Hkv=2, S=128, vals="offset")]
 )
 
 FULL = (
@@ -82,11 +101,29 @@ FULL = (
      for d in (64, 128)]
     + [case("compress", bits=b, s=s, B=2, Hq=4, Hkv=4, S=1024, D=128) for b in (16, 2)
        for s in (0.0, 0.5, 0.7)]
+    + [case(op, bits=b, s=0.7, B=2, Hq=8, Hkv=2, S=S, D=128, view=vw, vals=vl) for op in OPS for b in (16, 2)
+       for S in (1088, 4160) for vw, vl in ((CONTIG, RANDN), ("slice", RANDN), *((CONTIG, v) for v in VALUES))]
 )
 
 # The speed target's shape (performance.md): key formulation at S_c = 32768, 70%, 2-bit.
 BENCH = [case("keys", bits=2, s=0.7, B=1, Hq=32, Hkv=8, S=32768, D=128),
          case("keys", bits=16, s=0.7, B=1, Hq=32, Hkv=8, S=32768, D=128)]
+
+
+#: Where ``call`` leaves, for the reference, which elements the implementation's compressor kept.
+CHOSEN = "chosen_"
+
+
+def chosen_mask(packed, shape, kind):
+    """The keep mask of an implementation's compressed buffers, read through the format's
+    bitmaps (kernels.md section 9); None when the object has no bitmaps to read."""
+    bitmaps = getattr(packed, "bitmaps", None)
+    if not isinstance(bitmaps, torch.Tensor):
+        return None
+    try:
+        return kept_from_bitmaps(kind, tuple(shape), bitmaps)
+    except (IndexError, RuntimeError):  # malformed bitmaps: the default tie-break judges them
+        return None
 
 
 def plant_edge_tiles(k: torch.Tensor, v: torch.Tensor) -> None:
@@ -123,18 +160,42 @@ class Mustafar(Family):
     def label(self, params):
         return label(params)
 
+    def fuzz(self, rng):
+        op = rng.choice(OPS)
+        Hkv = rng.choice((1, 2))
+        D = rng.choice((64, 128))
+        return case(op, bits=rng.choice((16, 2)), s=rng.choice((0.0, 0.3, 0.5, 0.7, 0.9)),
+                    B=rng.randint(1, 2), Hq=Hkv * rng.choice((1, 2, 4)), Hkv=Hkv, S=64 * rng.randint(1, 8), D=D,
+                    init="edge" if D == 128 and rng.random() < 0.2 else "randn",
+                    view=rng.choice((CONTIG, "slice")), vals=draw_vals(rng))
+
     def make_inputs(self, case, gen):
         B, Hq, Hkv, S, D = (case[x] for x in ("B", "Hq", "Hkv", "S", "D"))
         q = randn(gen, (B, Hq, D), case.dtype)
         k, v = randn(gen, (B, Hkv, S, D), case.dtype), randn(gen, (B, Hkv, S, D), case.dtype)
         if case["init"] == "edge":
             plant_edge_tiles(k, v)
+        vals = case.params.get("vals", RANDN)
+        if vals == "offset":
+            v = offset_values(v)
+        elif vals == "cancel":
+            v = cancel_values(v, second_half(torch.arange(S)[:, None], S)[..., 0])
+        elif vals == "large":
+            q = large_queries(q)
+        elif vals == "late":
+            k = scale_late(k, late_mask(torch.arange(S), torch.tensor(S)))
+        if case.params.get("view", CONTIG) == "slice":
+            q = fused_rows(q, q.new_full((B, 2 * Hkv, D), float("nan")))[0]
+            k, v = seq_slice(k, v)
         inputs = {"q": q, "k": k, "v": v}
         # The compress op builds its own buffers; these give its compression ratio.
         inputs.update(compress(k, case["s"], kind="key", bits=case["bits"]).tensors("kc_"))
         inputs.update(compress(v, case["s"], kind="value", bits=case["bits"]).tensors("vc_"))
         if case["op"] == "values":
-            inputs["p"] = torch.softmax(2 * torch.randn((B, Hq, S), generator=gen), -1).to(case.dtype)
+            p = torch.softmax(2 * torch.randn((B, Hq, S), generator=gen), -1).to(case.dtype)
+            if case.params.get("view", CONTIG) == "slice":
+                p = embed(p, (B, Hq, S + 64), (..., slice(0, S)), float("nan"))
+            inputs["p"] = p
         return inputs
 
     def output_specs(self, case, inputs):
@@ -158,6 +219,9 @@ class Mustafar(Family):
             for name, kind in (("k", "key"), ("v", "value")):
                 packed = impl("compress", inputs[name], s, kind=kind, bits=bits)
                 outputs[name].copy_(impl("decompress", packed))
+                # Ties at the pruning threshold may go either way (kernels.md, "Pruning ties"):
+                # the reference follows the implementation's choice where that choice is legal.
+                inputs[CHOSEN + name] = chosen_mask(packed, inputs[name].shape, kind)
             return outputs
         kc, vc = self._buffers(case, inputs, "key"), self._buffers(case, inputs, "value")
         if op == "keys":
@@ -169,7 +233,8 @@ class Mustafar(Family):
     def reference(self, case, inputs, compute_dtype):
         op = case["op"]
         if op == "compress":
-            return {name: compressed_reference(inputs[name], case["s"], kind, case["bits"]).to(compute_dtype)
+            return {name: compressed_reference(inputs[name], case["s"], kind, case["bits"],
+                                               inputs.get(CHOSEN + name)).to(compute_dtype)
                     for name, kind in (("k", "key"), ("v", "value"))}
         k = on_buffers(self._buffers(case, inputs, "key").tensors(), "key", case["bits"], inputs["k"].shape,
                        compute_dtype)

@@ -12,19 +12,23 @@ from references.paged import paged_decode_reference
 
 from . import _paged
 from ._attention import attention_outputs, dense_stand_in, lse_if, qkv, randn
+from ._dims import (CONTIG, RANDN, VALUES, dims_label, draw_dtype, draw_head_dim, draw_heads, draw_vals,
+                    draw_view, paged_values)
+from ._paged import PAGED_VIEWS, draw_page_table, paged_views
+
 
 
 def label(p) -> str:
     lengths = "_".join(map(str, p["lengths"]))
     vs = f"-vs_{p['vs']}" if p.get("vs") else ""
     return (f"{p['dtype']}-{p['layout']}-P{p['P']}-{p['placement']}-L{lengths}-"
-            f"Hq{p['Hq']}-Hkv{p['Hkv']}-D{p['D']}{'-lse' if p['lse'] else ''}{vs}")
+            f"Hq{p['Hq']}-Hkv{p['Hkv']}-D{p['D']}{'-lse' if p['lse'] else ''}{vs}{dims_label(p)}")
 
 
 def case(dtype="fp16", layout="HND", P=16, placement="shuffled", lengths=(1, 16, 40), Hq=8, Hkv=2, D=64,
-         lse=True, vs=None, pool=None):
+         lse=True, vs=None, pool=None, view=CONTIG, vals=RANDN):
     return dict(dtype=dtype, layout=layout, P=P, placement=placement, lengths=tuple(lengths), Hq=Hq,
-                Hkv=Hkv, D=D, lse=lse, vs=vs, pool=pool)
+                Hkv=Hkv, D=D, lse=lse, vs=vs, pool=pool, view=view, vals=vals)
 
 
 QUICK = (
@@ -33,14 +37,25 @@ QUICK = (
      case(P=256, lengths=(3, 256), Hq=4, Hkv=4)]
     # Both layouts x the three placements.
     + [case(layout=lay, placement=pl, lengths=(17, 48)) for lay in ("HND", "NHD") for pl in _paged.PLACEMENTS]
-    # A zero-page sequence between normal ones.
-    + [case(lengths=(0, 33, 7)), case(layout="NHD", lengths=(21, 0), placement="scattered")]
+    # A zero-page sequence between normal ones; a batch with no page at all (found by the fuzz
+    # profile: kv_page_indices is empty).
+    + [case(lengths=(0, 33, 7)), case(layout="NHD", lengths=(21, 0), placement="scattered"),
+       case(lengths=(0, 0))]
     # GQA 1, 4, 8 and head dims.
     + [case(Hq=4, Hkv=4, lengths=(20, 9)), case(Hq=8, Hkv=1, lengths=(20, 9), lse=False),
        case(D=128, lengths=(33,)), case(D=256, Hq=4, Hkv=1, lengths=(18,), P=16)]
     + [case(dtype="bf16", lengths=(17, 48))]
     # Consistency: one page per sequence holding the whole sequence equals dense decode.
     + [case(P=64, lengths=(50, 50), placement="scattered", vs="decode")]
+    # Several pages and a short last page at every page size past 1 (page 256: last pages of
+    # 100 and 1 tokens); pages of 64 and 256 long enough to cross the split-KV threshold (512).
+    + [case(P=16, lengths=(100, 37), Hq=4, Hkv=2), case(P=64, layout="NHD", lengths=(700, 65), Hq=4, Hkv=1),
+       case(P=256, lengths=(356, 513), Hq=4, Hkv=2)]
+    # Legal views of the cache (and q), both layouts.
+    + [case(layout=lay, lengths=(40, 17), view=vw) for vw in PAGED_VIEWS for lay in ("HND", "NHD")]
+    # Value distributions; the late keys are each sequence's last quarter.
+    # (cancel: one long sequence, many tiles, every output near 0)
+    + [case(P=64, lengths=(640,) if vl == "cancel" else (300, 90), Hq=4, Hkv=2, vals=vl) for vl in VALUES]
 )
 
 FULL = (
@@ -51,6 +66,12 @@ FULL = (
      if not (D == 256 and G == 8)]
     + [case(dtype=dt, P=P, lengths=(n, n), vs="decode", D=128) for dt in ("fp16", "bf16")
        for P, n in ((256, 256), (256, 200), (64, 37))]
+    # Found by the fuzz profile (paged_decode[fuzz4.16-...]): bf16 with no page at all. On cpu it
+    # passes (no tl.dot runs) where the interpreter's bf16-dot ledger entry expects a failure.
+    + [case(dtype="bf16", P=1, placement="ordered", lengths=(0,), Hq=8, Hkv=2, D=128, vals="cancel")]
+    + [case(dtype=dt, layout=lay, P=P, lengths=(4 * P + 1, 7 * P + P // 2 + 1, 5000), D=128, view=vw, vals=vl)
+       for dt in ("fp16", "bf16") for lay in ("HND", "NHD") for P in (16, 256)
+       for vw, vl in [(v, RANDN) for v in PAGED_VIEWS] + [(CONTIG, v) for v in VALUES]]
 )
 
 # The origin's bench: Hkv=8, G=4, D=256, page_size=256, 3 sequences of 270, 350, 321 pages with
@@ -97,8 +118,21 @@ class PagedDecode(Family):
                     "v_dense": dense["v"]}
         cache = _paged.paged_cache(gen, lengths, P, case["Hkv"], case["D"], case.dtype, case["layout"],
                                    indptr, indices, num_pages)
-        return {"q": randn(gen, (len(lengths), case["Hq"], case["D"]), case.dtype), "kv_cache": cache,
-                "kv_page_indptr": indptr, "kv_page_indices": indices, "kv_last_page_len": last}
+        q = randn(gen, (len(lengths), case["Hq"], case["D"]), case.dtype)
+        vals = case.params.get("vals", RANDN)
+        if vals != RANDN:
+            positions, lens = _paged.slot_positions(indptr, indices, lengths, P, num_pages)
+            q, cache = paged_values(vals, q, cache, case["layout"], positions, lens)
+        q, cache = paged_views(case.params.get("view", CONTIG), q, cache, case["layout"])
+        return {"q": q, "kv_cache": cache, "kv_page_indptr": indptr, "kv_page_indices": indices,
+                "kv_last_page_len": last}
+
+    def fuzz(self, rng):
+        Hq, Hkv = draw_heads(rng)
+        P, placement, layout, lengths = draw_page_table(rng)
+        return case(dtype=draw_dtype(rng), layout=layout, P=P, placement=placement, lengths=lengths, Hq=Hq,
+                    Hkv=Hkv, D=draw_head_dim(rng), lse=rng.random() < 0.7, view=draw_view(rng, PAGED_VIEWS),
+                    vals=draw_vals(rng))
 
     def output_specs(self, case, inputs):
         B, Hq, D = inputs["q"].shape

@@ -10,13 +10,16 @@ from kernels.prefill import prefill
 from references.attention import prefill_reference
 
 from ._attention import attention_outputs, heads, lse_if, qkv
+from ._dims import (CONTIG, DENSE_VIEWS, LONG_RESIDUES, RANDN, TILE_RESIDUES, VALUES, dense_values,
+                    dense_views, dims_label, draw_dtype, draw_head_dim, draw_heads, draw_length,
+                    draw_vals, draw_view)
 
 
 def label(p) -> str:
     mask = "causal" if p["causal"] else "noncausal"
     lse = "-lse" if p["lse"] else ""
     qs = f"-qs{p['qscale']}" if p.get("qscale") else ""
-    return f"{p['dtype']}-{heads(p['B'], p['Hq'], p['Hkv'])}-S{p['S']}-D{p['D']}-{mask}{lse}{qs}"
+    return f"{p['dtype']}-{heads(p['B'], p['Hq'], p['Hkv'])}-S{p['S']}-D{p['D']}-{mask}{lse}{qs}{dims_label(p)}"
 
 
 def _gqa(B, Hkv, G):
@@ -35,12 +38,35 @@ QUICK = (
     + [dict(dtype="fp16", **_gqa(1, 2, 2), S=17, D=64, causal=False, lse=True, qscale=8)]
     # bf16: on cpu these meet the interpreter's bf16 tl.dot failure (cases/known_failures.toml).
     + [dict(dtype="bf16", **_gqa(2, 2, 4), S=s, D=64, causal=c, lse=True) for s in (17,) for c in (True, False)]
+    # Tile residues: S % 16 and S % 64 in {0, 1, 2, tile - 1}, then S % 128 (the interpreter's
+    # tile, a device's BLOCK_M) in {127, 1, 2}: the last query and key tiles partly filled.
+    + [dict(dtype="fp16", **_gqa(1, 1, 2), S=s, D=64, causal=c, lse=True)
+       for s in TILE_RESIDUES for c in (True, False)]
+    + [dict(dtype="fp16", **_gqa(1, 1, 2), S=s, D=64, causal=True, lse=True) for s in LONG_RESIDUES]
+    # Legal views (kernels.md, "Views"), GQA, batch > 1 and a ragged length, masks alternating.
+    + [dict(dtype="fp16", **_gqa(2, 1, 2), S=65, D=64, causal=c, lse=True, view=vw)
+       for vw, c in zip(DENSE_VIEWS, (True, False, True))]
+    # Value distributions over several key tiles (the late keys in the last), masks alternating.
+    # cancel: every row sees both halves (non-causal) over ten 64-key tiles.
+    + [dict(dtype="fp16", **_gqa(1, 1, g), S=s, D=64, causal=c, lse=True, vals=vl)
+       for vl, g, s, c in zip(VALUES, (2, 1, 2, 2), (300, 640, 300, 300), (True, False, True, False))]
 )
 
 FULL = [
     dict(dtype=p["dtype"], **_gqa(2, 2, p["G"]), S=p["S"], D=p["D"], causal=p["causal"], lse=True)
     for p in grid(dtype=("fp16", "bf16"), G=(1, 4, 8), S=(1, 17, 128, 1000), D=(64, 128, 256),
                   causal=(True, False))
+] + [
+    dict(dtype="fp16", **_gqa(1, 1, 2), S=s, D=64, causal=False, lse=True) for s in LONG_RESIDUES
+] + [
+    # Device tiles (64 .. 128 wide) left with 0, 1, 2 and tile - 1 rows, views and value
+    # distributions at device sizes.
+    dict(dtype=dt, **_gqa(2, 2, 4), S=s, D=128, causal=c, lse=True)
+    for dt in ("fp16", "bf16") for s in (255, 256, 257, 258, 1023, 1025) for c in (True, False)
+] + [
+    dict(dtype=dt, **_gqa(2, 4, 2), S=1000, D=d, causal=c, lse=True, view=vw, vals=vl)
+    for dt in ("fp16", "bf16") for d in (64, 128) for c in (True, False)
+    for vw, vl in [(v, RANDN) for v in DENSE_VIEWS] + [(CONTIG, v) for v in VALUES]
 ]
 
 # The origin's bench shape: B=8, Hkv=16, G=4, S=1024, D=64, causal, fp16.
@@ -66,11 +92,20 @@ class Prefill(Family):
     def label(self, params):
         return label(params)
 
+    def fuzz(self, rng):
+        Hq, Hkv = draw_heads(rng)
+        D = draw_head_dim(rng)
+        return dict(dtype=draw_dtype(rng), B=rng.randint(1, 2), Hq=Hq, Hkv=Hkv,
+                    S=draw_length(rng, 300 if D < 256 else 140), D=D, causal=rng.random() < 0.5,
+                    lse=rng.random() < 0.7, view=draw_view(rng, DENSE_VIEWS), vals=draw_vals(rng))
+
     def make_inputs(self, case, gen):
         inputs = qkv(gen, case["B"], case["Hq"], case["Hkv"], case["S"], case["S"], case["D"], case.dtype)
         if case.params.get("qscale"):  # large logits: q scaled (exactly, a power of two)
             inputs["q"] = inputs["q"] * case["qscale"]
-        return inputs
+        q, k, v = dense_values(case.params.get("vals", RANDN), inputs["q"], inputs["k"], inputs["v"])
+        q, k, v = dense_views(case.params.get("view", CONTIG), q, k, v)
+        return {"q": q, "k": k, "v": v}
 
     def output_specs(self, case, inputs):
         B, Hq, S, D = inputs["q"].shape

@@ -18,6 +18,13 @@ from references.attention import prefill_reference
 from references.varlen import (padded_to_packed, prefill_packed_reference, prefill_padded_reference)
 
 from ._attention import attention_outputs, lse_if, qkv
+from ._dims import (CONTIG, DENSE_VIEWS, LONG_RESIDUES, RANDN, TILE_RESIDUES, VALUES, dense_values,
+                    dense_views, dims_label, draw_dtype, draw_head_dim, draw_heads, draw_length,
+                    draw_vals, draw_view, fused_rows, row_pad)
+
+#: Views of the packed layout: q/k/v head slices of one fused [T, Hq + 2 Hkv, D] projection, and
+#: rows wider than D. The padded layout takes the dense families' views.
+PACKED_VIEWS = ("fused", "rowpad")
 
 
 def label(p) -> str:
@@ -25,14 +32,18 @@ def label(p) -> str:
     mask = "causal" if p["causal"] else "noncausal"
     vs = f"-vs_{p['vs']}" if p.get("vs") else ""
     return (f"{p['dtype']}-{p['layout']}-B{len(p['lengths'])}-Hq{p['Hq']}-Hkv{p['Hkv']}-S{p['S']}-"
-            f"L{lengths}-D{p['D']}-{mask}{'-lse' if p['lse'] else ''}{vs}")
+            f"L{lengths}-D{p['D']}-{mask}{'-lse' if p['lse'] else ''}{vs}{dims_label(p)}")
 
 
 def case(layout="padded", lengths=(1, 64, 17), dtype="fp16", Hkv=2, G=4, D=64, causal=True, lse=True,
-         S=None, vs=None):
+         S=None, vs=None, view=CONTIG, vals=RANDN):
     lengths = tuple(int(n) for n in lengths)
     return dict(dtype=dtype, layout=layout, lengths=lengths, S=S or max(lengths), Hq=Hkv * G, Hkv=Hkv,
-                D=D, causal=causal, lse=lse, vs=vs)
+                D=D, causal=causal, lse=lse, vs=vs, view=view, vals=vals)
+
+
+def views_of(layout):
+    return DENSE_VIEWS if layout == "padded" else PACKED_VIEWS
 
 
 QUICK = (
@@ -53,6 +64,19 @@ QUICK = (
        for lay, c in (("padded", True), ("padded", False), ("packed", True))]
     + [case(layout="packed", lengths=(1, 50, 23), causal=c, G=g, vs="padded")
        for c, g in ((True, 4), (False, 1))]
+    # Tile residues: one batch whose lengths leave S % 16 and S % 64 in {0, 1, 2, tile - 1},
+    # and one past a 128 tile (S % 128 in {127, 1, 2}); both layouts, both masks.
+    + [case(layout=lay, lengths=lens, Hkv=1, G=2, causal=c)
+       for lens, lay, c in ((TILE_RESIDUES, "padded", True), (TILE_RESIDUES, "packed", False),
+                            (LONG_RESIDUES, "packed", True), (LONG_RESIDUES, "padded", False))]
+    # Legal views of each layout (packed: q/k/v sliced from one fused QKV tensor), GQA.
+    + [case(layout=lay, lengths=(20, 33), Hkv=1, G=2, causal=c, view=vw)
+       for lay in ("padded", "packed") for vw, c in zip(views_of(lay), (True, False, True))]
+    # Value distributions; the late keys are the last quarter of each sequence.
+    # (cancel: non-causal, two long sequences, so every row sees both halves of many tiles)
+    + [case(layout=lay, lengths=lens, Hkv=1, G=1, causal=c, vals=vl)
+       for vl, lay, lens, c in zip(VALUES, ("padded", "packed", "padded", "packed"),
+                                   ((300, 40), (640, 500), (300, 40), (300, 40)), (True, False, False, True))]
 )
 
 _SWEEP_LENGTHS = (1, 300, 1000, 77)
@@ -63,6 +87,13 @@ FULL = (
                    causal=(True, False))]
     + [case(layout="packed", lengths=(1000, 1000), dtype=dt, D=128, vs=vs)
        for dt in ("fp16", "bf16") for vs in ("prefill", "padded")]
+    + [case(layout=lay, lengths=lens, Hkv=1, G=2, causal=c)
+       for lens in (TILE_RESIDUES, LONG_RESIDUES) for lay in ("padded", "packed") for c in (True, False)]
+    + [case(layout=lay, lengths=(255, 256, 257, 258, 1023, 1025), dtype=dt, D=128, causal=c)
+       for dt in ("fp16", "bf16") for lay in ("padded", "packed") for c in (True, False)]
+    + [case(layout=lay, lengths=(1000, 333, 1), dtype=dt, D=128, causal=c, view=vw, vals=vl)
+       for dt in ("fp16", "bf16") for lay in ("padded", "packed") for c in (True, False)
+       for vw, vl in [(v, RANDN) for v in views_of(lay)] + [(CONTIG, v) for v in VALUES]]
 )
 
 # As prefill's bench (B=8, Hkv=16, G=4, S=1024, D=64, causal) with lengths drawn from [1, 1024],
@@ -79,11 +110,12 @@ def cu_seqlens(lengths) -> torch.Tensor:
     return cu
 
 
-def prefill_varlen(q, k, v, seq, **kw):
+def prefill_varlen(q, k, v, seq, *, check_indices=True, **kw):
     """The family's impl: ``prefill_padded`` when q is [B, Hq, S, D] (seq = lengths),
-    ``prefill_packed`` when q is [T, Hq, D] (seq = cu_seqlens)."""
+    ``prefill_packed`` when q is [T, Hq, D] (seq = cu_seqlens). ``check_indices`` is passed on
+    (the benchmarks time the call without the data checks, as for the other families)."""
     fn = prefill_padded if q.dim() == 4 else prefill_packed
-    return fn(q, k, v, seq, **kw)
+    return fn(q, k, v, seq, check_indices=check_indices, **kw)
 
 
 class PrefillVarlen(Family):
@@ -104,13 +136,35 @@ class PrefillVarlen(Family):
     def label(self, params):
         return label(params)
 
+    def fuzz(self, rng):
+        layout = rng.choice(("padded", "packed"))
+        Hq, Hkv = draw_heads(rng)
+        D = draw_head_dim(rng)
+        # Packed sequences may be empty (cu_seqlens repeats a value); padded ones hold >= 1 token.
+        lo = 0 if layout == "packed" and rng.random() < 0.3 else 1
+        lengths = tuple(draw_length(rng, 260 if D < 256 else 130, lo=lo) for _ in range(rng.randint(1, 3)))
+        if max(lengths) == 0:
+            lengths = (*lengths[:-1], 1)
+        S = max(lengths) + (rng.randint(0, 20) if layout == "padded" and rng.random() < 0.3 else 0)
+        return dict(dtype=draw_dtype(rng), layout=layout, lengths=lengths, S=S, Hq=Hq, Hkv=Hkv, D=D,
+                    causal=rng.random() < 0.5, lse=rng.random() < 0.7, vs=None,
+                    view=draw_view(rng, views_of(layout)), vals=draw_vals(rng))
+
     def make_inputs(self, case, gen):
         lengths = case["lengths"]
         dense = qkv(gen, len(lengths), case["Hq"], case["Hkv"], case["S"], case["S"], case["D"], case.dtype)
         lens = torch.tensor(lengths, dtype=torch.int32)
+        view = case.params.get("view", CONTIG)
+        q, k, v = dense_values(case.params.get("vals", RANDN), dense["q"], dense["k"], dense["v"], lens)
+        dense = {"q": q, "k": k, "v": v}
         if case["layout"] == "padded":
-            return {**dense, "lengths": lens}
+            q, k, v = dense_views(view, q, k, v)
+            return {"q": q, "k": k, "v": v, "lengths": lens}
         packed = {name: padded_to_packed(t, lengths).contiguous() for name, t in dense.items()}
+        if view == "fused":
+            packed["q"], packed["k"], packed["v"] = fused_rows(packed["q"], packed["k"], packed["v"])
+        elif view == "rowpad":
+            packed = {name: row_pad(t) for name, t in packed.items()}
         packed["cu_seqlens"] = cu_seqlens(lengths)
         if case["vs"]:
             packed.update({f"{name}_padded": t for name, t in dense.items()}, lengths=lens)

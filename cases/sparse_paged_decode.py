@@ -2,6 +2,8 @@
 token positions of each sequence, resolved through the page table."""
 from __future__ import annotations
 
+import torch
+
 from attnsuite.case import make_cases, unique
 from attnsuite.family import Family
 from attnsuite.interfaces import OUT_KEYWORDS, Interface
@@ -10,20 +12,24 @@ from references.paged import paged_decode_reference, sparse_paged_decode_referen
 
 from . import _paged
 from ._attention import attention_outputs, lse_if, randn
-from ._sparse import QUICK_SELECTIONS, SELECTION, SparseDecodeBench, select_tokens, selection_label
+from ._dims import (CONTIG, RANDN, SPLIT_LENGTHS, TILE_RESIDUES, VALUES, dims_label, draw_dtype, draw_head_dim,
+                    draw_heads, draw_vals, draw_view, listed_last, paged_values)
+from ._paged import PAGED_VIEWS, draw_page_table, paged_views
+from ._sparse import (QUICK_SELECTIONS, SELECTION, STALE_SELECTIONS, SparseDecodeBench, draw_selection,
+                      index_views, select_tokens, selection_label)
 
 
 def label(p) -> str:
     lengths = "_".join(map(str, p["lengths"]))
     vs = f"-vs_{p['vs']}" if p.get("vs") else ""
     return (f"{p['dtype']}-{p['layout']}-P{p['P']}-{p['placement']}-L{lengths}-Hq{p['Hq']}-Hkv{p['Hkv']}-"
-            f"D{p['D']}-{selection_label(p)}{'-lse' if p['lse'] else ''}{vs}")
+            f"D{p['D']}-{selection_label(p)}{'-lse' if p['lse'] else ''}{vs}{dims_label(p)}")
 
 
 def case(dtype="fp16", layout="HND", P=16, placement="shuffled", lengths=(90, 200), Hq=8, Hkv=2, D=64,
-         lse=True, vs=None, pool=None, **selection):
+         lse=True, vs=None, pool=None, view=CONTIG, vals=RANDN, **selection):
     return dict(dtype=dtype, layout=layout, P=P, placement=placement, lengths=tuple(lengths), Hq=Hq, Hkv=Hkv,
-                D=D, lse=lse, vs=vs, pool=pool, **{**SELECTION, **selection})
+                D=D, lse=lse, vs=vs, pool=pool, view=view, vals=vals, **{**SELECTION, **selection})
 
 
 QUICK = (
@@ -31,10 +37,22 @@ QUICK = (
     + [case(layout="NHD", placement=pl, keep=0.2) for pl in _paged.PLACEMENTS]
     + [case(P=1, lengths=(1, 30), keep=0.3), case(P=64, lengths=(64, 130), keep=0.1),
        case(P=256, lengths=(300,), Hq=4, Hkv=4, keep=0.1)]
-    + [case(lengths=(0, 70, 5), keep=0.3), case(Hq=4, Hkv=4, keep=0.1), case(Hq=8, Hkv=1, keep=0.1, lse=False),
+    + [case(lengths=(0, 70, 5), keep=0.3), case(lengths=(0, 0), keep=0.3), case(Hq=4, Hkv=4, keep=0.1), case(Hq=8, Hkv=1, keep=0.1, lse=False),
        case(D=128, keep=0.2), case(D=256, Hq=4, Hkv=1, lengths=(60,), keep=0.5), case(dtype="bf16")]
     # Consistency: every token selected once equals paged decode over the same cache.
     + [case(keep=1.0, vs="paged_decode"), case(layout="NHD", keep=1.0, lengths=(0, 33, 16), vs="paged_decode")]
+    # Entries past nnz holding stale in-range positions of their sequence.
+    + [case(**sel) for sel in STALE_SELECTIONS]
+    # Index lists whose length leaves every tile residue, then past the split threshold; the
+    # longest sequences span several pages of 256 with a short last page.
+    + [case(P=64, lengths=(s,), Hq=4, Hkv=1, keep=1.0) for s in TILE_RESIDUES]
+    + [case(P=256, lengths=(s,), Hq=2, Hkv=1, keep=1.0) for s in SPLIT_LENGTHS]
+    # Legal views of the cache, q and the index arrays, both layouts.
+    + [case(layout=lay, Hq=4, keep=0.3, view=vw) for vw, lay in zip(PAGED_VIEWS, ("HND", "NHD"))]
+    # Value distributions over several tiles of each list (late keys listed last).
+    # (cancel: every token of one long sequence, so every output sits near 0)
+    + [case(lengths=(640,) if vl == "cancel" else (600, 90), Hq=4, Hkv=2, keep=1.0 if vl == "cancel" else 0.5,
+            vals=vl) for vl in VALUES]
 )
 
 FULL = (
@@ -44,6 +62,9 @@ FULL = (
     + [case(dtype=dt, P=16, lengths=(3000, 0, 2000), keep=0.05, **variant) for dt in ("fp16", "bf16")
        for variant in (dict(dup=True), dict(empty=True), dict(pad="garbage", extra=100))]
     + [case(dtype=dt, P=64, lengths=(3000, 1000), keep=1.0, vs="paged_decode") for dt in ("fp16", "bf16")]
+    + [case(dtype=dt, layout=lay, P=256, lengths=(4000, 700), D=128, view=vw, vals=vl, **sel)
+       for dt in ("fp16", "bf16") for lay in ("HND", "NHD") for sel in STALE_SELECTIONS
+       for vw, vl in [(v, RANDN) for v in PAGED_VIEWS] + [(CONTIG, v) for v in VALUES]]
 )
 
 # The origin's headline bench: the paged bench cache (kernels.md section 4) at kept 2%, 4%, 5%.
@@ -54,15 +75,38 @@ BENCH = [case(dtype=dt, P=256, placement="scattered", pool=1024, lengths=BENCH_L
 KEPT_SWEEP = [dict(c, keep=k) for c in BENCH[:1] for k in (0.01, 0.1, 0.2, 0.5, 1.0)]
 
 
-def make_sparse_paged_inputs(case, gen) -> dict:
+def make_sparse_paged_inputs(case, gen, views: bool = True) -> dict:
     lengths, P = case["lengths"], case["P"]
     indptr, indices, last, num_pages = _paged.page_table(gen, lengths, P, case["placement"], case["pool"])
     cache = _paged.paged_cache(gen, lengths, P, case["Hkv"], case["D"], case.dtype, case["layout"],
                                indptr, indices, num_pages)
     q = randn(gen, (len(lengths), case["Hq"], case["D"]), case.dtype)
     ind, nnz = select_tokens(gen, case, lengths)
-    return {"q": q, "kv_cache": cache, "kv_page_indptr": indptr, "kv_page_indices": indices,
-            "kv_last_page_len": last, "sparse_ind": ind, "sparse_nnz": nnz}
+    vals = case.params.get("vals", RANDN)
+    if vals != RANDN:
+        positions, lens = _paged.slot_positions(indptr, indices, lengths, P, num_pages)
+        q, cache = paged_values(vals, q, cache, case["layout"], positions, lens)
+        ind = listed_last(vals, ind, nnz, torch.tensor(lengths).view(-1, 1, 1))
+    inputs = {"q": q, "kv_cache": cache, "kv_page_indptr": indptr, "kv_page_indices": indices,
+              "kv_last_page_len": last, "sparse_ind": ind, "sparse_nnz": nnz}
+    return apply_views(case, inputs) if views else inputs
+
+
+def apply_views(case, inputs: dict) -> dict:
+    """The case's view of q, the cache and the index arrays (kernels.md, "Views")."""
+    view = case.params.get("view", CONTIG)
+    q, cache = paged_views(view, inputs["q"], inputs["kv_cache"], case["layout"])
+    ind, nnz = index_views(view, inputs["sparse_ind"], inputs["sparse_nnz"])
+    return {**inputs, "q": q, "kv_cache": cache, "sparse_ind": ind, "sparse_nnz": nnz}
+
+
+def draw_case(rng) -> dict:
+    """A fuzz case of the sparse paged families (magicpig adds its LSH parameters)."""
+    Hq, Hkv = draw_heads(rng)
+    P, placement, layout, lengths = draw_page_table(rng)
+    return case(dtype=draw_dtype(rng), layout=layout, P=P, placement=placement, lengths=lengths, Hq=Hq, Hkv=Hkv,
+                D=draw_head_dim(rng), lse=rng.random() < 0.7, view=draw_view(rng, PAGED_VIEWS),
+                vals=draw_vals(rng), **draw_selection(rng))
 
 
 def paged_args(inputs) -> tuple:
@@ -87,6 +131,9 @@ class SparsePagedDecode(SparseDecodeBench, Family):
 
     def label(self, params):
         return label(params)
+
+    def fuzz(self, rng):
+        return draw_case(rng)
 
     def make_inputs(self, case, gen):
         return make_sparse_paged_inputs(case, gen)

@@ -203,11 +203,17 @@ def check_output(fn: str, name: str, t: Any, *, shape: Sequence[int], dtype: tor
     if not _non_overlapping(t):
         raise ValueError(f"{fn}: {name} must not have overlapping elements (e.g. an expanded "
                          f"view), got strides {tuple(t.stride())} for shape {_fmt_shape(t.shape)}")
+    check_no_alias(fn, name, t, inputs)
+    return t
+
+
+def check_no_alias(fn: str, name: str, t: torch.Tensor, inputs: Optional[dict]) -> None:
+    """``t`` (an output) shares no storage with any of ``inputs``. Depends on addresses, so the
+    lean call path (``kernels._callcache``) repeats it on every call."""
     for other_name, other in (inputs or {}).items():
         if (isinstance(other, torch.Tensor) and other.device == t.device and t.numel() and other.numel()
                 and t.untyped_storage().data_ptr() == other.untyped_storage().data_ptr()):
             raise ValueError(f"{fn}: {name} must not share memory with {other_name}")
-    return t
 
 
 def check_out_lse(fn: str, out: Any, lse: Any, return_lse: bool, *, o_shape: Sequence[int], o_dims: str,
@@ -226,6 +232,25 @@ def check_out_lse(fn: str, out: Any, lse: Any, return_lse: bool, *, o_shape: Seq
             raise ValueError(f"{fn}: lse must not share memory with out")
 
 
+def check_out_lse_aliases(fn: str, out: Any, lse: Any, inputs: dict) -> None:
+    """The address-dependent part of ``check_out_lse``, in the same order and words, for a call
+    whose shapes were validated before (each storage address is read once)."""
+    ptrs = [(name, x, x.untyped_storage().data_ptr()) for name, x in inputs.items()
+            if isinstance(x, torch.Tensor)]
+    out_ptr = None
+    for name, t in (("out", out), ("lse", lse)):
+        if t is None:
+            continue
+        p = t.untyped_storage().data_ptr()
+        for other_name, other, q in ptrs:
+            if q == p and other.device == t.device and t.numel() and other.numel():
+                raise ValueError(f"{fn}: {name} must not share memory with {other_name}")
+        if name == "out":
+            out_ptr = p
+        elif out_ptr is not None and p == out_ptr:
+            raise ValueError(f"{fn}: lse must not share memory with out")
+
+
 @dataclass
 class LaunchPlan:
     """One kernel launch, fully specified: ``kernel[grid](*args, **meta)``.
@@ -238,8 +263,12 @@ class LaunchPlan:
     args: tuple
     meta: dict = field(default_factory=dict)
     then: Optional["LaunchPlan"] = None
-    #: Where the tile config came from: "default", "cache" or "tuned" (``kernels._tune``).
+    #: Where the tile config came from: "table", "cache", "tuned" or "default" (``kernels._tune``).
     tuning: str = "default"
+    #: Tensors the plan allocated that carry nothing between calls, as (tensor, zero-filled):
+    #: split partials, merge tickets the kernel leaves at zero. A repeat call may reuse them
+    #: (``kernels._callcache``) instead of allocating.
+    workspace: tuple = ()
 
     def chain(self) -> Iterator["LaunchPlan"]:
         p: Optional[LaunchPlan] = self
@@ -248,17 +277,24 @@ class LaunchPlan:
             p = p.then
 
 
-def launch(plan: LaunchPlan) -> None:
+def launch(plan: LaunchPlan) -> list:
+    """Run (or, under ``capture_launches``, record) every launch of the chain; returns what each
+    JIT launch returned (the compiled kernel on a GPU), [] when recorded. The one place a plan
+    is launched: tests that must see no launch replace it, and the lean call path
+    (``kernels._callcache``) honours a replacement on repeat calls too."""
     if _captured is not None:
         _captured.append(plan)
-        return
-    run_plan(plan)
+        return []
+    return run_plan(plan)
 
 
-def run_plan(plan: LaunchPlan) -> None:
+def run_plan(plan: LaunchPlan) -> list:
     """Launch every kernel of the chain (no capture: the tuner times candidates with this)."""
-    for p in plan.chain():
-        p.kernel[p.grid](*p.args, **p.meta)
+    return [p.kernel[p.grid](*p.args, **p.meta) for p in plan.chain()]
+
+
+#: ``launch`` as defined here, to tell when it has been replaced.
+DEFAULT_LAUNCH = launch
 
 
 def is_live(t: torch.Tensor) -> bool:
@@ -301,16 +337,36 @@ def check_values_in_range(fn: str, name: str, t: torch.Tensor, lo: Any, hi: Any,
     are numbers or tensors that broadcast against ``t``. The message names the first offending
     element, its value and the bounds.
     """
-    lo_t = torch.as_tensor(lo, device=t.device)
-    hi_t = torch.as_tensor(hi, device=t.device)
-    bad = (t < lo_t) | ((t > hi_t) if closed else (t >= hi_t))
+    lo_t, lo = _bound(lo, t)
+    hi_t, hi = _bound(hi, t)
+    bad = (t < lo) | ((t > hi) if closed else (t >= hi))
     if where is not None:
         bad = bad & where
     if not bool(bad.any()):
         return
     pos = tuple(int(i) for i in bad.nonzero()[0])
-    lo_v = lo_t.expand_as(t)[pos].item() if lo_t.dim() else lo_t.item()
-    hi_v = hi_t.expand_as(t)[pos].item() if hi_t.dim() else hi_t.item()
+    lo_v = _bound_at(lo_t, lo, t, pos)
+    hi_v = _bound_at(hi_t, hi, t, pos)
     at = f" at index {list(pos)}" if t.dim() else ""
     close = "]" if closed else ")"
     raise ValueError(f"{fn}: {name} {what} must be in [{lo_v}, {hi_v}{close}, got {t[pos].item()}{at}")
+
+
+def _bound(value: Any, t: torch.Tensor) -> tuple:
+    """(the bound as a tensor or None, what to compare with). An int that fits ``t``'s integer
+    dtype is compared as a Python scalar, without copying it to the device first; anything
+    else as a tensor (a scalar out of the dtype's range would wrap around)."""
+    if isinstance(value, torch.Tensor):
+        return value, value
+    if (isinstance(value, numbers.Integral) and not isinstance(value, bool) and not t.is_floating_point()
+            and t.dtype != torch.bool and torch.iinfo(t.dtype).min <= value <= torch.iinfo(t.dtype).max):
+        return None, value
+    as_tensor = torch.as_tensor(value, device=t.device)
+    return as_tensor, as_tensor
+
+
+def _bound_at(as_tensor: Optional[torch.Tensor], value: Any, t: torch.Tensor, pos: tuple):
+    """A bound of ``check_values_in_range`` at the offending position, as the message shows it."""
+    if as_tensor is None:
+        return torch.as_tensor(value).item()
+    return as_tensor.expand_as(t)[pos].item() if as_tensor.dim() else as_tensor.item()

@@ -115,6 +115,11 @@ def merge_plan(o_part: torch.Tensor, l_part: torch.Tensor, out: torch.Tensor,
     return LaunchPlan(kernel=_merge_splits, grid=(B * Hq,), args=args, meta=meta)
 
 
+def scratch_of(out: torch.Tensor, o_dst: torch.Tensor, l_dst: torch.Tensor) -> tuple:
+    """The split scratch as ``LaunchPlan.workspace`` entries (none when writing to ``out``)."""
+    return () if o_dst is out else ((o_dst, False), (l_dst, False))
+
+
 def split_outputs(out: torch.Tensor, lse: Optional[torch.Tensor], splits: int, B: int, Hq: int, D: int):
     """Where a split kernel writes: straight into out/lse when there is one split, else into fp32
     scratch for the merge. Returns (o_dst, l_dst, write_lse, o_strides, l_strides): strides of

@@ -1,45 +1,80 @@
-"""Launch configs per device: the fastest of a few candidates, measured once and cached on disk.
+"""Launch configs per device: a shipped, reviewed table first, then the user's cache, then
+(with ``--autotune``) the fastest of a few candidates, measured once and cached on disk.
 
 A kernel's planner calls ``pick(kernel, key, candidates, build, device)``. The first candidate
 is the hand-picked default (the one the Ascend compile-only tier and the interpreter always
-use). On a CUDA device:
+use). On a CUDA device, in this order:
 
-* a config cached for (device name, kernel, key) is used as is;
-* with ``settings.autotune`` (``--autotune``), a missing key is tuned: every
-  candidate is built, launched and timed (device events, L2 flushed), the fastest is written
-  to the cache and used;
-* otherwise the default is used.
+* ``table``: the config shipped in ``kernels/tuned/<device name>.json`` for (kernel, key): what
+  a fresh machine gets with no cache and no flags, so published figures are reproducible. The
+  tables are written by ``scripts/tune_table.py`` on the GPU they are named after and reviewed
+  like code; tuning a new GPU is how one is added;
+* ``cache``: the user's cache (``settings.tune_cache``, default ``~/.cache/attnsuite/tune.json``);
+* ``tuned``: with ``settings.autotune`` (``--autotune``), every candidate is built, launched and
+  timed (device events, L2 flushed), the fastest is written to the cache and used;
+* ``default``: otherwise the first candidate.
 
-The cache is JSON at ``ATTNSUITE_TUNE_CACHE`` (default ``~/.cache/attnsuite/tune.json``),
-keyed by ``torch.cuda.get_device_name``, so a cache carried to another GPU model is ignored.
-Writers merge under a file lock (xdist workers tune side by side). Tuning never changes
-numerics a conformance case can see beyond the tile order of fp32 accumulation.
+Table and cache are keyed by ``torch.cuda.get_device_name``, so a config measured on another
+GPU model is never used. Cache writers merge under a file lock (xdist workers tune side by
+side). Tuning never changes numerics a conformance case can see beyond the tile order of fp32
+accumulation.
 """
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import json
 import os
+import re
 from pathlib import Path
-from typing import Callable, Optional
+from typing import Callable, Iterator, Optional
 
 import torch
 
 from . import settings
 
-CACHE_ENV = "ATTNSUITE_TUNE_CACHE"
 _FLUSH_BYTES = 256 * 2**20
+TABLE_DIR = Path(__file__).resolve().parent / "tuned"
+SOURCES = ("table", "cache", "tuned", "default")
 
 _cache: Optional[dict] = None
+_tables: dict = {}
 _flush: dict = {}
 #: (device, kernel, key) -> (config, source): a decode call must stay far cheaper than its kernel
-#: (~15 us), so a repeat call costs one dict lookup, no cache file or device query.
+#: (~10 us), so a repeat call costs one dict lookup, no table/cache file or device query.
 _memo: dict = {}
 _names: dict = {}
+#: Set by ``retuning()``: table and cache are skipped, every key is tuned, results land here.
+_retune: Optional[dict] = None
 
 
 def cache_path() -> Path:
-    return Path(os.environ.get(CACHE_ENV) or Path.home() / ".cache" / "attnsuite" / "tune.json")
+    configured = settings.current().tune_cache
+    return Path(configured) if configured else Path.home() / ".cache" / "attnsuite" / "tune.json"
+
+
+def table_path(device_name: str, directory: Path = TABLE_DIR) -> Path:
+    """``NVIDIA H100 80GB HBM3`` -> ``kernels/tuned/NVIDIA_H100_80GB_HBM3.json``."""
+    return Path(directory) / (re.sub(r"[^A-Za-z0-9]+", "_", device_name).strip("_") + ".json")
+
+
+def read_table(device_name: str, directory: Path = TABLE_DIR) -> dict:
+    """The shipped table of one GPU model: ``{kernel: {key: {"config": ..., ...}}}`` ({} if none,
+    or if the file names another device)."""
+    path = table_path(device_name, directory)
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+    if data.get("device") != device_name:
+        return {}
+    return data.get("kernels", {})
+
+
+def _table(device_name: str) -> dict:
+    if device_name not in _tables:
+        _tables[device_name] = read_table(device_name)
+    return _tables[device_name]
 
 
 def autotune_enabled() -> bool:
@@ -57,6 +92,9 @@ def _load() -> dict:
 
 
 def _store(device_name: str, kernel: str, key: str, entry: dict) -> None:
+    if _retune is not None:
+        _retune.setdefault(kernel, {})[key] = entry
+        return
     path = cache_path()
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path.with_suffix(".lock"), "a+") as lock:
@@ -75,8 +113,28 @@ def _store(device_name: str, kernel: str, key: str, entry: dict) -> None:
     _load().setdefault(device_name, {}).setdefault(kernel, {})[key] = entry
 
 
+@contextlib.contextmanager
+def retuning() -> Iterator[dict]:
+    """Inside: every kernel shape a CUDA call plans is tuned afresh (shipped table and user
+    cache ignored, nothing written to the cache) and collected in the yielded
+    ``{kernel: {key: entry}}``; ``scripts/tune_table.py`` writes that as a table."""
+    global _retune
+    previous, _retune = _retune, {}
+    saved_memo = dict(_memo)
+    _memo.clear()
+    try:
+        with settings.using(autotune=True):
+            yield _retune
+    finally:
+        _retune = previous
+        _memo.clear()
+        _memo.update(saved_memo)
+
+
 def _time_ms(device: torch.device, run: Callable[[], None], reps: int = 10) -> float:
-    """Median device-event milliseconds of ``run`` with L2 flushed before each call."""
+    """Median device-event milliseconds of ``run`` with L2 flushed before each call. The flush
+    is enqueued twice (~0.2 ms of device time on an H100), so the host has enqueued ``run``
+    long before the device reaches it: no host time lands between the events."""
     if device not in _flush:
         _flush[device] = torch.empty(_FLUSH_BYTES // 4, dtype=torch.int32, device=device)
     flush = _flush[device]
@@ -84,6 +142,7 @@ def _time_ms(device: torch.device, run: Callable[[], None], reps: int = 10) -> f
     torch.cuda.synchronize(device)
     pairs = []
     for _ in range(reps):
+        flush.zero_()
         flush.zero_()
         a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         a.record()
@@ -97,7 +156,7 @@ def _time_ms(device: torch.device, run: Callable[[], None], reps: int = 10) -> f
 
 def pick(kernel: str, key: tuple, candidates: Callable[[], list[dict]],
          build: Callable[[dict], object], device: torch.device, *, live: bool) -> tuple[dict, str]:
-    """(config, where it came from: "default" | "cache" | "tuned").
+    """(config, where it came from: "table" | "cache" | "tuned" | "default").
 
     ``candidates()`` lists the configs, the default first. ``live`` is False under the
     interpreter and for compile-only's CPU tensors: the default is used. ``build(cfg)`` returns
@@ -112,14 +171,22 @@ def pick(kernel: str, key: tuple, candidates: Callable[[], list[dict]],
     return dict(hit[0]), hit[1]
 
 
+def key_text(key: tuple) -> str:
+    return "/".join(str(k) for k in key)
+
+
 def _choose(kernel, key, candidates, build, device) -> tuple[dict, str]:
     if device not in _names:
         _names[device] = torch.cuda.get_device_name(device)
     name = _names[device]
-    key_s = "/".join(str(k) for k in key)
-    entry = _load().get(name, {}).get(kernel, {}).get(key_s)
-    if entry is not None:
-        return entry["config"], "cache"
+    key_s = key_text(key)
+    if _retune is None:
+        entry = _table(name).get(kernel, {}).get(key_s)
+        if entry is not None:
+            return entry["config"], "table"
+        entry = _load().get(name, {}).get(kernel, {}).get(key_s)
+        if entry is not None:
+            return entry["config"], "cache"
     options = candidates()
     if not autotune_enabled() or len(options) == 1:
         return options[0], "default"

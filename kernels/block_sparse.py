@@ -14,9 +14,11 @@ import torch
 import triton
 import triton.language as tl
 
+from ._callcache import CallCache
 from ._checks import (cdiv, DOT_INPUT_PRECISION, FLOAT_DTYPES, check_flag, check_index_tensor,
-                      check_launchable, check_nonempty, check_out_lse, check_scale, check_tensor,
-                      check_values_in_range, is_interpret, launch, LaunchPlan, next_pow2)
+                      check_launchable, check_nonempty, check_out_lse, check_out_lse_aliases,
+                      check_scale, check_tensor, check_values_in_range, is_interpret, is_live, launch,
+                      LaunchPlan, next_pow2)
 from ._softmax import online_softmax_step
 from .prefill import prefill_config
 
@@ -101,8 +103,10 @@ def block_sparse_config(S: int, D: int, block_shape: tuple, dtype: torch.dtype, 
 
 def block_sparse_plan(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, sabi: torch.Tensor,
                       out: torch.Tensor, lse: Optional[torch.Tensor], *, block_shape: tuple,
-                      scale: float, interpret: Optional[bool] = None) -> LaunchPlan:
-    """The launch for already-validated inputs and allocated outputs (``lse`` None: no LSE)."""
+                      scale: float, interpret: Optional[bool] = None,
+                      counts: Optional[torch.Tensor] = None) -> LaunchPlan:
+    """The launch for already-validated inputs and allocated outputs (``lse`` None: no LSE).
+    ``counts``: ``block_counts(sabi)``, when the caller made it already."""
     B, H, S, D = q.shape
     bq, bkv = (int(x) for x in block_shape)
     interpret = is_interpret() if interpret is None else interpret
@@ -110,8 +114,8 @@ def block_sparse_plan(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, sabi: t
     return_lse = lse is not None
     lse_arg = lse if return_lse else out
     lse_strides = (lse.stride(0), lse.stride(1)) if return_lse else (0, 0)
-    # Listed blocks per row: validated rows are ascending with padding only at the right.
-    counts = (sabi != PAD).sum(dim=-1, dtype=torch.int32)
+    if counts is None:
+        counts = block_counts(sabi)
     args = (q, k, v, out, lse_arg, sabi, counts,
             q.stride(0), q.stride(1), q.stride(2),
             k.stride(0), k.stride(1), k.stride(2),
@@ -123,6 +127,12 @@ def block_sparse_plan(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, sabi: t
     meta = dict(RETURN_LSE=return_lse, DOT_PRECISION=DOT_INPUT_PRECISION, **cfg)
     grid = (cdiv(S, cfg["BLOCK_M"]), B * H)
     return LaunchPlan(kernel=_block_sparse_fwd, grid=grid, args=args, meta=meta)
+
+
+def block_counts(sabi: torch.Tensor) -> torch.Tensor:
+    """Listed blocks per row (validated rows are ascending, padded only at the right): a small
+    device reduction per call, no sync."""
+    return (sabi != PAD).sum(dim=-1, dtype=torch.int32)
 
 
 def _check_block_shape(fn: str, block_shape) -> tuple[int, int]:
@@ -156,7 +166,9 @@ def check_sabi_rows(fn: str, sabi: torch.Tensor, n_cols: int) -> None:
                              f"row {pos[:3]} is not (at column {pos[3] + 1}): {row}")
 
 
-def _validate(q, k, v, sabi, block_shape, scale, return_lse, out, lse) -> tuple[float, tuple]:
+def _validate(q, k, v, sabi, block_shape, scale, return_lse, out, lse, check_indices=True) -> tuple[int, int]:
+    """Every check that reads no device memory but ``check_launchable`` (after the sabi rows'
+    contents, as before); returns the block shape."""
     fn = "block_sparse"
     dims = "[B, H, S, D]"
     check_tensor(fn, "q", q, rank=4, dims=dims, dtypes=FLOAT_DTYPES)
@@ -172,32 +184,57 @@ def _validate(q, k, v, sabi, block_shape, scale, return_lse, out, lse) -> tuple[
     check_index_tensor(fn, "sabi", sabi, device=q.device, rank=4, shape=(B, H, n_rows, n_cols),
                        dims="[B, H, ceil(S/BQ), ceil(S/BKV)]")
     check_flag(fn, "return_lse", return_lse)
-    scale = check_scale(fn, scale, D)
+    check_flag(fn, "check_indices", check_indices)
+    check_scale(fn, scale, D)
     check_out_lse(fn, out, lse, return_lse, o_shape=(B, H, S, D), o_dims=dims, lse_shape=(B, H, S),
                   lse_dims="[B, H, S]", like=q, inputs={"q": q, "k": k, "v": v, "sabi": sabi})
-    check_sabi_rows(fn, sabi, n_cols)
-    check_launchable(fn, "q", q)
-    return scale, (bq, bkv)
+    return bq, bkv
 
 
 def block_sparse(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, sabi: torch.Tensor, *,
                  block_shape: tuple, scale: Optional[float] = None, return_lse: bool = False,
                  out: Optional[torch.Tensor] = None, lse: Optional[torch.Tensor] = None,
+                 check_indices: bool = True,
                  ) -> tuple[torch.Tensor, torch.Tensor]:
     """Non-causal attention of q [B, H, S, D] over the KV blocks ``sabi`` lists -> (o, lse).
 
     ``lse`` is fp32 natural log [B, H, S] when ``return_lse``, else an empty fp32 tensor (numel 0).
     fp16/bf16/fp32; scale defaults to 1/sqrt(D); ``out``/``lse`` are written in place if given.
+    ``check_indices`` (default on) verifies the sabi rows (in range, at least one block, strictly
+    ascending, right-padded) before launch, a device sync; without it the call never waits for
+    the device.
     """
-    scale, shape = _validate(q, k, v, sabi, block_shape, scale, return_lse, out, lse)
-    B, H, S, D = q.shape
+    fn = "block_sparse"
+    key = _CALLS.key((q, k, v, sabi), (out, lse), (block_shape, scale, return_lse, check_indices))
+    slot = _CALLS.lookup(key)
+    if slot is None:
+        _validate(q, k, v, sabi, block_shape, scale, return_lse, out, lse, check_indices)
+        if check_indices:
+            check_sabi_rows(fn, sabi, sabi.shape[3])
+        check_launchable(fn, "q", q)
+        slot = _CALLS.validated(key)
+    else:
+        if out is not None or lse is not None:
+            check_out_lse_aliases(fn, out, lse, {"q": q, "k": k, "v": v, "sabi": sabi})
+        if check_indices:
+            check_sabi_rows(fn, sabi, sabi.shape[3])
     if out is None:
         out = torch.empty_like(q, memory_format=torch.contiguous_format)
     if return_lse and lse is None:
-        lse = torch.empty((B, H, S), dtype=torch.float32, device=q.device)
-    plan = block_sparse_plan(q, k, v, sabi, out, lse if return_lse else None, block_shape=shape,
-                             scale=scale)
-    launch(plan)
+        lse = torch.empty(q.shape[:3], dtype=torch.float32, device=q.device)
+    counts = block_counts(sabi)
+    tensors = (q, k, v, sabi, out, lse if return_lse else None, counts)
+    bound = None if slot is None else slot.get(())
+    if bound is not None:
+        bound.launch(tensors, launch)
+    else:
+        plan = block_sparse_plan(q, k, v, sabi, out, lse if return_lse else None,
+                                 block_shape=(int(block_shape[0]), int(block_shape[1])),
+                                 scale=check_scale(fn, scale, q.shape[-1]), counts=counts)
+        _CALLS.run(slot, (), plan, tensors, is_live(q), launch)
     if not return_lse:
         lse = torch.empty(0, dtype=torch.float32, device=q.device)
     return out, lse
+
+
+_CALLS = CallCache("block_sparse")

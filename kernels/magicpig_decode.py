@@ -22,8 +22,9 @@ from typing import Optional
 
 import torch
 
+from ._callcache import CallCache
 from ._checks import LaunchPlan, check_tensor, launch
-from .sparse_paged_decode import sparse_kernel_plan, validate_sparse_paged
+from .sparse_paged_decode import run_sparse_paged, sparse_kernel_plan
 
 
 def magicpig_decode_plan(q: torch.Tensor, kv_cache: torch.Tensor, kv_page_indptr: torch.Tensor,
@@ -73,17 +74,11 @@ def magicpig_decode(q: torch.Tensor, kv_cache: torch.Tensor, kv_page_indptr: tor
                                      f"{t[tuple(pos)].item()} at index {pos}")
         return [*torch.aminmax(K), *torch.aminmax(L)], ok, raise_first
 
-    scale = validate_sparse_paged(fn, q, kv_cache, kv_page_indptr, kv_page_indices, sparse_ind,
-                                  sparse_nnz, kv_last_page_len, layout, scale, return_lse, out, lse,
-                                  num_splits, check_indices, extra_inputs={"K": K, "L": L},
-                                  extra_checks=check_lsh, extra_values=lsh_values)
-    B, Hq, D = q.shape
-    if out is None:
-        out = torch.empty((B, Hq, D), dtype=q.dtype, device=q.device)
-    if return_lse and lse is None:
-        lse = torch.empty((B, Hq), dtype=torch.float32, device=q.device)
-    plan = magicpig_decode_plan(q, kv_cache, kv_page_indptr, kv_page_indices, sparse_ind,
-                                sparse_nnz, K, L, out, lse if return_lse else None, layout=layout,
-                                scale=scale, num_splits=num_splits)
-    launch(plan)
-    return out, (lse if return_lse else None)
+    return run_sparse_paged(fn, _CALLS, q, kv_cache, kv_page_indptr, kv_page_indices, sparse_ind,
+                            sparse_nnz, K, L, layout=layout, kv_last_page_len=kv_last_page_len,
+                            scale=scale, return_lse=return_lse, out=out, lse=lse,
+                            num_splits=num_splits, check_indices=check_indices,
+                            extra_checks=check_lsh, extra_values=lsh_values, launcher=launch)
+
+
+_CALLS = CallCache("magicpig_decode")

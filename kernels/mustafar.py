@@ -38,9 +38,11 @@ import torch
 import triton
 import triton.language as tl
 
-from ._checks import (DOT_INPUT_PRECISION, FLOAT_DTYPES, cdiv, check_gqa, check_launchable,
-                      check_nonempty, check_output, check_scale, check_tensor, is_interpret, launch,
-                      LaunchPlan, next_pow2, use_fast_path)
+from ._callcache import CallCache
+from ._checks import (DOT_INPUT_PRECISION, FLOAT_DTYPES, cdiv, check_flag, check_gqa,
+                      check_launchable, check_no_alias, check_nonempty, check_output, check_scale,
+                      check_tensor, is_interpret, is_live, launch, LaunchPlan, next_pow2,
+                      use_fast_path)
 from .mustafar_format import CODES_PER_WORD, TILE, Compressed, mask_from_bitmaps, tile_grid
 
 MAX_HEAD_DIM = 256
@@ -459,18 +461,18 @@ def mustafar_values_plan(p: torch.Tensor, vc: Compressed, out: torch.Tensor, *,
                           args=(dst, out, n_chunks, dst.stride(0), dst.stride(1), out.stride(0),
                                 out.stride(1), Hq),
                           meta=dict(D=D, BLOCK_H=block_h))
-    plan = LaunchPlan(kernel=kernel, grid=(n_programs,), args=args, meta=meta, then=then)
-    if then is not None and "workspace" in getattr(LaunchPlan, "__dataclass_fields__", {}):
-        plan.workspace = ((dst, False),)  # the partials carry nothing between calls
-    return plan
+    # The chunk partials carry nothing between calls: a repeat call may reuse them.
+    return LaunchPlan(kernel=kernel, grid=(n_programs,), args=args, meta=meta, then=then,
+                      workspace=((dst, False),) if then is not None else ())
 
 
 # --- validation --------------------------------------------------------------------------------
 
-def check_compressed(fn: str, name: str, c: Any, kind: str, device: torch.device) -> Compressed:
-    """Structure and contents of a compressed cache (the contents check is a device sync):
-    kind, bits, shape, buffer dtypes/sizes/devices, offsets from 0, non-decreasing and within
-    ``packed``, and per-tile popcounts that match the offsets."""
+def check_compressed(fn: str, name: str, c: Any, kind: str, device: torch.device,
+                     contents: bool = True) -> Compressed:
+    """Structure and (with ``contents``) contents of a compressed cache (the contents check is a
+    device sync): kind, bits, shape, buffer dtypes/sizes/devices, then offsets from 0,
+    non-decreasing and within ``packed``, and per-tile popcounts that match the offsets."""
     if not isinstance(c, Compressed):
         raise TypeError(f"{fn}: {name} must be a kernels.mustafar_format.Compressed, "
                         f"got {type(c).__name__}")
@@ -509,6 +511,13 @@ def check_compressed(fn: str, name: str, c: Any, kind: str, device: torch.device
         check_tensor(fn, f"{name}.{field}", t, rank=1, dtypes=(dtype,), device=device,
                      shape=(numel,) if numel is not None else None,
                      dims="[n_tiles + 1]" if field == "offsets" else "[n_tiles]" if numel else None)
+    if contents:
+        check_contents(fn, name, c)
+    return c
+
+
+def check_contents(fn: str, name: str, c: Compressed) -> None:
+    """The data checks of ``check_compressed`` (one device sync per condition)."""
     offsets, packed = c.offsets, c.packed
     if int(offsets[0]) != 0:
         raise ValueError(f"{fn}: {name}.offsets must start at 0, got offsets[0]={int(offsets[0])}")
@@ -529,7 +538,6 @@ def check_compressed(fn: str, name: str, c: Any, kind: str, device: torch.device
         raise ValueError(f"{fn}: {name}.bitmaps popcount must match {name}.offsets: tile {i} has "
                          f"popcount {int(pop[i])}, so {int(want[i])} {unit}, but offsets give "
                          f"{int(count[i])}")
-    return c
 
 
 def _check_query(fn: str, name: str, t: Any, dims: str) -> torch.Tensor:
@@ -559,66 +567,136 @@ def _inputs(named: dict) -> dict:
 
 # --- public API --------------------------------------------------------------------------------
 
-def mustafar_keys(q: torch.Tensor, kc: Compressed, *, out: Optional[torch.Tensor] = None) -> torch.Tensor:
-    """Unscaled scores q . k over the compressed keys: q [B, Hq, D] (fp16/bf16/fp32), kc of kind
-    "key" with shape (B, Hkv, S_c, D) -> fp32 [B, Hq, S_c]. Query head h reads KV head h // G."""
-    fn = "mustafar_keys"
-    _check_query(fn, "q", q, "[B, Hq, D]")
-    check_compressed(fn, "kc", kc, "key", q.device)
-    B, Hkv, S, D = kc.shape
-    _check_against(fn, "q", q, kc, "kc", D, "[B, Hq, D]")
+def _key(cache: CallCache, first: Any, caches: tuple, out: Any, scalars: tuple):
+    """A call's key: the query-side tensor, every buffer of each cache (None where absent), the
+    output, each cache's kind, bits and shape, and ``scalars``."""
+    try:
+        buffers = tuple(getattr(c, n) for c in caches for n in Compressed.TENSORS)
+        meta = tuple((c.kind, c.bits, c.shape) for c in caches)
+    except AttributeError:  # not a Compressed: validation says so
+        return None
+    return cache.key((first,), buffers + (out,), meta + scalars)
+
+
+def _aliases(fn: str, out: Any, named: dict) -> None:
     if out is not None:
-        check_output(fn, "out", out, shape=(B, q.shape[1], S), dtype=torch.float32, device=q.device,
-                     dims="[B, Hq, S_c]", inputs=_inputs({"q": q, "kc": kc}))
-    check_launchable(fn, "q", q)
+        check_no_alias(fn, "out", out, _inputs(named))
+
+
+def _run(cache: CallCache, slot, name: str, plan_of, tensors: tuple, live: bool) -> None:
+    bound = None if slot is None else slot.get(name)
+    if bound is not None:
+        bound.launch(tensors, launch)
+        return
+    cache.run(slot, name, plan_of(), tensors, live, launch)
+
+
+def mustafar_keys(q: torch.Tensor, kc: Compressed, *, out: Optional[torch.Tensor] = None,
+                  check_indices: bool = True) -> torch.Tensor:
+    """Unscaled scores q . k over the compressed keys: q [B, Hq, D] (fp16/bf16/fp32), kc of kind
+    "key" with shape (B, Hkv, S_c, D) -> fp32 [B, Hq, S_c]. Query head h reads KV head h // G.
+    ``check_indices`` (default on) checks kc's offsets and popcounts (device syncs); without it
+    the call never waits for the device."""
+    fn = "mustafar_keys"
+    key = _key(_KEYS, q, (kc,), out, (check_indices,))
+    slot = _KEYS.lookup(key)
+    if slot is None:
+        _check_query(fn, "q", q, "[B, Hq, D]")
+        check_flag(fn, "check_indices", check_indices)
+        check_compressed(fn, "kc", kc, "key", q.device, contents=check_indices)
+        B, Hkv, S, D = kc.shape
+        _check_against(fn, "q", q, kc, "kc", D, "[B, Hq, D]")
+        if out is not None:
+            check_output(fn, "out", out, shape=(B, q.shape[1], S), dtype=torch.float32, device=q.device,
+                         dims="[B, Hq, S_c]", inputs=_inputs({"q": q, "kc": kc}))
+        check_launchable(fn, "q", q)
+        slot = _KEYS.validated(key)
+    else:
+        _aliases(fn, out, {"q": q, "kc": kc})
+        if check_indices:
+            check_contents(fn, "kc", kc)
     if out is None:
-        out = torch.empty((B, q.shape[1], S), dtype=torch.float32, device=q.device)
-    launch(mustafar_keys_plan(q, kc, out))
+        out = torch.empty((kc.shape[0], q.shape[1], kc.shape[2]), dtype=torch.float32, device=q.device)
+    _run(_KEYS, slot, "keys", lambda: mustafar_keys_plan(q, kc, out), (q, *_buffers(kc)[:3], kc.scale,
+                                                                       kc.zero, out), is_live(q))
     return out
 
 
-def mustafar_values(p: torch.Tensor, vc: Compressed, *, out: Optional[torch.Tensor] = None) -> torch.Tensor:
+def mustafar_values(p: torch.Tensor, vc: Compressed, *, out: Optional[torch.Tensor] = None,
+                    check_indices: bool = True) -> torch.Tensor:
     """p @ V over the compressed values: p [B, Hq, S_c] (fp32/fp16/bf16), vc of kind "value" with
-    shape (B, Hkv, S_c, D) -> fp32 [B, Hq, D]. Query head h reads KV head h // G."""
+    shape (B, Hkv, S_c, D) -> fp32 [B, Hq, D]. Query head h reads KV head h // G.
+    ``check_indices`` as in ``mustafar_keys``."""
     fn = "mustafar_values"
-    _check_query(fn, "p", p, "[B, Hq, S_c]")
-    check_compressed(fn, "vc", vc, "value", p.device)
-    B, Hkv, S, D = vc.shape
-    _check_against(fn, "p", p, vc, "vc", S, "[B, Hq, S_c]")
-    if out is not None:
-        check_output(fn, "out", out, shape=(B, p.shape[1], D), dtype=torch.float32, device=p.device,
-                     dims="[B, Hq, D]", inputs=_inputs({"p": p, "vc": vc}))
-    check_launchable(fn, "p", p)
+    key = _key(_VALUES, p, (vc,), out, (check_indices,))
+    slot = _VALUES.lookup(key)
+    if slot is None:
+        _check_query(fn, "p", p, "[B, Hq, S_c]")
+        check_flag(fn, "check_indices", check_indices)
+        check_compressed(fn, "vc", vc, "value", p.device, contents=check_indices)
+        B, Hkv, S, D = vc.shape
+        _check_against(fn, "p", p, vc, "vc", S, "[B, Hq, S_c]")
+        if out is not None:
+            check_output(fn, "out", out, shape=(B, p.shape[1], D), dtype=torch.float32, device=p.device,
+                         dims="[B, Hq, D]", inputs=_inputs({"p": p, "vc": vc}))
+        check_launchable(fn, "p", p)
+        slot = _VALUES.validated(key)
+    else:
+        _aliases(fn, out, {"p": p, "vc": vc})
+        if check_indices:
+            check_contents(fn, "vc", vc)
     if out is None:
-        out = torch.empty((B, p.shape[1], D), dtype=torch.float32, device=p.device)
-    launch(mustafar_values_plan(p, vc, out))
+        out = torch.empty((vc.shape[0], p.shape[1], vc.shape[3]), dtype=torch.float32, device=p.device)
+    _run(_VALUES, slot, "values", lambda: mustafar_values_plan(p, vc, out),
+         (p, *_buffers(vc)[:3], vc.scale, vc.zero, out), is_live(p))
     return out
 
 
 def mustafar_decode(q: torch.Tensor, kc: Compressed, vc: Compressed, *, scale: Optional[float] = None,
-                    out: Optional[torch.Tensor] = None) -> torch.Tensor:
+                    out: Optional[torch.Tensor] = None, check_indices: bool = True) -> torch.Tensor:
     """One-token attention over a compressed cache: softmax(scale * q . k) @ V -> [B, Hq, D] in
     q's dtype. q [B, Hq, D]; kc/vc of kinds "key"/"value" with the same shape (B, Hkv, S_c, D)
-    (so S_c and D are multiples of 64); scale defaults to 1/sqrt(D). Scores and softmax are fp32."""
+    (so S_c and D are multiples of 64); scale defaults to 1/sqrt(D). Scores and softmax are fp32.
+    ``check_indices`` as in ``mustafar_keys``, for both caches."""
     fn = "mustafar_decode"
-    _check_query(fn, "q", q, "[B, Hq, D]")
-    check_compressed(fn, "kc", kc, "key", q.device)
-    check_compressed(fn, "vc", vc, "value", q.device)
-    if tuple(vc.shape) != tuple(kc.shape):
-        raise ValueError(f"{fn}: vc.shape must equal kc.shape (B, Hkv, S_c, D) = {tuple(kc.shape)}, "
-                         f"got {tuple(vc.shape)}")
+    key = _key(_DECODE, q, (kc, vc), out, (scale, check_indices))
+    slot = _DECODE.lookup(key)
+    if slot is None:
+        _check_query(fn, "q", q, "[B, Hq, D]")
+        check_flag(fn, "check_indices", check_indices)
+        check_compressed(fn, "kc", kc, "key", q.device, contents=check_indices)
+        check_compressed(fn, "vc", vc, "value", q.device, contents=check_indices)
+        if tuple(vc.shape) != tuple(kc.shape):
+            raise ValueError(f"{fn}: vc.shape must equal kc.shape (B, Hkv, S_c, D) = {tuple(kc.shape)}, "
+                             f"got {tuple(vc.shape)}")
+        B, Hkv, S, D = kc.shape
+        _check_against(fn, "q", q, kc, "kc", D, "[B, Hq, D]")
+        check_scale(fn, scale, D)
+        if out is not None:
+            check_output(fn, "out", out, shape=tuple(q.shape), dtype=q.dtype, device=q.device,
+                         dims="[B, Hq, D]", inputs=_inputs({"q": q, "kc": kc, "vc": vc}))
+        check_launchable(fn, "q", q)
+        slot = _DECODE.validated(key)
+    else:
+        _aliases(fn, out, {"q": q, "kc": kc, "vc": vc})
+        if check_indices:
+            check_contents(fn, "kc", kc)
+            check_contents(fn, "vc", vc)
     B, Hkv, S, D = kc.shape
-    _check_against(fn, "q", q, kc, "kc", D, "[B, Hq, D]")
     scale = check_scale(fn, scale, D)
-    if out is not None:
-        check_output(fn, "out", out, shape=tuple(q.shape), dtype=q.dtype, device=q.device,
-                     dims="[B, Hq, D]", inputs=_inputs({"q": q, "kc": kc, "vc": vc}))
-    check_launchable(fn, "q", q)
     if out is None:
         out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
     scores = torch.empty((B, q.shape[1], S), dtype=torch.float32, device=q.device)
-    launch(mustafar_keys_plan(q, kc, scores))
+    live = is_live(q)
+    _run(_DECODE, slot, "keys", lambda: mustafar_keys_plan(q, kc, scores),
+         (q, *_buffers(kc)[:3], kc.scale, kc.zero, scores), live)
     probs = torch.softmax(scores * scale, dim=-1)
     # The values kernel stores in out's dtype directly (fp32 accumulation, one rounding).
-    launch(mustafar_values_plan(probs, vc, out))
+    _run(_DECODE, slot, "values", lambda: mustafar_values_plan(probs, vc, out),
+         (probs, *_buffers(vc)[:3], vc.scale, vc.zero, out), live)
     return out
+
+
+_KEYS = CallCache("mustafar_keys")
+_VALUES = CallCache("mustafar_values")
+_DECODE = CallCache("mustafar_decode")

@@ -21,11 +21,12 @@ import torch
 import triton
 import triton.language as tl
 
+from ._callcache import CallCache
 from ._checks import (cdiv, DOT_INPUT_PRECISION, check_flag, check_gqa, check_int_range, check_launchable,
-                      check_scale, is_interpret, is_live, launch, LaunchPlan, next_pow2,
-                      use_fast_path)
+                      check_out_lse_aliases, check_scale, is_interpret, is_live, launch, LaunchPlan,
+                      next_pow2, use_fast_path)
 from ._tune import pick
-from ._split import merge_in_last_program, merge_plan, split_outputs
+from ._split import merge_in_last_program, merge_plan, scratch_of, split_outputs
 from ._paged import (check_index_values, check_layout, check_outputs, check_page_table,
                      check_paged_kv, check_q, kv_dims, kv_strides)
 
@@ -313,21 +314,27 @@ def _plan(kernel, q, kv_cache, kv_page_indptr, kv_page_indices, kv_last_page_len
             Hkv, D, Hq // Hkv, per_split, float(scale) * LOG2E)
     meta = dict(PAGE_SIZE=page_size, RETURN_LSE=write_lse, DOT_PRECISION=DOT_INPUT_PRECISION,
                 **cfg)
+    workspace = scratch_of(out, o_dst, l_dst)
     if fused:
         merge = splits > 1
+        # Zeroed tickets, left at zero by the last program of each group (reusable workspace).
         counter = torch.zeros(B * Hkv, dtype=torch.int32, device=q.device) if merge else out
         args += (out, lse if return_lse else out, counter, out.stride(0), out.stride(1),
                  *((lse.stride(0), lse.stride(1)) if return_lse else (0, 0)), splits)
         meta.update(FUSED_MERGE=merge, RETURN_LSE_OUT=merge and return_lse)
-    plan = LaunchPlan(kernel=kernel, grid=(B * Hkv, splits), args=args, meta=meta, tuning=tuning)
+        if merge:
+            workspace += ((counter, True),)
+    plan = LaunchPlan(kernel=kernel, grid=(B * Hkv, splits), args=args, meta=meta, tuning=tuning,
+                      workspace=workspace)
     if splits > 1 and not fused:
         plan.then = merge_plan(o_dst, l_dst, out, lse if return_lse else None, cfg["BLOCK_D"])
     return plan
 
 
 def _validate(q, kv_cache, kv_page_indptr, kv_page_indices, kv_last_page_len, layout, scale,
-              return_lse, out, lse, num_splits, check_indices) -> tuple[float, Optional[int]]:
-    """All checks; returns (scale, max pages of any sequence or None if the data was not read)."""
+              return_lse, out, lse, num_splits, check_indices) -> float:
+    """Every check that reads no device memory; returns the scale. The page table's contents
+    are ``check_index_values``'s (after these, as before)."""
     fn = "paged_decode"
     B, Hq, D = check_q(fn, q, MAX_HEAD_DIM)
     check_layout(fn, layout)
@@ -343,11 +350,7 @@ def _validate(q, kv_cache, kv_page_indptr, kv_page_indices, kv_last_page_len, la
               "kv_page_indices": kv_page_indices, "kv_last_page_len": kv_last_page_len}
     check_outputs(fn, out, lse, return_lse, B, Hq, D, q, inputs)
     check_launchable(fn, "q", q)
-    max_pages = None
-    if check_indices:  # data-dependent (reads the page table: one device sync), after the rest
-        max_pages = check_index_values(fn, num_pages, page_size, kv_page_indptr, kv_page_indices,
-                                       kv_last_page_len)
-    return scale, max_pages
+    return scale
 
 
 def paged_decode(q: torch.Tensor, kv_cache: torch.Tensor, kv_page_indptr: torch.Tensor,
@@ -362,17 +365,45 @@ def paged_decode(q: torch.Tensor, kv_cache: torch.Tensor, kv_page_indptr: torch.
     and device as q; kv_page_indptr [B+1], kv_page_indices [indptr[B]], kv_last_page_len [B], all
     int32. Sequence b has L_b = page_size * (pages_b - 1) + last_b tokens (0 with no pages: o = 0,
     lse = -inf). ``num_splits`` (optional) asks for that many page splits per sequence;
-    ``check_indices=False`` skips the data-dependent checks of the page table.
+    ``check_indices=False`` skips the data-dependent checks of the page table (then, on the CUDA
+    fast path, the call never waits for the device).
     """
-    scale, max_pages = _validate(q, kv_cache, kv_page_indptr, kv_page_indices, kv_last_page_len,
-                                 layout, scale, return_lse, out, lse, num_splits, check_indices)
+    fn = "paged_decode"
+    tensors_in = (q, kv_cache, kv_page_indptr, kv_page_indices, kv_last_page_len)
+    key = _CALLS.key(tensors_in, (out, lse), (layout, scale, return_lse, num_splits, check_indices))
+    slot = _CALLS.lookup(key)
+    if slot is None:
+        _validate(q, kv_cache, kv_page_indptr, kv_page_indices, kv_last_page_len, layout, scale,
+                  return_lse, out, lse, num_splits, check_indices)
+        slot = _CALLS.validated(key)
+    elif out is not None or lse is not None:
+        check_out_lse_aliases(fn, out, lse, dict(zip(_INPUTS, tensors_in)))
+    max_pages = None
+    if check_indices:  # data-dependent (reads the page table: one device sync), after the rest
+        num_pages, _, page_size, _ = kv_dims(kv_cache, layout)
+        max_pages = check_index_values(fn, num_pages, page_size, kv_page_indptr, kv_page_indices,
+                                       kv_last_page_len)
+    elif not use_fast_path(q):
+        # The portable kernel sizes its page split by the longest sequence (a device sync).
+        max_pages = max(0, int((kv_page_indptr[1:] - kv_page_indptr[:-1]).max()))
     B, Hq, D = q.shape
     if out is None:
         out = torch.empty((B, Hq, D), dtype=q.dtype, device=q.device)
     if return_lse and lse is None:
         lse = torch.empty((B, Hq), dtype=torch.float32, device=q.device)
+    if not return_lse:
+        lse = None
+    tensors = tensors_in + (out, lse)
+    bound = None if slot is None else slot.get(max_pages)
+    if bound is not None:
+        bound.launch(tensors, launch)
+        return out, lse
     plan = paged_decode_plan(q, kv_cache, kv_page_indptr, kv_page_indices, kv_last_page_len, out,
-                             lse if return_lse else None, layout=layout, scale=scale,
+                             lse, layout=layout, scale=check_scale(fn, scale, D),
                              num_splits=num_splits, max_pages=max_pages)
-    launch(plan)
-    return out, (lse if return_lse else None)
+    _CALLS.run(slot, max_pages, plan, tensors, is_live(q), launch)
+    return out, lse
+
+
+_INPUTS = ("q", "kv_cache", "kv_page_indptr", "kv_page_indices", "kv_last_page_len")
+_CALLS = CallCache("paged_decode")

@@ -14,9 +14,10 @@ import triton.language as tl
 
 from ._softmax import online_softmax_step
 from ._checks import (cdiv, DOT_INPUT_PRECISION, FLOAT_DTYPES, check_flag, check_gqa, check_launchable,
-                      check_nonempty, check_out_lse, check_scale, check_tensor, is_interpret,
-                      is_live, launch, LaunchPlan, next_pow2)
+                      check_nonempty, check_out_lse, check_out_lse_aliases, check_scale,
+                      check_tensor, is_interpret, is_live, launch, LaunchPlan, next_pow2)
 from ._tune import pick
+from ._callcache import CallCache
 
 LOG2E = 1.4426950408889634
 MAX_HEAD_DIM = 256
@@ -210,12 +211,27 @@ def prefill(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool,
     scale defaults to 1/sqrt(D); lse is fp32 natural log. Tensors must be contiguous in their
     last dimension; other strides are honoured. ``out``/``lse`` are written in place if given.
     """
-    scale = _validate(q, k, v, causal, scale, return_lse, out, lse)
-    B, Hq, S, D = q.shape
+    key = _CALLS.key((q, k, v), (out, lse), (causal, scale, return_lse))
+    slot = _CALLS.lookup(key)
+    if slot is None:
+        _validate(q, k, v, causal, scale, return_lse, out, lse)
+        slot = _CALLS.validated(key)
+    elif out is not None or lse is not None:
+        check_out_lse_aliases("prefill", out, lse, {"q": q, "k": k, "v": v})
     if out is None:
         out = torch.empty_like(q, memory_format=torch.contiguous_format)
     if return_lse and lse is None:
-        lse = torch.empty((B, Hq, S), dtype=torch.float32, device=q.device)
-    plan = prefill_plan(q, k, v, out, lse if return_lse else None, causal=causal, scale=scale)
-    launch(plan)
-    return out, (lse if return_lse else None)
+        lse = torch.empty(q.shape[:3], dtype=torch.float32, device=q.device)
+    if not return_lse:
+        lse = None
+    tensors = (q, k, v, out, lse)
+    bound = None if slot is None else slot.get(())
+    if bound is not None:
+        bound.launch(tensors, launch)
+        return out, lse
+    plan = prefill_plan(q, k, v, out, lse, causal=causal, scale=check_scale("prefill", scale, q.shape[-1]))
+    _CALLS.run(slot, (), plan, tensors, is_live(q), launch)
+    return out, lse
+
+
+_CALLS = CallCache("prefill")

@@ -20,9 +20,11 @@ import triton
 import triton.language as tl
 
 from ._softmax import online_softmax_step
+from ._callcache import CallCache
 from ._checks import (cdiv, DOT_INPUT_PRECISION, FLOAT_DTYPES, check_flag, check_gqa, check_index_tensor,
-                      check_int_range, check_launchable, check_nonempty, check_out_lse, check_scale,
-                      check_tensor, check_values_in_range, is_interpret, launch, LaunchPlan)
+                      check_int_range, check_launchable, check_nonempty, check_out_lse,
+                      check_out_lse_aliases, check_scale, check_tensor, check_values_in_range,
+                      is_interpret, is_live, launch, LaunchPlan)
 from .prefill import LOG2E, MAX_HEAD_DIM, prefill_config
 
 
@@ -149,7 +151,8 @@ def _check_qkv(fn, q, k, v, dims_q, dims_kv, rank):
     check_nonempty(fn, "k", k, dims_kv)
 
 
-def _validate_padded(q, k, v, lengths, causal, scale, return_lse, out, lse) -> float:
+def _validate_padded(q, k, v, lengths, causal, scale, return_lse, out, lse, check_indices=True) -> float:
+    """Everything but the contents of ``lengths`` (``_check_lengths``)."""
     fn = "prefill_padded"
     _check_qkv(fn, q, k, v, "[B, Hq, S, D]", "[B, Hkv, S, D]", 4)
     B, Hq, S, D = q.shape
@@ -161,16 +164,23 @@ def _validate_padded(q, k, v, lengths, causal, scale, return_lse, out, lse) -> f
     check_index_tensor(fn, "lengths", lengths, device=q.device, rank=1, shape=(B,), dims="[B]")
     check_flag(fn, "causal", causal)
     check_flag(fn, "return_lse", return_lse)
+    check_flag(fn, "check_indices", check_indices)
     scale = check_scale(fn, scale, D)
     inputs = {"q": q, "k": k, "v": v, "lengths": lengths}
     check_out_lse(fn, out, lse, return_lse, o_shape=(B, Hq, S, D), o_dims="[B, Hq, S, D]",
                   lse_shape=(B, Hq, S), lse_dims="[B, Hq, S]", like=q, inputs=inputs)
     check_launchable(fn, "q", q)
-    check_values_in_range(fn, "lengths", lengths, 1, S, closed=True)
     return scale
 
 
-def _validate_packed(q, k, v, cu_seqlens, causal, max_seqlen, scale, return_lse, out, lse):
+def _check_lengths(lengths: torch.Tensor, S: int) -> None:
+    """Contents (a device sync): 1 <= lengths[b] <= S."""
+    check_values_in_range("prefill_padded", "lengths", lengths, 1, S, closed=True)
+
+
+def _validate_packed(q, k, v, cu_seqlens, causal, max_seqlen, scale, return_lse, out, lse,
+                     check_indices=True) -> float:
+    """Everything but the contents of ``cu_seqlens`` and ``max_seqlen`` (``_packed_rows``)."""
     fn = "prefill_packed"
     _check_qkv(fn, q, k, v, "[T, Hq, D]", "[T, Hkv, D]", 3)
     T, Hq, D = q.shape
@@ -185,11 +195,24 @@ def _validate_packed(q, k, v, cu_seqlens, causal, max_seqlen, scale, return_lse,
                          f"[{cu_seqlens.shape[0]}]")
     check_flag(fn, "causal", causal)
     check_flag(fn, "return_lse", return_lse)
+    check_flag(fn, "check_indices", check_indices)
     scale = check_scale(fn, scale, D)
     inputs = {"q": q, "k": k, "v": v, "cu_seqlens": cu_seqlens}
     check_out_lse(fn, out, lse, return_lse, o_shape=(T, Hq, D), o_dims="[T, Hq, D]",
                   lse_shape=(T, Hq), lse_dims="[T, Hq]", like=q, inputs=inputs)
     check_launchable(fn, "q", q)
+    return scale
+
+
+def _packed_rows(cu_seqlens: torch.Tensor, T: int, max_seqlen, check_indices: bool) -> int:
+    """The grid's row count: ``max_seqlen``, checked against the contents of ``cu_seqlens``
+    with ``check_indices`` (starts at 0, non-decreasing, ends at T; one device sync), or read
+    from them when not given (a sync too: pass ``max_seqlen`` for a call without one)."""
+    fn = "prefill_packed"
+    if not check_indices:
+        if max_seqlen is not None:
+            return check_int_range(fn, "max_seqlen", max_seqlen, 0, T)
+        return int((cu_seqlens[1:] - cu_seqlens[:-1]).max())
     # Contents (one device sync): starts at 0, non-decreasing, ends at T.
     first, last = int(cu_seqlens[0]), int(cu_seqlens[-1])
     if first != 0:
@@ -210,48 +233,87 @@ def _validate_packed(q, k, v, cu_seqlens, causal, max_seqlen, scale, return_lse,
         if max_seqlen < longest:
             raise ValueError(f"{fn}: max_seqlen must be >= the longest sequence ({longest}), "
                              f"got {max_seqlen}")
-    return scale, int(max_seqlen)
+    return int(max_seqlen)
 
 
 def prefill_padded(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, lengths: torch.Tensor, *,
                    causal: bool, scale: Optional[float] = None, return_lse: bool = False,
                    out: Optional[torch.Tensor] = None, lse: Optional[torch.Tensor] = None,
+                   check_indices: bool = True,
                    ) -> tuple[torch.Tensor, Optional[torch.Tensor]]:
     """Padded varlen attention -> (o [B, Hq, S, D], lse [B, Hq, S] | None).
 
     Sequence b uses positions [0, lengths[b]) of q/k/v; rows >= lengths[b] of ``o`` are zeros and
     of ``lse`` -inf. Otherwise as ``kernels.prefill.prefill`` (GQA, scale 1/sqrt(D), fp32 LSE).
+    ``check_indices`` (default on) verifies 1 <= lengths[b] <= S before launch (a device sync);
+    without it the call never waits for the device and can be captured in a graph.
     """
-    scale = _validate_padded(q, k, v, lengths, causal, scale, return_lse, out, lse)
-    B, Hq, S, D = q.shape
+    key = _PADDED.key((q, k, v, lengths), (out, lse), (causal, scale, return_lse, check_indices))
+    slot = _PADDED.lookup(key)
+    if slot is None:
+        _validate_padded(q, k, v, lengths, causal, scale, return_lse, out, lse, check_indices)
+        slot = _PADDED.validated(key)
+    elif out is not None or lse is not None:
+        check_out_lse_aliases("prefill_padded", out, lse, {"q": q, "k": k, "v": v, "lengths": lengths})
+    if check_indices:
+        _check_lengths(lengths, q.shape[2])
     if out is None:
         out = torch.empty_like(q, memory_format=torch.contiguous_format)
     if return_lse and lse is None:
-        lse = torch.empty((B, Hq, S), dtype=torch.float32, device=q.device)
-    plan = prefill_padded_plan(q, k, v, lengths, out, lse if return_lse else None, causal=causal,
-                               scale=scale)
-    launch(plan)
-    return out, (lse if return_lse else None)
+        lse = torch.empty(q.shape[:3], dtype=torch.float32, device=q.device)
+    if not return_lse:
+        lse = None
+    tensors = (q, k, v, lengths, out, lse)
+    bound = None if slot is None else slot.get(())
+    if bound is not None:
+        bound.launch(tensors, launch)
+        return out, lse
+    plan = prefill_padded_plan(q, k, v, lengths, out, lse, causal=causal,
+                               scale=check_scale("prefill_padded", scale, q.shape[-1]))
+    _PADDED.run(slot, (), plan, tensors, is_live(q), launch)
+    return out, lse
 
 
 def prefill_packed(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqlens: torch.Tensor, *,
                    causal: bool, max_seqlen: Optional[int] = None, scale: Optional[float] = None,
                    return_lse: bool = False, out: Optional[torch.Tensor] = None,
-                   lse: Optional[torch.Tensor] = None,
+                   lse: Optional[torch.Tensor] = None, check_indices: bool = True,
                    ) -> tuple[torch.Tensor, Optional[torch.Tensor]]:
     """Packed varlen attention -> (o [T, Hq, D], lse [T, Hq] | None).
 
     Sequence b is tokens [cu_seqlens[b], cu_seqlens[b+1]); causal masks key j > query i within it.
     ``max_seqlen`` (>= the longest sequence) sizes the grid; None reads it from cu_seqlens.
+    ``check_indices`` (default on) verifies cu_seqlens (0 first, non-decreasing, T last) and
+    max_seqlen before launch; without it and with ``max_seqlen`` given the call never waits for
+    the device.
     """
-    scale, max_seqlen = _validate_packed(q, k, v, cu_seqlens, causal, max_seqlen, scale, return_lse,
-                                         out, lse)
-    T, Hq, D = q.shape
+    key = _PACKED.key((q, k, v, cu_seqlens), (out, lse),
+                      (causal, max_seqlen, scale, return_lse, check_indices))
+    slot = _PACKED.lookup(key)
+    if slot is None:
+        _validate_packed(q, k, v, cu_seqlens, causal, max_seqlen, scale, return_lse, out, lse,
+                         check_indices)
+        slot = _PACKED.validated(key)
+    elif out is not None or lse is not None:
+        check_out_lse_aliases("prefill_packed", out, lse,
+                              {"q": q, "k": k, "v": v, "cu_seqlens": cu_seqlens})
+    rows = _packed_rows(cu_seqlens, q.shape[0], max_seqlen, check_indices)
     if out is None:
         out = torch.empty_like(q, memory_format=torch.contiguous_format)
     if return_lse and lse is None:
-        lse = torch.empty((T, Hq), dtype=torch.float32, device=q.device)
-    plan = prefill_packed_plan(q, k, v, cu_seqlens, out, lse if return_lse else None, causal=causal,
-                               scale=scale, max_seqlen=max_seqlen)
-    launch(plan)
-    return out, (lse if return_lse else None)
+        lse = torch.empty(q.shape[:2], dtype=torch.float32, device=q.device)
+    if not return_lse:
+        lse = None
+    tensors = (q, k, v, cu_seqlens, out, lse)
+    bound = None if slot is None else slot.get(rows)
+    if bound is not None:
+        bound.launch(tensors, launch)
+        return out, lse
+    plan = prefill_packed_plan(q, k, v, cu_seqlens, out, lse, causal=causal,
+                               scale=check_scale("prefill_packed", scale, q.shape[-1]), max_seqlen=rows)
+    _PACKED.run(slot, rows, plan, tensors, is_live(q), launch)
+    return out, lse
+
+
+_PADDED = CallCache("prefill_padded")
+_PACKED = CallCache("prefill_packed")

@@ -17,21 +17,27 @@ Fields:
 * ``host_compile``: compile-only planning. Wrappers accept host (CPU) tensors and plan exactly
   what they would launch on the device (device tile configs, not the interpreter's); the caller
   captures the launches at Triton's level and compiles them instead of running them.
+* ``direct_launch``: on CUDA, a repeated identical call launches the compiled kernel directly
+  instead of through Triton's JIT dispatch (``kernels._launcher``); False forces the JIT path.
+* ``tune_cache``: the user's tile cache file (``kernels._tune``; None: the default,
+  ``~/.cache/attnsuite/tune.json``). The shipped tables (``kernels/tuned``) come first.
 
-The process starts from ``ATTNSUITE_KERNEL_PATH`` / ``ATTNSUITE_AUTOTUNE`` when a user sets them
-(read once, at import), otherwise from the defaults above. This module imports nothing heavy:
-it is safe to import before triton.
+The process starts from ``ATTNSUITE_KERNEL_PATH`` / ``ATTNSUITE_AUTOTUNE`` /
+``ATTNSUITE_TUNE_CACHE`` when a user sets them (read once, at import), otherwise from the
+defaults above; the kernels read nothing else from the environment at call time but Triton's
+own interpreter flag. This module imports nothing heavy: it is safe to import before triton.
 """
 from __future__ import annotations
 
 import contextlib
 import dataclasses
 import os
-from typing import Iterator
+from typing import Iterator, Optional
 
 KERNEL_PATHS = ("auto", "portable", "fast")
 KERNEL_PATH_ENV = "ATTNSUITE_KERNEL_PATH"
 AUTOTUNE_ENV = "ATTNSUITE_AUTOTUNE"
+TUNE_CACHE_ENV = "ATTNSUITE_TUNE_CACHE"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -39,18 +45,28 @@ class Settings:
     kernel_path: str = "auto"
     autotune: bool = False
     host_compile: bool = False
+    direct_launch: bool = True
+    tune_cache: Optional[str] = None
 
     def __post_init__(self):
         if self.kernel_path not in KERNEL_PATHS:
             raise ValueError(f"kernel_path must be one of {KERNEL_PATHS}, got {self.kernel_path!r}")
-        for name in ("autotune", "host_compile"):
+        for name in ("autotune", "host_compile", "direct_launch"):
             if not isinstance(getattr(self, name), bool):
                 raise TypeError(f"{name} must be a bool, got {type(getattr(self, name)).__name__}")
+        if self.tune_cache is not None and not isinstance(self.tune_cache, str):
+            raise TypeError(f"tune_cache must be a str path or None, got {type(self.tune_cache).__name__}")
+        # Part of every lean-path cache key (kernels._callcache): hash the fields once.
+        object.__setattr__(self, "_hash", hash(dataclasses.astuple(self)))
+
+    def __hash__(self) -> int:
+        return self._hash
 
     @classmethod
     def from_env(cls, environ=os.environ) -> "Settings":
         return cls(kernel_path=environ.get(KERNEL_PATH_ENV) or "auto",
-                   autotune=environ.get(AUTOTUNE_ENV) == "1")
+                   autotune=environ.get(AUTOTUNE_ENV) == "1",
+                   tune_cache=environ.get(TUNE_CACHE_ENV) or None)
 
 
 _current = Settings.from_env()

@@ -23,10 +23,11 @@ import torch
 import triton
 import triton.language as tl
 
-from ._split import merge_plan, split_outputs
+from ._callcache import CallCache
+from ._split import merge_plan, scratch_of, split_outputs
 from ._checks import (cdiv, check_decode_qkv, check_flag, check_index_tensor, check_int_range,
-                      check_launchable, check_out_lse, check_scale, check_values_in_range,
-                      is_interpret, launch, LaunchPlan, next_pow2)
+                      check_launchable, check_out_lse, check_out_lse_aliases, check_scale,
+                      check_values_in_range, is_interpret, is_live, launch, LaunchPlan, next_pow2)
 
 LOG2E = 1.4426950408889634
 MAX_HEAD_DIM = 256
@@ -147,14 +148,17 @@ def sparse_decode_plan(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, sparse
             *o_strides, *l_strides,
             Hq, D, Hq // Hkv, split_len, float(scale) * LOG2E)
     meta = dict(RETURN_LSE=write_lse, **cfg)
-    plan = LaunchPlan(kernel=_sparse_decode_fwd, grid=(B * Hq, splits), args=args, meta=meta)
+    plan = LaunchPlan(kernel=_sparse_decode_fwd, grid=(B * Hq, splits), args=args, meta=meta,
+                      workspace=scratch_of(out, o_dst, l_dst))
     if splits > 1:
         plan.then = merge_plan(o_dst, l_dst, out, lse if return_lse else None, cfg["BLOCK_D"])
     return plan
 
 
 def _validate(q, k, v, sparse_ind, sparse_nnz, scale, return_lse, out, lse, num_splits,
-              check_indices) -> float:
+              check_indices) -> None:
+    """Every check that reads no device memory but ``check_launchable`` (which came after the
+    data checks, and still does)."""
     fn = "sparse_decode"
     B, Hq, Hkv, S, D = check_decode_qkv(fn, q, k, v, MAX_HEAD_DIM)
     check_index_tensor(fn, "sparse_ind", sparse_ind, device=q.device, rank=3,
@@ -164,21 +168,23 @@ def _validate(q, k, v, sparse_ind, sparse_nnz, scale, return_lse, out, lse, num_
                        dims="[B, Hq]")
     check_flag(fn, "return_lse", return_lse)
     check_flag(fn, "check_indices", check_indices)
-    scale = check_scale(fn, scale, D)
+    check_scale(fn, scale, D)
     if num_splits is not None:
         check_int_range(fn, "num_splits", num_splits, 1, max(1, L_max))
     inputs = {"q": q, "k": k, "v": v, "sparse_ind": sparse_ind, "sparse_nnz": sparse_nnz}
     check_out_lse(fn, out, lse, return_lse, o_shape=(B, Hq, 1, D), o_dims="[B, Hq, 1, D]",
                   lse_shape=(B, Hq, 1), lse_dims="[B, Hq, 1]", like=q, inputs=inputs)
-    if check_indices:
-        # Data-dependent (reads the index tensors; a device sync). Entries past nnz are ignored.
-        check_values_in_range(fn, "sparse_nnz", sparse_nnz, 0, L_max, closed=True,
-                              what="entries (valid slots per row, at most L_max)")
-        valid = torch.arange(L_max, device=q.device) < sparse_nnz.unsqueeze(-1)
-        check_values_in_range(fn, "sparse_ind", sparse_ind, 0, S, where=valid,
-                              what="entries within the first sparse_nnz of a row (token positions, < S)")
-    check_launchable(fn, "q", q)
-    return scale
+
+
+def _check_indices(q, k, sparse_ind, sparse_nnz) -> None:
+    """Data-dependent (reads the index tensors; a device sync). Entries past nnz are ignored."""
+    fn = "sparse_decode"
+    L_max, S = sparse_ind.shape[2], k.shape[2]
+    check_values_in_range(fn, "sparse_nnz", sparse_nnz, 0, L_max, closed=True,
+                          what="entries (valid slots per row, at most L_max)")
+    valid = torch.arange(L_max, device=q.device) < sparse_nnz.unsqueeze(-1)
+    check_values_in_range(fn, "sparse_ind", sparse_ind, 0, S, where=valid,
+                          what="entries within the first sparse_nnz of a row (token positions, < S)")
 
 
 def sparse_decode(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, sparse_ind: torch.Tensor,
@@ -198,14 +204,38 @@ def sparse_decode(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, sparse_ind:
     splits of the index lists (merged by a second launch); default: ``sparse_decode_config``.
     ``check_indices`` (default on) verifies 0 <= nnz <= L_max and 0 <= index < S before launch.
     """
-    scale = _validate(q, k, v, sparse_ind, sparse_nnz, scale, return_lse, out, lse, num_splits,
-                      check_indices)
-    B, Hq, _, D = q.shape
+    fn = "sparse_decode"
+    tensors_in = (q, k, v, sparse_ind, sparse_nnz)
+    key = _CALLS.key(tensors_in, (out, lse), (scale, return_lse, num_splits, check_indices))
+    slot = _CALLS.lookup(key)
+    if slot is None:
+        _validate(q, k, v, sparse_ind, sparse_nnz, scale, return_lse, out, lse, num_splits,
+                  check_indices)
+        if check_indices:
+            _check_indices(q, k, sparse_ind, sparse_nnz)
+        check_launchable(fn, "q", q)
+        slot = _CALLS.validated(key)
+    else:
+        if out is not None or lse is not None:
+            check_out_lse_aliases(fn, out, lse, dict(zip(_INPUTS, tensors_in)))
+        if check_indices:
+            _check_indices(q, k, sparse_ind, sparse_nnz)
     if out is None:
         out = torch.empty_like(q, memory_format=torch.contiguous_format)
     if return_lse and lse is None:
-        lse = torch.empty((B, Hq, 1), dtype=torch.float32, device=q.device)
-    plan = sparse_decode_plan(q, k, v, sparse_ind, sparse_nnz, out, lse if return_lse else None,
-                              scale=scale, num_splits=num_splits)
-    launch(plan)
-    return out, (lse if return_lse else None)
+        lse = torch.empty(q.shape[:3], dtype=torch.float32, device=q.device)
+    if not return_lse:
+        lse = None
+    tensors = tensors_in + (out, lse)
+    bound = None if slot is None else slot.get(())
+    if bound is not None:
+        bound.launch(tensors, launch)
+        return out, lse
+    plan = sparse_decode_plan(q, k, v, sparse_ind, sparse_nnz, out, lse,
+                              scale=check_scale(fn, scale, q.shape[-1]), num_splits=num_splits)
+    _CALLS.run(slot, (), plan, tensors, is_live(q), launch)
+    return out, lse
+
+
+_INPUTS = ("q", "k", "v", "sparse_ind", "sparse_nnz")
+_CALLS = CallCache("sparse_decode")

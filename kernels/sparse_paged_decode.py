@@ -25,11 +25,13 @@ import torch
 import triton
 import triton.language as tl
 
-from ._checks import (cdiv, check_flag, check_gqa, check_int_range, check_launchable, check_scale,
-                      is_interpret, is_live, launch, LaunchPlan, next_pow2, use_fast_path)
+from ._callcache import CallCache
+from ._checks import (cdiv, check_flag, check_gqa, check_int_range, check_launchable,
+                      check_out_lse_aliases, check_scale, is_interpret, is_live, launch, LaunchPlan,
+                      next_pow2, use_fast_path)
 from ._tune import pick
 from ._math import pow_nonneg, simhash_collision_prob, two_hit_prob
-from ._split import merge_plan, split_outputs
+from ._split import merge_plan, scratch_of, split_outputs
 from ._paged import (check_index_values, check_layout, check_outputs, check_page_table,
                      check_paged_kv, check_q, check_row_ids_fit, check_sparse_indices, kv_dims,
                      kv_strides, sparse_rows)
@@ -190,11 +192,12 @@ def sparse_kernel_plan(q: torch.Tensor, kv_cache: torch.Tensor, kv_page_indptr: 
                        sparse_nnz: torch.Tensor, out: torch.Tensor, lse: Optional[torch.Tensor], *,
                        layout: str, scale: float, K: Optional[torch.Tensor] = None,
                        L: Optional[torch.Tensor] = None, num_splits: Optional[int] = None,
-                       interpret: Optional[bool] = None, config: Optional[dict] = None) -> LaunchPlan:
+                       interpret: Optional[bool] = None, config: Optional[dict] = None,
+                       rows: Optional[tuple] = None) -> LaunchPlan:
     """Shared planner of sparse_paged_decode (K, L None) and magicpig_decode (K, L given).
 
     Portable path: runs the host pre-pass (``_paged.sparse_rows``) that makes the int32 physical
-    row ids the kernel reads. CUDA fast path (``_checks.use_fast_path``): the kernel looks the
+    row ids the kernel reads (``rows``: its result, when the caller ran it already). CUDA fast path (``_checks.use_fast_path``): the kernel looks the
     pages up itself (``LOOKUP``). With more than one split it allocates fp32 scratch and chains
     the merge.
     """
@@ -218,13 +221,15 @@ def sparse_kernel_plan(q: torch.Tensor, kv_cache: torch.Tensor, kv_page_indptr: 
                                                                kv_page_indices, sparse_ind, sparse_nnz,
                                                                out, lse, layout=layout, scale=scale,
                                                                K=K, L=L, num_splits=num_splits,
-                                                               interpret=False, config=c),
+                                                               interpret=False, config=c, rows=rows),
                                   q.device, live=is_live(q))
         cfg = list_split(config, B, Hq, L_max, num_splits)
     splits = cfg.pop("NUM_SPLITS")
     split_len = cfg.pop("SPLIT_LEN")
     if lookup:
         rows, unit = sparse_ind, 1
+    elif rows is not None:
+        rows, unit = rows
     else:
         rows, unit = sparse_rows(kv_cache, layout, kv_page_indptr, kv_page_indices, sparse_ind,
                                  sparse_nnz)
@@ -243,7 +248,7 @@ def sparse_kernel_plan(q: torch.Tensor, kv_cache: torch.Tensor, kv_page_indptr: 
             Hq, D, Hq // Hkv, split_len, float(scale) * LOG2E)
     meta = dict(MAGICPIG=magicpig, RETURN_LSE=write_lse, LOOKUP=lookup, PAGE_SIZE=page_size, **cfg)
     plan = LaunchPlan(kernel=_sparse_paged_fwd, grid=(B * Hq, splits), args=args, meta=meta,
-                      tuning=tuning)
+                      tuning=tuning, workspace=scratch_of(out, o_dst, l_dst))
     if splits > 1:
         plan.then = merge_plan(o_dst, l_dst, out, lse if return_lse else None, cfg["BLOCK_D"])
     return plan
@@ -264,13 +269,10 @@ def sparse_paged_decode_plan(q: torch.Tensor, kv_cache: torch.Tensor, kv_page_in
 def validate_sparse_paged(fn: str, q, kv_cache, kv_page_indptr, kv_page_indices, sparse_ind,
                           sparse_nnz, kv_last_page_len, layout, scale, return_lse, out, lse,
                           num_splits, check_indices, extra_inputs: Optional[dict] = None,
-                          extra_checks=None, extra_values=None) -> float:
-    """All checks of sparse_paged_decode / magicpig_decode; returns the scale.
-
-    ``extra_checks(B, Hq)`` runs the family's own structural checks; ``extra_values()`` returns
-    (0-d statistics, a judge of their values, a function raising the precise message) for its own
-    data-dependent checks, which join the single device sync of ``check_index_values``.
-    """
+                          extra_checks=None) -> float:
+    """The checks of sparse_paged_decode / magicpig_decode that read no device memory; returns
+    the scale. ``extra_checks(B, Hq)`` runs the family's own structural checks. The contents
+    are ``check_sparse_paged_values``'s (after these)."""
     B, Hq, D = check_q(fn, q, MAX_HEAD_DIM)
     check_layout(fn, layout)
     num_pages, Hkv, page_size = check_paged_kv(fn, q, kv_cache, layout)
@@ -285,17 +287,78 @@ def validate_sparse_paged(fn: str, q, kv_cache, kv_page_indptr, kv_page_indices,
     check_sparse_indices(fn, B, Hq, q.device, sparse_ind, sparse_nnz)
     if extra_checks is not None:
         extra_checks(B, Hq)
-    inputs = {"q": q, "kv_cache": kv_cache, "kv_page_indptr": kv_page_indptr,
-              "kv_page_indices": kv_page_indices, "sparse_ind": sparse_ind,
-              "sparse_nnz": sparse_nnz, "kv_last_page_len": kv_last_page_len, **(extra_inputs or {})}
+    inputs = _inputs(q, kv_cache, kv_page_indptr, kv_page_indices, sparse_ind, sparse_nnz,
+                     kv_last_page_len, extra_inputs)
     check_outputs(fn, out, lse, return_lse, B, Hq, D, q, inputs)
     check_launchable(fn, "q", q)
-    if check_indices:  # data-dependent: one device sync, after every other check
-        stats, judge, raise_first = extra_values() if extra_values is not None else ((), None, None)
-        check_index_values(fn, num_pages, page_size, kv_page_indptr, kv_page_indices,
-                           kv_last_page_len, sparse_ind, sparse_nnz, extra_stats=stats,
-                           extra_ok=judge, extra_raise=raise_first)
     return scale
+
+
+def _inputs(q, kv_cache, kv_page_indptr, kv_page_indices, sparse_ind, sparse_nnz, kv_last_page_len,
+            extra_inputs) -> dict:
+    return {"q": q, "kv_cache": kv_cache, "kv_page_indptr": kv_page_indptr,
+            "kv_page_indices": kv_page_indices, "sparse_ind": sparse_ind,
+            "sparse_nnz": sparse_nnz, "kv_last_page_len": kv_last_page_len, **(extra_inputs or {})}
+
+
+def check_sparse_paged_values(fn: str, kv_cache, kv_page_indptr, kv_page_indices, sparse_ind,
+                              sparse_nnz, kv_last_page_len, layout, extra_values=None) -> None:
+    """Data-dependent checks: one device sync. ``extra_values()`` returns (0-d statistics, a
+    judge of their values, a function raising the precise message) for the family's own data
+    checks, which join that sync."""
+    num_pages, _, page_size, _ = kv_dims(kv_cache, layout)
+    stats, judge, raise_first = extra_values() if extra_values is not None else ((), None, None)
+    check_index_values(fn, num_pages, page_size, kv_page_indptr, kv_page_indices,
+                       kv_last_page_len, sparse_ind, sparse_nnz, extra_stats=stats,
+                       extra_ok=judge, extra_raise=raise_first)
+
+
+def run_sparse_paged(fn: str, cache: CallCache, q, kv_cache, kv_page_indptr, kv_page_indices,
+                     sparse_ind, sparse_nnz, K, L, *, layout, kv_last_page_len, scale, return_lse,
+                     out, lse, num_splits, check_indices, extra_checks=None, extra_values=None,
+                     launcher=None) -> tuple[torch.Tensor, Optional[torch.Tensor]]:
+    """The call path shared by sparse_paged_decode (K, L None) and magicpig_decode: validation
+    (skipped for a key validated before, but for aliasing), the data checks when asked, the
+    portable path's host pre-pass, and the launch (bound plan on a repeat call)."""
+    magicpig = K is not None
+    extra_inputs = {"K": K, "L": L} if magicpig else None
+    tensors_in = (q, kv_cache, kv_page_indptr, kv_page_indices, sparse_ind, sparse_nnz,
+                  kv_last_page_len) + ((K, L) if magicpig else ())
+    key = cache.key(tensors_in[:6] + tensors_in[7:], (kv_last_page_len, out, lse),
+                    (layout, scale, return_lse, num_splits, check_indices))
+    slot = cache.lookup(key)
+    if slot is None:
+        validate_sparse_paged(fn, q, kv_cache, kv_page_indptr, kv_page_indices, sparse_ind,
+                              sparse_nnz, kv_last_page_len, layout, scale, return_lse, out, lse,
+                              num_splits, check_indices, extra_inputs, extra_checks)
+        slot = cache.validated(key)
+    elif out is not None or lse is not None:
+        check_out_lse_aliases(fn, out, lse, _inputs(q, kv_cache, kv_page_indptr, kv_page_indices,
+                                                     sparse_ind, sparse_nnz, kv_last_page_len,
+                                                     extra_inputs))
+    if check_indices:
+        check_sparse_paged_values(fn, kv_cache, kv_page_indptr, kv_page_indices, sparse_ind,
+                                  sparse_nnz, kv_last_page_len, layout, extra_values)
+    B, Hq, D = q.shape
+    if out is None:
+        out = torch.empty((B, Hq, D), dtype=q.dtype, device=q.device)
+    if return_lse and lse is None:
+        lse = torch.empty((B, Hq), dtype=torch.float32, device=q.device)
+    if not return_lse:
+        lse = None
+    rows = None
+    if not use_fast_path(q):  # the portable kernel reads physical row ids made per call
+        rows = sparse_rows(kv_cache, layout, kv_page_indptr, kv_page_indices, sparse_ind, sparse_nnz)
+    tensors = tensors_in + (out, lse, None if rows is None else rows[0])
+    bound = None if slot is None else slot.get(())
+    if bound is not None:
+        bound.launch(tensors, launcher or launch)
+        return out, lse
+    plan = sparse_kernel_plan(q, kv_cache, kv_page_indptr, kv_page_indices, sparse_ind, sparse_nnz,
+                              out, lse, layout=layout, scale=check_scale(fn, scale, D), K=K, L=L,
+                              num_splits=num_splits, rows=rows)
+    cache.run(slot, (), plan, tensors, is_live(q), launcher or launch)
+    return out, lse
 
 
 def sparse_paged_decode(q: torch.Tensor, kv_cache: torch.Tensor, kv_page_indptr: torch.Tensor,
@@ -315,17 +378,11 @@ def sparse_paged_decode(q: torch.Tensor, kv_cache: torch.Tensor, kv_page_indptr:
     nnz == 0: o = 0, lse = -inf. ``num_splits`` (optional) asks for that many splits of the list;
     ``check_indices=False`` skips the data-dependent checks.
     """
-    fn = "sparse_paged_decode"
-    scale = validate_sparse_paged(fn, q, kv_cache, kv_page_indptr, kv_page_indices, sparse_ind,
-                                  sparse_nnz, kv_last_page_len, layout, scale, return_lse, out, lse,
-                                  num_splits, check_indices)
-    B, Hq, D = q.shape
-    if out is None:
-        out = torch.empty((B, Hq, D), dtype=q.dtype, device=q.device)
-    if return_lse and lse is None:
-        lse = torch.empty((B, Hq), dtype=torch.float32, device=q.device)
-    plan = sparse_paged_decode_plan(q, kv_cache, kv_page_indptr, kv_page_indices, sparse_ind,
-                                    sparse_nnz, out, lse if return_lse else None, layout=layout,
-                                    scale=scale, num_splits=num_splits)
-    launch(plan)
-    return out, (lse if return_lse else None)
+    return run_sparse_paged("sparse_paged_decode", _CALLS, q, kv_cache, kv_page_indptr,
+                            kv_page_indices, sparse_ind, sparse_nnz, None, None, layout=layout,
+                            kv_last_page_len=kv_last_page_len, scale=scale, return_lse=return_lse,
+                            out=out, lse=lse, num_splits=num_splits, check_indices=check_indices,
+                            launcher=launch)
+
+
+_CALLS = CallCache("sparse_paged_decode")

@@ -13,6 +13,9 @@ import torch
 
 from attnsuite.sparsity import PAD, mask_to_index
 
+from ._common import SOFTMAX_BUGS, documented, ignoring_out, online_attention, reading_views_as_contiguous
+
+FAMILY = "block_sparse"
 LOG2E = 1.4426950408889634
 
 
@@ -125,7 +128,104 @@ def block_sparse_grid_floor(q, k, v, sabi, *, block_shape, scale=None, return_ls
     return out, lse
 
 
+def token_mask(sabi, S, block_shape):
+    """bool [B, H, S, S]: query i sees key j iff j's KV block is listed in i's block-row."""
+    bq, bkv = block_shape
+    tok = torch.arange(S, device=sabi.device)
+    return _listed(sabi)[:, :, tok // bq][:, :, :, tok // bkv]
+
+
+def _write_outputs(q, o, l, return_lse, out, lse):
+    """The kernel's hand-over: out (and lse), or an empty fp32 tensor when no LSE is asked."""
+    if out is None:
+        out = torch.empty_like(q, memory_format=torch.contiguous_format)
+    out.copy_(o.to(out.dtype))
+    if not return_lse:
+        return out, torch.empty(0, dtype=torch.float32, device=q.device)
+    if lse is None:
+        lse = torch.empty(l.shape, dtype=torch.float32, device=q.device)
+    lse.copy_(l)
+    return out, lse
+
+
+def _online(q, k, v, sabi, *, block_shape, scale, return_lse, out, lse, **bug):
+    """Tiled online softmax in torch over 64-key tiles under the block mask, ``bug`` switched in."""
+    scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else float(scale)
+    o, l = online_attention(q, k, v, scale, token_mask(sabi, q.shape[2], block_shape), **bug)
+    return _write_outputs(q, o, l, return_lse, out, lse)
+
+
+def _softmax_bug(name):
+    doc, bug = SOFTMAX_BUGS[name]
+
+    def mutant(q, k, v, sabi, *, block_shape, scale=None, return_lse=False, out=None, lse=None):
+        return _online(q, k, v, sabi, block_shape=block_shape, scale=scale, return_lse=return_lse, out=out,
+                       lse=lse, **bug)
+
+    mutant.__name__ = f"block_sparse_{name}"
+    mutant.__doc__ = doc
+    return mutant
+
+
+def block_sparse_rows_use_row0_count(q, k, v, sabi, *, block_shape, scale=None, return_lse=False, out=None,
+                                     lse=None):
+    """Reads how many blocks a row lists once, from row 0, and uses it for every row: a row listing
+    more blocks than row 0 loses its last ones (fine while every row keeps the same count)."""
+    count0 = (sabi[:, :, :1] != PAD).sum(-1, keepdim=True)
+    slot = torch.arange(sabi.shape[-1], device=sabi.device)
+    truncated = torch.where(slot < count0, sabi, torch.full_like(sabi, PAD))
+    return _kernel(q, k, v, truncated, block_shape, scale, return_lse, out, lse)
+
+
+def _kernel_kw(q, k, v, sabi, *, block_shape, scale=None, return_lse=False, out=None, lse=None):
+    return _kernel(q, k, v, sabi, block_shape, scale, return_lse, out, lse)
+
+
+block_sparse_reads_views_as_contiguous = documented(
+    reading_views_as_contiguous(_kernel_kw, "q", "k", "v", "sabi"), "block_sparse_reads_views_as_contiguous",
+    "Ignores the strides of q/k/v and sabi: windows of a longer cache, fused-projection slices and index "
+    "rows of a wider buffer are read as if contiguous.")
+block_sparse_ignores_out = documented(
+    ignoring_out(_kernel_kw), "block_sparse_ignores_out",
+    "Ignores the caller's out= / lse= buffers and returns tensors of its own.")
+
+
 MUTANTS = {f.__name__: f for f in (
+    _softmax_bug("fp16_accumulator"), _softmax_bug("stale_running_max"), _softmax_bug("exp_without_max_fp32"),
+    block_sparse_rows_use_row0_count, block_sparse_reads_views_as_contiguous, block_sparse_ignores_out,
     block_sparse_drops_partial_last_block, block_sparse_pad_as_block, block_sparse_row_from_bkv,
     block_sparse_lse_base2, block_sparse_batch0_index, block_sparse_plus_diagonal,
     block_sparse_grid_floor)}
+
+
+# --- controls: correct implementations written from kernels.md, not from the project's code ------
+
+def block_sparse_sdpa_fp32(q, k, v, sabi, *, block_shape, scale=None, return_lse=False, out=None, lse=None):
+    """torch's scaled_dot_product_attention in fp32 under the token mask the block index lists (the LSE
+    from a masked logsumexp)."""
+    scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else float(scale)
+    mask = token_mask(sabi, q.shape[2], block_shape)
+    qf, kf, vf = q.float(), k.float(), v.float()
+    o = torch.nn.functional.scaled_dot_product_attention(qf, kf, vf, attn_mask=mask, scale=scale)
+    l = torch.logsumexp(((qf @ kf.transpose(-1, -2)) * scale).masked_fill(~mask, float("-inf")), -1)
+    return _write_outputs(q, o, l, return_lse, out, lse)
+
+
+def block_sparse_fp64(q, k, v, sabi, *, block_shape, scale=None, return_lse=False, out=None, lse=None):
+    """Dense attention in float64 under the block mask, the row max subtracted by hand."""
+    scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else float(scale)
+    mask = token_mask(sabi, q.shape[2], block_shape)
+    s = ((q.double() @ k.double().transpose(-1, -2)) * scale).masked_fill(~mask, float("-inf"))
+    m = s.amax(-1, keepdim=True)
+    e = torch.exp(s - m)
+    total = e.sum(-1, keepdim=True)
+    return _write_outputs(q, (e / total) @ v.double(), (m + torch.log(total))[..., 0].float(), return_lse,
+                          out, lse)
+
+
+def block_sparse_online_fp32(q, k, v, sabi, *, block_shape, scale=None, return_lse=False, out=None, lse=None):
+    """The mutants' tiled online softmax under the block mask, no bug switched in."""
+    return _online(q, k, v, sabi, block_shape=block_shape, scale=scale, return_lse=return_lse, out=out, lse=lse)
+
+
+CONTROLS = {f.__name__: f for f in (block_sparse_sdpa_fp32, block_sparse_fp64, block_sparse_online_fp32)}

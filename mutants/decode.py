@@ -10,7 +10,10 @@ import torch
 
 from kernels.decode import decode as _decode
 
-from ._common import finish
+from ._common import (SOFTMAX_BUGS, default_scale, documented, finish, heads_for_queries, ignoring_out,
+                      online_attention, reading_views_as_contiguous)
+
+FAMILY = "decode"
 
 
 def _scale(q, scale):
@@ -103,7 +106,59 @@ def decode_output_through_bf16(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor
     return o, l
 
 
+def _online(q, k, v, *, scale, return_lse, out, lse, **bug):
+    """Tiled online-softmax decode in torch (64-key tiles), with ``bug`` switched in."""
+    Hq = q.shape[1]
+    o, l = online_attention(q, heads_for_queries(k, Hq), heads_for_queries(v, Hq), default_scale(q, scale), **bug)
+    return _finish(q, o, l, return_lse, out, lse)
+
+
+def _softmax_bug(name):
+    doc, bug = SOFTMAX_BUGS[name]
+
+    def mutant(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, scale: Optional[float] = None,
+               return_lse: bool = False, out: Optional[torch.Tensor] = None, lse: Optional[torch.Tensor] = None,
+               num_splits: Optional[int] = None):
+        return _online(q, k, v, scale=scale, return_lse=return_lse, out=out, lse=lse, **bug)
+
+    mutant.__name__ = f"decode_{name}"
+    mutant.__doc__ = doc
+    return mutant
+
+
+def decode_merge_unweighted_past_threshold(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *,
+                                           scale: Optional[float] = None, return_lse: bool = False,
+                                           out: Optional[torch.Tensor] = None, lse: Optional[torch.Tensor] = None,
+                                           num_splits: Optional[int] = None):
+    """Splits the keys past 512 (split-KV) and merges the splits' outputs by a plain average
+    instead of weighting them by exp(lse_i - lse): right until a sequence is long enough to split."""
+    split = 512
+    s = _scores(q, k, _scale(q, scale))
+    vv = _values(q, v)
+    outs, lses = [], []
+    for start in range(0, k.shape[2], split):  # one iteration per split, each vectorized
+        si = s[..., start:start + split]
+        outs.append(torch.softmax(si, dim=-1) @ vv[:, :, start:start + split])
+        lses.append(torch.logsumexp(si, dim=-1))
+    return _finish(q, torch.stack(outs).mean(0), torch.logsumexp(torch.stack(lses), dim=0),
+                   return_lse, out, lse)
+
+
+decode_reads_views_as_contiguous = documented(
+    reading_views_as_contiguous(_decode, "q", "k", "v"), "decode_reads_views_as_contiguous",
+    "Ignores the strides of q/k/v: K/V windows of a longer cache or slices of a fused projection are read "
+    "as if contiguous.")
+decode_ignores_out = documented(ignoring_out(_decode), "decode_ignores_out",
+                                "Ignores the caller's out= / lse= buffers and returns tensors of its own.")
+
+
 MUTANTS = {f.__name__: f for f in (
+    _softmax_bug("fp16_accumulator"),
+    _softmax_bug("stale_running_max"),
+    _softmax_bug("exp_without_max_fp32"),
+    decode_merge_unweighted_past_threshold,
+    decode_reads_views_as_contiguous,
+    decode_ignores_out,
     decode_drops_last_key,
     decode_missing_scale,
     decode_lse_unscaled_max,
@@ -111,3 +166,40 @@ MUTANTS = {f.__name__: f for f in (
     decode_softmax_no_max,
     decode_output_through_bf16,
 )}
+
+
+# --- controls: correct implementations written from kernels.md, not from the project's code ------
+
+def decode_sdpa_fp32(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, scale: Optional[float] = None,
+                     return_lse: bool = False, out: Optional[torch.Tensor] = None,
+                     lse: Optional[torch.Tensor] = None, num_splits: Optional[int] = None):
+    """torch's scaled_dot_product_attention in fp32 (the LSE from a logsumexp of the same scores)."""
+    Hq, sc = q.shape[1], default_scale(q, scale)
+    qf, kf, vf = q.float(), heads_for_queries(k, Hq).float(), heads_for_queries(v, Hq).float()
+    o = torch.nn.functional.scaled_dot_product_attention(qf, kf, vf, scale=sc)
+    return _finish(q, o, torch.logsumexp((qf @ kf.transpose(-1, -2)) * sc, -1), return_lse, out, lse)
+
+
+def decode_fp64(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, scale: Optional[float] = None,
+                return_lse: bool = False, out: Optional[torch.Tensor] = None,
+                lse: Optional[torch.Tensor] = None, num_splits: Optional[int] = None):
+    """Attention in float64 with the row max subtracted by hand, GQA by grouping query heads."""
+    B, Hq, _, D = q.shape
+    Hkv = k.shape[1]
+    qg = q.double().reshape(B, Hkv, Hq // Hkv, D)                        # the G heads of a KV head
+    s = (qg @ k.double().transpose(-1, -2)) * default_scale(q, scale)    # [B, Hkv, G, S]
+    m = s.amax(-1, keepdim=True)
+    e = torch.exp(s - m)
+    o = (e @ v.double()) / e.sum(-1, keepdim=True)
+    l = (m + torch.log(e.sum(-1, keepdim=True)))[..., 0]
+    return _finish(q, o.reshape(B, Hq, 1, D), l.reshape(B, Hq, 1).float(), return_lse, out, lse)
+
+
+def decode_online_fp32(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, scale: Optional[float] = None,
+                       return_lse: bool = False, out: Optional[torch.Tensor] = None,
+                       lse: Optional[torch.Tensor] = None, num_splits: Optional[int] = None):
+    """The mutants' tiled online softmax with no bug switched in."""
+    return _online(q, k, v, scale=scale, return_lse=return_lse, out=out, lse=lse)
+
+
+CONTROLS = {f.__name__: f for f in (decode_sdpa_fp32, decode_fp64, decode_online_fp32)}

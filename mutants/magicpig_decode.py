@@ -15,7 +15,11 @@ import math
 
 import torch
 
-from .sparse_paged_decode import _kw, _paged_decode
+from ._common import SOFTMAX_BUGS, documented, ignoring_out, reading_views_as_contiguous
+from .sparse_decode import _write
+from .sparse_paged_decode import _kw, _paged_decode, counts_attention
+
+FAMILY = "magicpig_decode"
 
 
 def _collision(qd, kd, dots, K, L, *, normalise_k=True, cos_scale=1.0, floor=True):
@@ -32,7 +36,7 @@ def _collision(qd, kd, dots, K, L, *, normalise_k=True, cos_scale=1.0, floor=Tru
 
 def _magicpig(q, kv_cache, indptr, indices, sparse_ind, sparse_nnz, K, L, *, layout, kv_last_page_len,
               scale, return_lse, out, lse, log_form="clamp", sign=-1.0, lsh_per_kv_head=False,
-              **collision_kw):
+              past_nnz=False, online=None, **collision_kw):
     D = q.shape[-1]
     s = 1.0 / math.sqrt(D) if scale is None else float(scale)
     if lsh_per_kv_head:
@@ -51,7 +55,7 @@ def _magicpig(q, kv_cache, indptr, indices, sparse_ind, sparse_nnz, K, L, *, lay
 
     return _paged_decode(q, kv_cache, indptr, indices, sparse_ind, sparse_nnz,
                          **_kw(layout, kv_last_page_len, scale, return_lse, out, lse),
-                         correction=correction, lsh=(K, L))
+                         correction=correction, lsh=(K, L), past_nnz=past_nnz, online=online)
 
 
 # --- the mutants --------------------------------------------------------------------------------
@@ -116,7 +120,92 @@ def magicpig_decode_lsh_per_kv_head(q, kv_cache, kv_page_indptr, kv_page_indices
                      **_kw(layout, kv_last_page_len, scale, return_lse, out, lse), lsh_per_kv_head=True)
 
 
+def magicpig_decode_reads_past_nnz(q, kv_cache, kv_page_indptr, kv_page_indices, sparse_ind, sparse_nnz, K, L, *,
+                                   layout="HND", kv_last_page_len=None, scale=None, return_lse=False,
+                                   out=None, lse=None, num_splits=None, check_indices=True):
+    """Ignores nnz: every entry inside the sequence is attended, so stale positions past nnz count."""
+    return _magicpig(q, kv_cache, kv_page_indptr, kv_page_indices, sparse_ind, sparse_nnz, K, L,
+                     **_kw(layout, kv_last_page_len, scale, return_lse, out, lse), past_nnz=True)
+
+
+def _softmax_bug(name):
+    doc, bug = SOFTMAX_BUGS[name]
+
+    def mutant(q, kv_cache, kv_page_indptr, kv_page_indices, sparse_ind, sparse_nnz, K, L, *, layout="HND",
+               kv_last_page_len=None, scale=None, return_lse=False, out=None, lse=None, num_splits=None,
+               check_indices=True):
+        return _magicpig(q, kv_cache, kv_page_indptr, kv_page_indices, sparse_ind, sparse_nnz, K, L,
+                         **_kw(layout, kv_last_page_len, scale, return_lse, out, lse), online=bug)
+
+    mutant.__name__ = f"magicpig_decode_{name}"
+    mutant.__doc__ = doc
+    return mutant
+
+
+def _kernel(q, kv_cache, kv_page_indptr, kv_page_indices, sparse_ind, sparse_nnz, K, L, *, layout="HND",
+            kv_last_page_len=None, scale=None, return_lse=False, out=None, lse=None, num_splits=None,
+            check_indices=True):
+    from kernels.magicpig_decode import magicpig_decode
+
+    return magicpig_decode(q, kv_cache, kv_page_indptr, kv_page_indices, sparse_ind, sparse_nnz, K, L,
+                           layout=layout, kv_last_page_len=kv_last_page_len, scale=scale, return_lse=return_lse,
+                           out=out, lse=lse, num_splits=num_splits, check_indices=check_indices)
+
+
+magicpig_decode_reads_views_as_contiguous = documented(
+    reading_views_as_contiguous(_kernel, "q", "kv_cache", "sparse_ind", "sparse_nnz", "K", "L"),
+    "magicpig_decode_reads_views_as_contiguous",
+    "Ignores the strides of its tensors: a sliced page pool, q from a fused projection, index rows and K / L "
+    "of wider buffers are read as if contiguous.")
+magicpig_decode_ignores_out = documented(
+    ignoring_out(_kernel), "magicpig_decode_ignores_out",
+    "Ignores the caller's out= / lse= buffers and returns tensors of its own.")
+
+
 MUTANTS = {f.__name__: f for f in (
+    # No fp16-accumulator mutant here: the LSH correction makes the reference's own fp16 error (the
+    # tolerance's baseline) larger than what an fp16 accumulator adds, so no legal input tells the two apart.
+    _softmax_bug("stale_running_max"), _softmax_bug("exp_without_max_fp32"),
+    magicpig_decode_reads_past_nnz, magicpig_decode_reads_views_as_contiguous, magicpig_decode_ignores_out,
     magicpig_decode_swaps_k_and_l, magicpig_decode_log_u_plus_eps, magicpig_decode_correction_sign,
     magicpig_decode_no_u_floor, magicpig_decode_unnormalised_key, magicpig_decode_scaled_cos,
     magicpig_decode_lsh_per_kv_head)}
+
+
+# --- controls: correct implementations written from kernels.md, not from the project's code ------
+
+def magicpig_decode_token_counts_fp64(q, kv_cache, kv_page_indptr, kv_page_indices, sparse_ind, sparse_nnz, K, L, *,
+                                      layout="HND", kv_last_page_len=None, scale=None, return_lse=False,
+                                      out=None, lse=None, num_splits=None, check_indices=True):
+    """Dense attention over each sequence's logical tokens, each score corrected by -log(u) (in
+    float64) and raised by the log of the token's multiplicity in the row."""
+    B, Hq, D = q.shape
+
+    def minus_log_u(qf, k):
+        qd, kd = qf.double(), k.double()
+        dots = (kd @ qd[..., None])[..., 0]
+        return -torch.log(_collision(qd, kd, dots, K, L))
+
+    o, l = counts_attention(q, kv_cache, kv_page_indptr, kv_page_indices, sparse_ind, sparse_nnz, layout, scale,
+                            bias_fn=minus_log_u)
+    return _write(o, l, out, lse, return_lse, (B, Hq, D), (B, Hq), q.dtype, q.device)
+
+
+def magicpig_decode_gather_fp64(q, kv_cache, kv_page_indptr, kv_page_indices, sparse_ind, sparse_nnz, K, L, *,
+                                layout="HND", kv_last_page_len=None, scale=None, return_lse=False,
+                                out=None, lse=None, num_splits=None, check_indices=True):
+    """The listed rows gathered through the page table, corrected softmax over them in float64."""
+    return _magicpig(q, kv_cache, kv_page_indptr, kv_page_indices, sparse_ind, sparse_nnz, K, L,
+                     **_kw(layout, kv_last_page_len, scale, return_lse, out, lse))
+
+
+def magicpig_decode_online_fp32(q, kv_cache, kv_page_indptr, kv_page_indices, sparse_ind, sparse_nnz, K, L, *,
+                                layout="HND", kv_last_page_len=None, scale=None, return_lse=False,
+                                out=None, lse=None, num_splits=None, check_indices=True):
+    """The mutants' tiled online softmax over the listed slots (correction in float64), no bug."""
+    return _magicpig(q, kv_cache, kv_page_indptr, kv_page_indices, sparse_ind, sparse_nnz, K, L,
+                     **_kw(layout, kv_last_page_len, scale, return_lse, out, lse), online={})
+
+
+CONTROLS = {f.__name__: f for f in (magicpig_decode_token_counts_fp64, magicpig_decode_gather_fp64,
+                                    magicpig_decode_online_fp32)}

@@ -20,9 +20,14 @@ import math
 
 import torch
 
-from cases.mustafar import TRITON
+from cases.mustafar import TRITON, MustafarOps
 from kernels.mustafar_format import (Compressed, bitmaps_from_mask, compress, decompress,
                                      mask_from_bitmaps, pack, pack_codes, unpack_codes)
+
+from ._common import online_attention, read_as_contiguous
+
+FAMILY = "mustafar"
+TILE = 64
 
 
 # --- format-read bugs: the project's kernels on transformed buffers ----------------------------
@@ -150,7 +155,115 @@ mustafar_decode_unscaled = dataclasses.replace(TRITON, decode=_decode_unscaled)
 #: Each tile's packed data read from one word / value past offsets[i] (off by one).
 mustafar_offsets_off_by_one = _torch_ops(read_k=_decompress_shifted, read_v=_decompress_shifted)
 
+# --- bugs only the newer dimensions (S_c, views, value distributions, out=) show ------------------
+
+def _first_multiple_of_256(c: Compressed) -> int:
+    return c.shape[2] // 256 * 256
+
+
+def _keys_256(q, kc, *, out=None):
+    """Scores of the tokens in whole groups of 256 (four key tiles per program); the rest unwritten."""
+    S = _first_multiple_of_256(kc)
+    k = _per_head(decompress(kc).double(), q.shape[1], False)[:, :, :S]
+    if out is None:
+        out = torch.full((q.shape[0], q.shape[1], kc.shape[2]), float("nan"), device=q.device)
+    out[:, :, :S] = (k @ q.double()[..., None])[..., 0]
+    return out
+
+
+def _values_256(p, vc, *, out=None):
+    S = _first_multiple_of_256(vc)
+    v = _per_head(decompress(vc).double(), p.shape[1], False)[:, :, :S]
+    o = (p.double()[:, :, None, :S] @ v)[..., 0, :]
+    if out is None:
+        out = torch.empty(o.shape, dtype=torch.float32, device=p.device)
+    return out.copy_(o)
+
+
+def _decode_256(q, kc, vc, *, scale=None, out=None):
+    scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else float(scale)
+    probs = torch.softmax(_keys_256(q, kc)[..., :_first_multiple_of_256(kc)] * scale, dim=-1)
+    o = _values_256(torch.nn.functional.pad(probs, (0, kc.shape[2] - probs.shape[-1])), vc)
+    if out is None:
+        out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
+    return out.copy_(o)
+
+
+def _values_fp16_accumulator(p, vc, *, out=None):
+    """p @ V over 64-token tiles, the running sum rounded to fp16 after every tile."""
+    v = _per_head(decompress(vc).float(), p.shape[1], False)
+    acc = torch.zeros((*p.shape[:2], v.shape[-1]), dtype=torch.float16, device=p.device)
+    for start in range(0, v.shape[2], TILE):  # one iteration per tile, each vectorized
+        part = p.float()[:, :, None, start:start + TILE] @ v[:, :, start:start + TILE]
+        acc = (acc.float() + part[..., 0, :]).half()
+    if out is None:
+        out = torch.empty(acc.shape, dtype=torch.float32, device=p.device)
+    return out.copy_(acc)
+
+
+def _decode_values_fp16_accumulator(q, kc, vc, *, scale=None, out=None):
+    scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else float(scale)
+    probs = torch.softmax(TRITON.keys(q, kc) * scale, dim=-1)
+    o = _values_fp16_accumulator(probs, vc)
+    if out is None:
+        out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
+    return out.copy_(o)
+
+
+def _decode_online(**bug):
+    """Decode as a tiled online softmax over 64-token tiles of the decompressed cache."""
+    def decode(q, kc, vc, *, scale=None, out=None):
+        scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else float(scale)
+        k = _per_head(decompress(kc).float(), q.shape[1], False)
+        v = _per_head(decompress(vc).float(), q.shape[1], False)
+        o, _ = online_attention(q[:, :, None], k, v, scale, **bug)
+        if out is None:
+            out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
+        return out.copy_(o[:, :, 0])
+    return decode
+
+
+def _contiguous_reads(fn):
+    def run(first, *rest, **kw):
+        return fn(read_as_contiguous(first), *rest, **kw)
+    return run
+
+
+def _no_out(fn):
+    def run(*args, **kw):
+        kw.pop("out", None)
+        return fn(*args, **kw)
+    return run
+
+
+#: Keys, values and decode cover only whole groups of 256 tokens (S_c assumed a multiple of 256).
+mustafar_assumes_multiple_of_256 = dataclasses.replace(TRITON, keys=_keys_256, values=_values_256,
+                                                       decode=_decode_256)
+#: Reads q / p and the compressor's input as if contiguous (strides ignored).
+mustafar_reads_views_as_contiguous = dataclasses.replace(
+    TRITON, compress=_contiguous_reads(TRITON.compress), keys=_contiguous_reads(TRITON.keys),
+    values=_contiguous_reads(TRITON.values), decode=_contiguous_reads(TRITON.decode))
+#: Values (and decode's P @ V) accumulate in fp16, rounded after every 64-token tile.
+mustafar_values_fp16_accumulator = dataclasses.replace(TRITON, values=_values_fp16_accumulator,
+                                                       decode=_decode_values_fp16_accumulator)
+#: Decode's softmax as a tiled online softmax whose running max is never updated after the first tile.
+mustafar_decode_stale_running_max = dataclasses.replace(TRITON, decode=_decode_online(stale_max=True,
+                                                                                      p_dtype=torch.float16))
+#: Decode's softmax without subtracting the row max (fp32): exp overflows past ~88.7.
+mustafar_decode_exp_without_max = dataclasses.replace(TRITON, decode=_decode_online(exp_without_max=True))
+#: Keys, values and decode ignore the caller's out= and return tensors of their own.
+mustafar_ignores_out = dataclasses.replace(TRITON, keys=_no_out(TRITON.keys), values=_no_out(TRITON.values),
+                                           decode=_no_out(TRITON.decode))
+
 BUGS = {
+    "mustafar_assumes_multiple_of_256": "Keys, values and decode cover whole groups of 256 tokens only "
+                                        "(S_c assumed a multiple of 256).",
+    "mustafar_reads_views_as_contiguous": "Reads q / p and the compressor's input as if contiguous (strides ignored).",
+    "mustafar_values_fp16_accumulator": "Values (and decode's P @ V) accumulate in fp16, rounded after every 64-token tile.",
+    "mustafar_decode_stale_running_max": "Decode's tiled online softmax never updates its running max after the "
+                                         "first tile (fp16 probabilities overflow).",
+    "mustafar_decode_exp_without_max": "Decode's softmax without subtracting the row max (fp32): exp overflows past ~88.7.",
+    "mustafar_ignores_out": "Keys, values and decode ignore the caller's out= and return tensors of their own.",
     "mustafar_bit_order_reversed": "Reads the bitmap LSB first (element j <-> bit j): tiles decode mirrored.",
     "mustafar_zero_point_sign": "Dequantises as (code + zero) * scale.",
     "mustafar_neighbour_scale": "Tile i uses the scale of tile i + 1.",
@@ -165,3 +278,124 @@ BUGS = {
 MUTANTS = {name: globals()[name] for name in BUGS}
 for _name, _bug in BUGS.items():  # each mutant's docstring states its bug (frozen: set it directly)
     object.__setattr__(MUTANTS[_name], "__doc__", _bug)
+
+
+# --- controls: the format written from kernels.md section 9, independently of the project's ----------
+
+def _spec_tiles(x: torch.Tensor, kind: str) -> torch.Tensor:
+    """[B, H, S, D] -> [n_tiles, 64]: key tiles run over 64 tokens of one channel (tiles ordered
+    by token block, then channel), value tiles over 64 channels of one token."""
+    B, H, S, D = x.shape
+    if kind == "key":
+        return x.reshape(B, H, S // TILE, TILE, D).permute(0, 1, 2, 4, 3).reshape(-1, TILE)
+    return x.reshape(-1, TILE)
+
+
+def _spec_untile(tiles: torch.Tensor, kind: str, shape) -> torch.Tensor:
+    B, H, S, D = shape
+    if kind == "key":
+        return tiles.reshape(B, H, S // TILE, D, TILE).permute(0, 1, 2, 4, 3).reshape(B, H, S, D)
+    return tiles.reshape(B, H, S, D)
+
+
+_SPEC_BITS = torch.tensor([-(1 << 63)] + [1 << (63 - j) for j in range(1, TILE)], dtype=torch.int64)
+
+
+def _spec_pack(x: torch.Tensor, keep: torch.Tensor, kind: str, bits: int) -> Compressed:
+    tiles, kept = _spec_tiles(x, kind), _spec_tiles(keep, kind)
+    bitmaps = (kept.long() * _SPEC_BITS.to(x.device)).sum(-1)              # bit 63 - j for element j (MSB first)
+    count = kept.sum(-1)
+    if bits == 16:
+        offsets = torch.cat([count.new_zeros(1), count.cumsum(0)]).int()
+        return Compressed(kind, 16, tuple(x.shape), bitmaps, offsets, tiles[kept])
+    vals = tiles.float()
+    lo = torch.where(kept, vals, float("inf")).amin(-1)
+    hi = torch.where(kept, vals, float("-inf")).amax(-1)
+    lo, hi = torch.where(count > 0, lo, 0.0), torch.where(count > 0, hi, 0.0)
+    scale = (hi - lo) / 3
+    scale = torch.where(scale == 0, 1.0, scale)
+    zero = torch.floor(-lo / scale + 0.5)
+    code = (torch.floor(vals / scale[:, None] + 0.5) + zero[:, None]).clamp(0, 3).long()
+    words = (count + 15) // 16
+    offsets = torch.cat([words.new_zeros(1), words.cumsum(0)])
+    place = kept.long().cumsum(-1) - 1                        # p: the element's rank among the kept
+    word = (offsets[:-1, None] + place // 16)[kept]
+    packed = torch.zeros(int(offsets[-1]), dtype=torch.int64, device=x.device)
+    packed.scatter_add_(0, word, (code << (2 * (place % 16)))[kept])
+    packed = torch.where(packed >= 2**31, packed - 2**32, packed).int()
+    return Compressed(kind, 2, tuple(x.shape), bitmaps, offsets.int(), packed, scale, zero.int())
+
+
+def _spec_unpack(c: Compressed) -> torch.Tensor:
+    """The dense cache (fp32) the buffers describe: zero where nothing is kept."""
+    kept = ((c.bitmaps.long()[:, None] >> (63 - torch.arange(TILE, device=c.bitmaps.device))) & 1).bool()
+    place = kept.long().cumsum(-1) - 1
+    start = c.offsets[:-1].long()[:, None]
+    if c.bits == 16:
+        where = (start + place).clamp(0, max(c.packed.numel() - 1, 0))
+        vals = c.packed.float()[where] if c.packed.numel() else torch.zeros(kept.shape, device=kept.device)
+    else:
+        where = (start + place // 16).clamp(0, max(c.packed.numel() - 1, 0))
+        word = (c.packed.long()[where] & 0xFFFFFFFF) if c.packed.numel() else torch.zeros_like(place)
+        code = (word >> (2 * (place % 16))) & 3
+        vals = (code - c.zero.long()[:, None]).float() * c.scale.float()[:, None]
+    return _spec_untile(torch.where(kept, vals, 0.0), c.kind, c.shape)
+
+
+def _control(select_kept, dtype):
+    """MustafarOps from the spec: ``select_kept(x, keep_count)`` picks each token's kept entries,
+    the math runs in ``dtype`` on the decompressed cache."""
+    def compress_(x, sparsity, *, kind, bits=16):
+        keep_count = x.shape[-1] - int(sparsity * x.shape[-1])
+        return _spec_pack(x, select_kept(x, keep_count), kind, bits)
+
+    def decompress_(c):
+        dense = _spec_unpack(c)
+        return dense.half() if c.bits == 16 else dense
+
+    def heads(c, Hq):
+        dense = _spec_unpack(c).to(dtype)
+        return dense.repeat_interleave(Hq // dense.shape[1], dim=1)
+
+    def keys_(q, kc, *, out=None):
+        scores = (heads(kc, q.shape[1]) @ q.to(dtype)[..., None])[..., 0]
+        out = torch.empty(scores.shape, dtype=torch.float32, device=q.device) if out is None else out
+        return out.copy_(scores)
+
+    def values_(p, vc, *, out=None):
+        o = (p.to(dtype)[:, :, None, :] @ heads(vc, p.shape[1]))[:, :, 0]
+        out = torch.empty(o.shape, dtype=torch.float32, device=p.device) if out is None else out
+        return out.copy_(o)
+
+    def decode_(q, kc, vc, *, scale=None, out=None):
+        scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else float(scale)
+        s = (heads(kc, q.shape[1]) @ q.to(dtype)[..., None])[..., 0] * scale
+        p = torch.exp(s - s.amax(-1, keepdim=True))
+        o = ((p / p.sum(-1, keepdim=True))[:, :, None, :] @ heads(vc, q.shape[1]))[:, :, 0]
+        out = torch.empty(q.shape, dtype=q.dtype, device=q.device) if out is None else out
+        return out.copy_(o)
+
+    return MustafarOps(compress=compress_, decompress=decompress_, keys=keys_, values=values_, decode=decode_)
+
+
+def _topk_kept(x, keep_count):
+    idx = torch.topk(x.abs().float(), keep_count, dim=-1).indices
+    return torch.zeros(x.shape, dtype=torch.bool, device=x.device).scatter_(-1, idx, True)
+
+
+def _sorted_kept_high_index_first(x, keep_count):
+    # Ties broken towards the higher channel: the other way from the format's own compressor.
+    flipped = x.abs().float().flip(-1)
+    order = torch.argsort(flipped, dim=-1, descending=True, stable=True)[..., :keep_count]
+    return torch.zeros(x.shape, dtype=torch.bool, device=x.device).scatter_(-1, x.shape[-1] - 1 - order, True)
+
+
+CONTROLS = {
+    "mustafar_topk_fp32": _control(_topk_kept, torch.float32),
+    "mustafar_sorted_ties_high_fp64": _control(_sorted_kept_high_index_first, torch.float64),
+}
+for _name, _doc in (("mustafar_topk_fp32", "torch.topk compressor, the format packed and read from kernels.md, "
+                                           "fp32 math on the decompressed cache."),
+                    ("mustafar_sorted_ties_high_fp64", "Stable sort compressor breaking ties towards the higher "
+                                                       "channel, the format from kernels.md, fp64 math.")):
+    object.__setattr__(CONTROLS[_name], "__doc__", _doc)

@@ -10,6 +10,11 @@ import torch
 
 from kernels.paged_decode import paged_decode as _paged_decode
 
+from ._common import (SOFTMAX_BUGS, documented, finish, ignoring_out, online_attention,
+                      reading_views_as_contiguous)
+
+FAMILY = "paged_decode"
+
 
 def _head_axis(layout):
     return 2 if layout == "HND" else 3
@@ -150,7 +155,88 @@ def paged_decode_empty_sequence_unwritten(q: torch.Tensor, kv_cache: torch.Tenso
     return out, (lse if return_lse else None)
 
 
+def _gather(q, kv_cache, indptr, indices, last, layout):
+    """(k, v [B, Hq, N, D] in the cache dtype, valid [B, 1, 1, N]): each sequence's tokens in
+    logical order, read page by page through the table (N: the longest sequence)."""
+    B, Hq, D = q.shape
+    hnd = kv_cache if layout == "HND" else kv_cache.transpose(2, 3)      # [pages, 2, Hkv, P, D]
+    P, Hkv = hnd.shape[3], hnd.shape[2]
+    pages = (indptr[1:] - indptr[:-1]).long()
+    lengths = torch.where(pages > 0, P * (pages - 1) + last.long(), 0)
+    N = max(int(lengths.max()) if B else 0, 1)
+    t = torch.arange(N, device=q.device)
+    valid = t[None, :] < lengths[:, None]                                  # [B, N]
+    entry = torch.where(valid, indptr[:-1].long()[:, None] + t // P, 0).clamp(max=max(indices.numel() - 1, 0))
+    page = indices.long()[entry] if indices.numel() else torch.zeros_like(entry)
+    kv = hnd[page, :, :, t % P]                                            # [B, N, 2, Hkv, D]
+    kv = torch.where(valid[:, :, None, None, None], kv, torch.zeros((), dtype=kv.dtype))
+    k, v = (kv[:, :, i].permute(0, 2, 1, 3).repeat_interleave(Hq // Hkv, dim=1) for i in (0, 1))
+    return k, v, valid[:, None, None, :]
+
+
+def _online_paged(q, kv_cache, indptr, indices, last, *, layout, scale, return_lse, out, lse, **bug):
+    """Tiled online-softmax paged decode in torch (64-token tiles of each sequence)."""
+    k, v, valid = _gather(q, kv_cache, indptr, indices, last, layout)
+    scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else float(scale)
+    o, l = online_attention(q[:, :, None], k, v, scale, valid, **bug)
+    return finish(q, o[:, :, 0], l[:, :, 0], return_lse, out, lse)
+
+
+def _softmax_bug(name):
+    doc, bug = SOFTMAX_BUGS[name]
+
+    def mutant(q: torch.Tensor, kv_cache: torch.Tensor, kv_page_indptr: torch.Tensor,
+               kv_page_indices: torch.Tensor, kv_last_page_len: torch.Tensor, *, layout: str = "HND",
+               scale: Optional[float] = None, return_lse: bool = False, out: Optional[torch.Tensor] = None,
+               lse: Optional[torch.Tensor] = None, num_splits: Optional[int] = None, check_indices: bool = True):
+        return _online_paged(q, kv_cache, kv_page_indptr, kv_page_indices, kv_last_page_len, layout=layout,
+                             scale=scale, return_lse=return_lse, out=out, lse=lse, **bug)
+
+    mutant.__name__ = f"paged_decode_{name}"
+    mutant.__doc__ = doc
+    return mutant
+
+
+def paged_decode_merge_unweighted_past_threshold(q: torch.Tensor, kv_cache: torch.Tensor,
+                                                 kv_page_indptr: torch.Tensor, kv_page_indices: torch.Tensor,
+                                                 kv_last_page_len: torch.Tensor, *, layout: str = "HND",
+                                                 scale: Optional[float] = None, return_lse: bool = False,
+                                                 out: Optional[torch.Tensor] = None,
+                                                 lse: Optional[torch.Tensor] = None,
+                                                 num_splits: Optional[int] = None, check_indices: bool = True):
+    """Sequences past 512 tokens are split and the splits' outputs averaged instead of weighted by
+    exp(lse_i - lse): right until a sequence is long enough to split."""
+    k, v, valid = _gather(q, kv_cache, kv_page_indptr, kv_page_indices, kv_last_page_len, layout)
+    scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else float(scale)
+    s = ((q.float()[:, :, None] @ k.float().transpose(-1, -2)) * scale).masked_fill(~valid, float("-inf"))
+    outs, lses = [], []
+    for start in range(0, s.shape[-1], 512):  # one iteration per split, each vectorized
+        si = s[..., start:start + 512]
+        li = torch.logsumexp(si, -1)
+        p = torch.exp(si - torch.where(torch.isfinite(li), li, 0.0)[..., None])
+        outs.append(p @ v[:, :, start:start + 512].float())
+        lses.append(li)
+    used = torch.isfinite(torch.stack(lses)).float()
+    o = (torch.stack(outs) * used[..., None]).sum(0) / used.sum(0).clamp(min=1)[..., None]
+    return finish(q, o[:, :, 0], torch.logsumexp(torch.stack(lses), 0)[:, :, 0], return_lse, out, lse)
+
+
+paged_decode_reads_views_as_contiguous = documented(
+    reading_views_as_contiguous(_paged_decode, "q", "kv_cache"), "paged_decode_reads_views_as_contiguous",
+    "Ignores the strides of q and the cache: a page pool that is a slice of a larger one is read as if "
+    "contiguous.")
+paged_decode_ignores_out = documented(
+    ignoring_out(_paged_decode), "paged_decode_ignores_out",
+    "Ignores the caller's out= / lse= buffers and returns tensors of its own.")
+
+
 MUTANTS = {f.__name__: f for f in (
+    _softmax_bug("fp16_accumulator"),
+    _softmax_bug("stale_running_max"),
+    _softmax_bug("exp_without_max_fp32"),
+    paged_decode_merge_unweighted_past_threshold,
+    paged_decode_reads_views_as_contiguous,
+    paged_decode_ignores_out,
     paged_decode_last_page_len_off_by_one,
     paged_decode_page_table_off_by_one,
     paged_decode_ignores_page_table,
@@ -158,3 +244,50 @@ MUTANTS = {f.__name__: f for f in (
     paged_decode_gqa_head_modulo,
     paged_decode_empty_sequence_unwritten,
 )}
+
+
+# --- controls: correct implementations written from kernels.md, not from the project's code ------
+
+def paged_decode_fp64(q: torch.Tensor, kv_cache: torch.Tensor, kv_page_indptr: torch.Tensor,
+                      kv_page_indices: torch.Tensor, kv_last_page_len: torch.Tensor, *, layout: str = "HND",
+                      scale: Optional[float] = None, return_lse: bool = False, out: Optional[torch.Tensor] = None,
+                      lse: Optional[torch.Tensor] = None, num_splits: Optional[int] = None,
+                      check_indices: bool = True):
+    """Each sequence gathered through the page table, dense masked attention in float64."""
+    k, v, valid = _gather(q, kv_cache, kv_page_indptr, kv_page_indices, kv_last_page_len, layout)
+    scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else float(scale)
+    s = ((q.double()[:, :, None] @ k.double().transpose(-1, -2)) * scale).masked_fill(~valid, float("-inf"))
+    l = torch.logsumexp(s, -1)
+    p = torch.exp(s - torch.where(torch.isfinite(l), l, 0.0)[..., None])
+    return finish(q, (p @ v.double())[:, :, 0], l[:, :, 0].float(), return_lse, out, lse)
+
+
+def paged_decode_sdpa_fp32(q: torch.Tensor, kv_cache: torch.Tensor, kv_page_indptr: torch.Tensor,
+                           kv_page_indices: torch.Tensor, kv_last_page_len: torch.Tensor, *, layout: str = "HND",
+                           scale: Optional[float] = None, return_lse: bool = False,
+                           out: Optional[torch.Tensor] = None, lse: Optional[torch.Tensor] = None,
+                           num_splits: Optional[int] = None, check_indices: bool = True):
+    """Gathered sequences through torch's scaled_dot_product_attention (fp32, boolean mask); a
+    sequence with no token gives zeros and lse -inf."""
+    k, v, valid = _gather(q, kv_cache, kv_page_indptr, kv_page_indices, kv_last_page_len, layout)
+    scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else float(scale)
+    qf = q.float()[:, :, None]
+    sees = valid.any(-1, keepdim=True)
+    o = torch.nn.functional.scaled_dot_product_attention(qf, k.float(), v.float(), attn_mask=valid | ~sees,
+                                                         scale=scale)
+    o = torch.where(sees, o, 0.0)
+    l = torch.logsumexp(((qf @ k.float().transpose(-1, -2)) * scale).masked_fill(~valid, float("-inf")), -1)
+    return finish(q, o[:, :, 0], l[:, :, 0], return_lse, out, lse)
+
+
+def paged_decode_online_fp32(q: torch.Tensor, kv_cache: torch.Tensor, kv_page_indptr: torch.Tensor,
+                             kv_page_indices: torch.Tensor, kv_last_page_len: torch.Tensor, *, layout: str = "HND",
+                             scale: Optional[float] = None, return_lse: bool = False,
+                             out: Optional[torch.Tensor] = None, lse: Optional[torch.Tensor] = None,
+                             num_splits: Optional[int] = None, check_indices: bool = True):
+    """The mutants' tiled online softmax with no bug switched in."""
+    return _online_paged(q, kv_cache, kv_page_indptr, kv_page_indices, kv_last_page_len, layout=layout,
+                         scale=scale, return_lse=return_lse, out=out, lse=lse)
+
+
+CONTROLS = {f.__name__: f for f in (paged_decode_fp64, paged_decode_sdpa_fp32, paged_decode_online_fp32)}

@@ -10,7 +10,10 @@ import torch
 
 from kernels.prefill import prefill as _prefill
 
-from ._common import finish
+from ._common import (SOFTMAX_BUGS, default_scale, documented, finish, heads_for_queries, ignoring_out,
+                      online_attention, reading_views_as_contiguous)
+
+FAMILY = "prefill"
 
 _LOG2E = 1.0 / math.log(2.0)
 
@@ -127,7 +130,41 @@ def prefill_scale_applied_twice(q: torch.Tensor, k: torch.Tensor, v: torch.Tenso
     return _prefill(q, k, v, causal=causal, scale=sc * sc, return_lse=return_lse, out=out, lse=lse)
 
 
+def _online(q, k, v, *, causal, scale, return_lse, out, lse, **bug):
+    """Tiled online-softmax prefill in torch (64-key tiles), with ``bug`` switched in."""
+    S, Hq = q.shape[2], q.shape[1]
+    visible = _causal(S, q.device) if causal else None
+    o, l = online_attention(q, heads_for_queries(k, Hq), heads_for_queries(v, Hq), default_scale(q, scale),
+                            visible, **bug)
+    return _finish(q, o, l, return_lse, out, lse)
+
+
+def _softmax_bug(name):
+    doc, bug = SOFTMAX_BUGS[name]
+
+    def mutant(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool, scale: Optional[float] = None,
+               return_lse: bool = False, out: Optional[torch.Tensor] = None, lse: Optional[torch.Tensor] = None):
+        return _online(q, k, v, causal=causal, scale=scale, return_lse=return_lse, out=out, lse=lse, **bug)
+
+    mutant.__name__ = f"prefill_{name}"
+    mutant.__doc__ = doc
+    return mutant
+
+
+prefill_reads_views_as_contiguous = documented(
+    reading_views_as_contiguous(_prefill, "q", "k", "v"), "prefill_reads_views_as_contiguous",
+    "Ignores the strides of q/k/v: a view (a window of a longer cache, a slice of a fused QKV tensor) is read "
+    "as if it were contiguous.")
+prefill_ignores_out = documented(
+    ignoring_out(_prefill), "prefill_ignores_out", "Ignores the caller's out= / lse= buffers and returns tensors of its own.")
+
+
 MUTANTS = {f.__name__: f for f in (
+    _softmax_bug("fp16_accumulator"),
+    _softmax_bug("stale_running_max"),
+    _softmax_bug("exp_without_max_fp32"),
+    prefill_reads_views_as_contiguous,
+    prefill_ignores_out,
     prefill_causal_excludes_diagonal,
     prefill_causal_mask_transposed,
     prefill_gqa_head_modulo,
@@ -136,3 +173,43 @@ MUTANTS = {f.__name__: f for f in (
     prefill_tail_rows_unwritten,
     prefill_scale_applied_twice,
 )}
+
+
+# --- controls: correct implementations written from kernels.md, not from the project's code ------
+
+def prefill_sdpa_fp32(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool,
+                      scale: Optional[float] = None, return_lse: bool = False,
+                      out: Optional[torch.Tensor] = None, lse: Optional[torch.Tensor] = None):
+    """torch's scaled_dot_product_attention in fp32 (the LSE from a logsumexp of the same scores)."""
+    Hq, sc = q.shape[1], default_scale(q, scale)
+    qf, kf, vf = q.float(), heads_for_queries(k, Hq).float(), heads_for_queries(v, Hq).float()
+    o = torch.nn.functional.scaled_dot_product_attention(qf, kf, vf, is_causal=causal, scale=sc)
+    s = (qf @ kf.transpose(-1, -2)) * sc
+    if causal:
+        s = s.masked_fill(~_causal(q.shape[2], q.device), float("-inf"))
+    return _finish(q, o, torch.logsumexp(s, -1), return_lse, out, lse)
+
+
+def prefill_fp64(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool,
+                 scale: Optional[float] = None, return_lse: bool = False,
+                 out: Optional[torch.Tensor] = None, lse: Optional[torch.Tensor] = None):
+    """Dense attention in float64, the row max subtracted by hand."""
+    S, Hq = q.shape[2], q.shape[1]
+    s = (q.double() @ heads_for_queries(k, Hq).double().transpose(-1, -2)) * default_scale(q, scale)
+    if causal:
+        s = s.masked_fill(~_causal(S, q.device), float("-inf"))
+    m = s.amax(-1, keepdim=True)
+    e = torch.exp(s - m)
+    total = e.sum(-1, keepdim=True)
+    o = (e / total) @ heads_for_queries(v, Hq).double()
+    return _finish(q, o, (m + torch.log(total))[..., 0].float(), return_lse, out, lse)
+
+
+def prefill_online_fp32(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool,
+                        scale: Optional[float] = None, return_lse: bool = False,
+                        out: Optional[torch.Tensor] = None, lse: Optional[torch.Tensor] = None):
+    """The mutants' tiled online softmax with no bug switched in (fp32 accumulator, running max)."""
+    return _online(q, k, v, causal=causal, scale=scale, return_lse=return_lse, out=out, lse=lse)
+
+
+CONTROLS = {f.__name__: f for f in (prefill_sdpa_fp32, prefill_fp64, prefill_online_fp32)}

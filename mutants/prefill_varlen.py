@@ -12,7 +12,10 @@ import torch
 
 from kernels.prefill_varlen import prefill_packed, prefill_padded
 
-from ._common import finish
+from ._common import (SOFTMAX_BUGS, documented, finish, ignoring_out, online_attention,
+                      reading_views_as_contiguous)
+
+FAMILY = "prefill_varlen"
 
 _LOG2E = 1.0 / math.log(2.0)
 
@@ -168,7 +171,55 @@ def prefill_varlen_drops_last_key(q: torch.Tensor, k: torch.Tensor, v: torch.Ten
                          max_seqlen=max_seqlen, visible_fn=visible)
 
 
+def _as_batches(q, k, v):
+    """[X, H, R, D] views of either layout (packed: X = 1, rows = tokens), KV heads matched."""
+    packed = q.dim() == 3
+    qq, kk, vv = ((t.transpose(0, 1)[None] if packed else t) for t in (q, k, v))
+    G = qq.shape[1] // kk.shape[1]
+    return qq, kk.repeat_interleave(G, dim=1), vv.repeat_interleave(G, dim=1)
+
+
+def _online_varlen(q, k, v, seq, *, causal, scale, return_lse, out, lse, max_seqlen, **bug):
+    """Tiled online-softmax varlen prefill in torch (64-key tiles over the padded rows or the packed
+    tokens, the sequence mask applied per tile), with ``bug`` switched in."""
+    qq, kk, vv = _as_batches(q, k, v)
+    geo = _geometry(q, seq, max_seqlen)
+    visible = _correct_visible(geo, causal) & geo.row_ok[:, :, None]
+    scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else float(scale)
+    o, l = online_attention(qq, kk, vv, scale, visible[:, None], **bug)
+    if q.dim() == 3:
+        o, l = o[0].transpose(0, 1), l[0].transpose(0, 1)
+    return finish(q, o, l, return_lse, out, lse)
+
+
+def _softmax_bug(name):
+    doc, bug = SOFTMAX_BUGS[name]
+
+    def mutant(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, seq: torch.Tensor, *, causal: bool,
+               scale: Optional[float] = None, return_lse: bool = False, out: Optional[torch.Tensor] = None,
+               lse: Optional[torch.Tensor] = None, max_seqlen: Optional[int] = None):
+        return _online_varlen(q, k, v, seq, causal=causal, scale=scale, return_lse=return_lse, out=out, lse=lse,
+                              max_seqlen=max_seqlen, **bug)
+
+    mutant.__name__ = f"prefill_varlen_{name}"
+    mutant.__doc__ = doc
+    return mutant
+
+
+prefill_varlen_reads_views_as_contiguous = documented(
+    reading_views_as_contiguous(_kernel, "q", "k", "v"), "prefill_varlen_reads_views_as_contiguous",
+    "Ignores the strides of q/k/v: slices of one fused QKV tensor (or padded rows) are read as if contiguous.")
+prefill_varlen_ignores_out = documented(
+    ignoring_out(_kernel), "prefill_varlen_ignores_out",
+    "Ignores the caller's out= / lse= buffers and returns tensors of its own.")
+
+
 MUTANTS = {f.__name__: f for f in (
+    _softmax_bug("fp16_accumulator"),
+    _softmax_bug("stale_running_max"),
+    _softmax_bug("exp_without_max_fp32"),
+    prefill_varlen_reads_views_as_contiguous,
+    prefill_varlen_ignores_out,
     prefill_varlen_padded_rows_unwritten,
     prefill_varlen_key_end_uses_max_len,
     prefill_varlen_gqa_head_modulo,
@@ -176,3 +227,55 @@ MUTANTS = {f.__name__: f for f in (
     prefill_varlen_causal_sees_next_token,
     prefill_varlen_drops_last_key,
 )}
+
+
+# --- controls: correct implementations written from kernels.md, not from the project's code ------
+
+def prefill_varlen_fp64(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, seq: torch.Tensor, *, causal: bool,
+                        scale: Optional[float] = None, return_lse: bool = False,
+                        out: Optional[torch.Tensor] = None, lse: Optional[torch.Tensor] = None,
+                        max_seqlen: Optional[int] = None):
+    """Dense attention in float64 under a same-sequence (and causal) mask; rows that belong to no
+    sequence are zero with lse -inf."""
+    qq, kk, vv = (t.double() for t in _as_batches(q, k, v))
+    geo = _geometry(q, seq, max_seqlen)
+    visible = (_correct_visible(geo, causal) & geo.row_ok[:, :, None])[:, None]
+    scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else float(scale)
+    s = ((qq @ kk.transpose(-1, -2)) * scale).masked_fill(~visible, float("-inf"))
+    l = torch.logsumexp(s, -1)
+    p = torch.exp(s - torch.where(torch.isfinite(l), l, 0.0)[..., None])
+    o = p @ vv
+    if q.dim() == 3:
+        o, l = o[0].transpose(0, 1), l[0].transpose(0, 1)
+    return finish(q, o, l.float(), return_lse, out, lse)
+
+
+def prefill_varlen_sdpa_fp32(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, seq: torch.Tensor, *,
+                             causal: bool, scale: Optional[float] = None, return_lse: bool = False,
+                             out: Optional[torch.Tensor] = None, lse: Optional[torch.Tensor] = None,
+                             max_seqlen: Optional[int] = None):
+    """torch's scaled_dot_product_attention in fp32 with a boolean mask; rows that see no key
+    (padding) are set to zero / -inf afterwards."""
+    qq, kk, vv = (t.float() for t in _as_batches(q, k, v))
+    geo = _geometry(q, seq, max_seqlen)
+    visible = (_correct_visible(geo, causal) & geo.row_ok[:, :, None])[:, None]
+    scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else float(scale)
+    sees = visible.any(-1, keepdim=True)
+    o = torch.nn.functional.scaled_dot_product_attention(qq, kk, vv, attn_mask=visible | ~sees, scale=scale)
+    o = torch.where(sees, o, 0.0)
+    l = torch.logsumexp(((qq @ kk.transpose(-1, -2)) * scale).masked_fill(~visible, float("-inf")), -1)
+    if q.dim() == 3:
+        o, l = o[0].transpose(0, 1), l[0].transpose(0, 1)
+    return finish(q, o, l, return_lse, out, lse)
+
+
+def prefill_varlen_online_fp32(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, seq: torch.Tensor, *,
+                               causal: bool, scale: Optional[float] = None, return_lse: bool = False,
+                               out: Optional[torch.Tensor] = None, lse: Optional[torch.Tensor] = None,
+                               max_seqlen: Optional[int] = None):
+    """The mutants' tiled online softmax with no bug switched in."""
+    return _online_varlen(q, k, v, seq, causal=causal, scale=scale, return_lse=return_lse, out=out, lse=lse,
+                          max_seqlen=max_seqlen)
+
+
+CONTROLS = {f.__name__: f for f in (prefill_varlen_fp64, prefill_varlen_sdpa_fp32, prefill_varlen_online_fp32)}

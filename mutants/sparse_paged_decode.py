@@ -12,7 +12,11 @@ import math
 
 import torch
 
-from .sparse_decode import LOG2E, _attend, _dedup, _valid_slots, _write
+from ._common import SOFTMAX_BUGS, documented, ignoring_out, reading_views_as_contiguous
+from .sparse_decode import (LOG2E, _dedup, _valid_slots, _write, attend_slots, in_range_slots,
+                            softmax_with_counts, token_weights)
+
+FAMILY = "sparse_paged_decode"
 
 
 def _rows(kv_cache, layout, indptr, indices, positions, valid, heads, *, hnd_formula=False,
@@ -39,10 +43,17 @@ def _rows(kv_cache, layout, indptr, indices, positions, valid, heads, *, hnd_for
     return k_row, v_row
 
 
+def _lengths(indptr, kv_last_page_len, P):
+    pages = (indptr[1:] - indptr[:-1]).to(torch.int64)
+    if kv_last_page_len is None:
+        return pages * P
+    return torch.where(pages > 0, P * (pages - 1) + kv_last_page_len.to(torch.int64), 0)
+
+
 def _paged_decode(q, kv_cache, indptr, indices, sparse_ind, sparse_nnz, *, layout, kv_last_page_len,
                   scale, return_lse, out, lse, correction=None, lsh=None, dedup=False,
                   read_padding=False, lse_base2=False, head_modulo=False, hnd_formula=False,
-                  ignore_indptr=False, swap_kv=False):
+                  ignore_indptr=False, swap_kv=False, past_nnz=False, online=None):
     """Sparse paged decode in float64 with switchable bugs. ``correction(qd, kd, dots, lsh)``
     (float64, [B, Hq, N]) is added to the scaled scores (MagicPIG); ``lsh`` is passed through."""
     B, Hq, D = q.shape
@@ -61,6 +72,8 @@ def _paged_decode(q, kv_cache, indptr, indices, sparse_ind, sparse_nnz, *, layou
             length = pages * P
         valid = (length > 0).view(B, 1, 1).expand_as(valid)
         positions = torch.minimum(positions.clamp(min=0), (length - 1).clamp(min=0).view(B, 1, 1))
+    elif past_nnz:
+        valid = in_range_slots(positions, _lengths(indptr, kv_last_page_len, P).view(B, 1, 1))
     if dedup:
         valid = _dedup(positions, valid)
     h = torch.arange(Hq, device=q.device)
@@ -70,7 +83,7 @@ def _paged_decode(q, kv_cache, indptr, indices, sparse_ind, sparse_nnz, *, layou
     rows = kv_cache.reshape(-1, D)
     k_sel, v_sel = rows[k_row], rows[v_row]                                  # [B, Hq, N, D]
     corr = None if correction is None else (lambda qd, kd, dots: correction(qd, kd, dots, lsh))
-    o, lse_val = _attend(q, k_sel, v_sel, valid, scale, correction=corr)
+    o, lse_val = attend_slots(q, k_sel, v_sel, valid, scale, online=online, correction=corr)
     if lse_base2:
         lse_val = lse_val * LOG2E
     return _write(o, lse_val, out, lse, return_lse, (B, Hq, D), (B, Hq), q.dtype, q.device)
@@ -147,7 +160,120 @@ def sparse_paged_decode_lse_base2(q, kv_cache, kv_page_indptr, kv_page_indices, 
                          **_kw(layout, kv_last_page_len, scale, return_lse, out, lse), lse_base2=True)
 
 
+def sparse_paged_decode_reads_past_nnz(q, kv_cache, kv_page_indptr, kv_page_indices, sparse_ind, sparse_nnz, *,
+                                       layout="HND", kv_last_page_len=None, scale=None, return_lse=False,
+                                       out=None, lse=None, num_splits=None, check_indices=True):
+    """Ignores nnz: every entry inside the sequence is attended (stops only at -1 or out-of-range
+    padding), so stale positions past nnz count."""
+    return _paged_decode(q, kv_cache, kv_page_indptr, kv_page_indices, sparse_ind, sparse_nnz,
+                         **_kw(layout, kv_last_page_len, scale, return_lse, out, lse), past_nnz=True)
+
+
+def _softmax_bug(name):
+    doc, bug = SOFTMAX_BUGS[name]
+
+    def mutant(q, kv_cache, kv_page_indptr, kv_page_indices, sparse_ind, sparse_nnz, *, layout="HND",
+               kv_last_page_len=None, scale=None, return_lse=False, out=None, lse=None, num_splits=None,
+               check_indices=True):
+        return _paged_decode(q, kv_cache, kv_page_indptr, kv_page_indices, sparse_ind, sparse_nnz,
+                             **_kw(layout, kv_last_page_len, scale, return_lse, out, lse), online=bug)
+
+    mutant.__name__ = f"sparse_paged_decode_{name}"
+    mutant.__doc__ = doc
+    return mutant
+
+
+def _kernel(q, kv_cache, kv_page_indptr, kv_page_indices, sparse_ind, sparse_nnz, *, layout="HND",
+            kv_last_page_len=None, scale=None, return_lse=False, out=None, lse=None, num_splits=None,
+            check_indices=True):
+    from kernels.sparse_paged_decode import sparse_paged_decode
+
+    return sparse_paged_decode(q, kv_cache, kv_page_indptr, kv_page_indices, sparse_ind, sparse_nnz,
+                               layout=layout, kv_last_page_len=kv_last_page_len, scale=scale,
+                               return_lse=return_lse, out=out, lse=lse, num_splits=num_splits,
+                               check_indices=check_indices)
+
+
+sparse_paged_decode_reads_views_as_contiguous = documented(
+    reading_views_as_contiguous(_kernel, "q", "kv_cache", "sparse_ind", "sparse_nnz"),
+    "sparse_paged_decode_reads_views_as_contiguous",
+    "Ignores the strides of its tensors: a page pool sliced from a larger one, q from a fused projection "
+    "and index rows of a wider buffer are read as if contiguous.")
+sparse_paged_decode_ignores_out = documented(
+    ignoring_out(_kernel), "sparse_paged_decode_ignores_out",
+    "Ignores the caller's out= / lse= buffers and returns tensors of its own.")
+
+
 MUTANTS = {f.__name__: f for f in (
+    _softmax_bug("fp16_accumulator"), _softmax_bug("stale_running_max"), _softmax_bug("exp_without_max_fp32"),
+    sparse_paged_decode_reads_past_nnz, sparse_paged_decode_reads_views_as_contiguous,
+    sparse_paged_decode_ignores_out,
     sparse_paged_decode_wrong_kv_head, sparse_paged_decode_ignores_layout,
     sparse_paged_decode_ignores_indptr, sparse_paged_decode_dedups_indices,
     sparse_paged_decode_reads_padding, sparse_paged_decode_swaps_k_v, sparse_paged_decode_lse_base2)}
+
+
+# --- controls: correct implementations written from kernels.md, not from the project's code ------
+
+def logical_kv(q, kv_cache, indptr, indices, layout, n_tokens):
+    """(k, v [B, Hq, n_tokens, D] fp32): logical token t of sequence b read from page
+    indices[indptr[b] + t // P], slot t % P (positions past a sequence's pages read as zeros)."""
+    B, Hq, D = q.shape
+    hnd = kv_cache if layout == "HND" else kv_cache.transpose(2, 3)      # [pages, 2, Hkv, P, D]
+    Hkv, P = hnd.shape[2], hnd.shape[3]
+    t = torch.arange(n_tokens, device=q.device)
+    pages = (indptr[1:] - indptr[:-1]).long()
+    inside = t[None, :] < (pages * P)[:, None]                              # [B, N]
+    entry = torch.where(inside, indptr[:-1].long()[:, None] + t // P, 0).clamp(max=max(indices.numel() - 1, 0))
+    page = indices.long()[entry] if indices.numel() else torch.zeros_like(entry)
+    kv = hnd[page, :, :, t % P].float()                                     # [B, N, 2, Hkv, D]
+    kv = torch.where(inside[:, :, None, None, None], kv, 0.0)
+    return tuple(kv[:, :, i].permute(0, 2, 1, 3).repeat_interleave(Hq // Hkv, dim=1) for i in (0, 1))
+
+
+def counts_attention(q, kv_cache, indptr, indices, sparse_ind, sparse_nnz, layout, scale, bias_fn=None):
+    """Dense attention over every logical position of each sequence, each score raised by the log
+    of how many times the row lists that position (fp32). ``bias_fn(q, k)`` [B, Hq, N] adds to the
+    scores (MagicPIG's correction). Returns (o [B, Hq, D], lse [B, Hq])."""
+    B, Hq, D = q.shape
+    scale = 1.0 / math.sqrt(D) if scale is None else float(scale)
+    slot = torch.arange(sparse_ind.shape[-1], device=q.device)
+    valid = slot < sparse_nnz[..., None].long()
+    n_tokens = int(torch.where(valid, sparse_ind.long() + 1, 0).max()) if sparse_ind.numel() else 0
+    n_tokens = max(n_tokens, 1)
+    k, v = logical_kv(q, kv_cache, indptr, indices, layout, n_tokens)
+    scores = (k @ q.float()[..., None])[..., 0] * scale                    # [B, Hq, N]
+    if bias_fn is not None:
+        scores = scores + bias_fn(q.float(), k)
+    counts = token_weights(sparse_ind.long(), valid, n_tokens)
+    return softmax_with_counts(scores, counts, v)
+
+
+def sparse_paged_decode_token_counts_fp32(q, kv_cache, kv_page_indptr, kv_page_indices, sparse_ind, sparse_nnz, *,
+                                          layout="HND", kv_last_page_len=None, scale=None, return_lse=False,
+                                          out=None, lse=None, num_splits=None, check_indices=True):
+    """Dense attention over each sequence's logical tokens, each score raised by the log of the
+    token's multiplicity in the row (fp32)."""
+    B, Hq, D = q.shape
+    o, l = counts_attention(q, kv_cache, kv_page_indptr, kv_page_indices, sparse_ind, sparse_nnz, layout, scale)
+    return _write(o, l, out, lse, return_lse, (B, Hq, D), (B, Hq), q.dtype, q.device)
+
+
+def sparse_paged_decode_gather_fp64(q, kv_cache, kv_page_indptr, kv_page_indices, sparse_ind, sparse_nnz, *,
+                                    layout="HND", kv_last_page_len=None, scale=None, return_lse=False,
+                                    out=None, lse=None, num_splits=None, check_indices=True):
+    """The listed rows gathered through the page table, softmax over them in float64."""
+    return _paged_decode(q, kv_cache, kv_page_indptr, kv_page_indices, sparse_ind, sparse_nnz,
+                         **_kw(layout, kv_last_page_len, scale, return_lse, out, lse))
+
+
+def sparse_paged_decode_online_fp32(q, kv_cache, kv_page_indptr, kv_page_indices, sparse_ind, sparse_nnz, *,
+                                    layout="HND", kv_last_page_len=None, scale=None, return_lse=False,
+                                    out=None, lse=None, num_splits=None, check_indices=True):
+    """The mutants' tiled online softmax over the listed slots, no bug switched in."""
+    return _paged_decode(q, kv_cache, kv_page_indptr, kv_page_indices, sparse_ind, sparse_nnz,
+                         **_kw(layout, kv_last_page_len, scale, return_lse, out, lse), online={})
+
+
+CONTROLS = {f.__name__: f for f in (sparse_paged_decode_token_counts_fp32, sparse_paged_decode_gather_fp64,
+                                    sparse_paged_decode_online_fp32)}

@@ -19,19 +19,47 @@ TILE = 64
 CODES_PER_WORD = 16
 
 
-def keep_mask(x: torch.Tensor, sparsity: float) -> torch.Tensor:
+def keep_mask(x: torch.Tensor, sparsity: float, chosen: torch.Tensor | None = None) -> torch.Tensor:
     """True where x survives per-token pruning: its rank by |x| along D (ties: lower index first)
-    is below D - floor(s * D). Written as a count of the entries that beat it."""
+    is below D - floor(s * D). Written as a count of the entries that beat it.
+
+    Ties in |x| at the keep threshold may be broken either way (kernels.md, "Pruning ties"):
+    given ``chosen``, an implementation's keep mask, each token whose ``chosen`` row is a legal
+    pruning (``legal_pruning``) keeps that row instead; any other token keeps the default."""
     D = x.shape[-1]
     a = x.abs().float()
     ai, aj = a[..., :, None], a[..., None, :]           # i: the entry ranked, j: its rivals
     earlier = torch.ones(D, D, dtype=torch.bool, device=x.device).tril(-1)  # [i, j]: j < i
     rank = ((aj > ai) | ((aj == ai) & earlier)).sum(-1)
-    return rank < D - int(sparsity * D)
+    default = rank < D - int(sparsity * D)
+    if chosen is None:
+        return default
+    chosen = chosen.to(device=x.device, dtype=torch.bool)
+    return torch.where(legal_pruning(x, chosen, sparsity).unsqueeze(-1), chosen, default)
 
 
-def pruned(x: torch.Tensor, sparsity: float) -> torch.Tensor:
-    return torch.where(keep_mask(x, sparsity), x, torch.zeros_like(x))
+def legal_pruning(x: torch.Tensor, keep: torch.Tensor, sparsity: float) -> torch.Tensor:
+    """Per token: ``keep`` holds exactly D - floor(s * D) entries and no dropped entry is larger
+    in magnitude than a kept one (so it differs from any other legal choice only among ties)."""
+    D = x.shape[-1]
+    a = x.abs().float()
+    inf = torch.tensor(float("inf"), device=x.device)
+    smallest_kept = torch.where(keep, a, inf).amin(-1)
+    largest_dropped = torch.where(keep, -inf, a).amax(-1)
+    return (keep.sum(-1) == D - int(sparsity * D)) & (largest_dropped <= smallest_kept)
+
+
+def kept_from_bitmaps(kind: str, shape, bitmaps: torch.Tensor) -> torch.Tensor:
+    """bool [B, H, S_c, D]: the elements a buffer set's bitmaps mark as kept (bit 63 - j of its
+    tile's int64 for element j; tiles as in ``decode_buffers``)."""
+    bit = 63 - torch.arange(TILE, device=bitmaps.device)
+    kept = ((bitmaps.to(torch.int64)[:, None] >> bit) & 1).bool()
+    tile, j = _tile_and_slot(kind, shape, bitmaps.device)
+    return kept[tile, j]
+
+
+def pruned(x: torch.Tensor, sparsity: float, chosen: torch.Tensor | None = None) -> torch.Tensor:
+    return torch.where(keep_mask(x, sparsity, chosen), x, torch.zeros_like(x))
 
 
 def _tile_view(t: torch.Tensor, kind: str) -> torch.Tensor:
@@ -42,9 +70,9 @@ def _tile_view(t: torch.Tensor, kind: str) -> torch.Tensor:
     return t.reshape(B, H, S, D // TILE, TILE)
 
 
-def quantised(x: torch.Tensor, sparsity: float, kind: str) -> torch.Tensor:
+def quantised(x: torch.Tensor, sparsity: float, kind: str, chosen: torch.Tensor | None = None) -> torch.Tensor:
     """fp32 [B, H, S, D]: pruning, then per-tile 2-bit min-max quantise and dequantise."""
-    keep = _tile_view(keep_mask(x, sparsity), kind)
+    keep = _tile_view(keep_mask(x, sparsity, chosen), kind)
     v = _tile_view(x.float(), kind)
     lo = torch.where(keep, v, math.inf).amin(-1, keepdim=True)
     hi = torch.where(keep, v, -math.inf).amax(-1, keepdim=True)
@@ -61,9 +89,10 @@ def quantised(x: torch.Tensor, sparsity: float, kind: str) -> torch.Tensor:
     return deq.reshape(B, H, S, D)
 
 
-def compressed_reference(x: torch.Tensor, sparsity: float, kind: str, bits: int) -> torch.Tensor:
-    """What ``decompress(compress(x))`` must give."""
-    return pruned(x, sparsity) if bits == 16 else quantised(x, sparsity, kind)
+def compressed_reference(x: torch.Tensor, sparsity: float, kind: str, bits: int,
+                         chosen: torch.Tensor | None = None) -> torch.Tensor:
+    """What ``decompress(compress(x))`` must give (ties resolved as in ``keep_mask``)."""
+    return pruned(x, sparsity, chosen) if bits == 16 else quantised(x, sparsity, kind, chosen)
 
 
 def _per_query_head(kv: torch.Tensor, hq: int) -> torch.Tensor:

@@ -68,3 +68,127 @@ def test_unique_keeps_first_and_select_rejects_unknown_profile():
     assert [c.label for c in unique(cases)] == ["x1", "x2"]
     with pytest.raises(ValueError, match="profile"):
         select(cases, "huge")
+
+
+# --- the input-space dimensions every catalog covers (issue 14) -------------------------------------
+
+from attnsuite import registry  # noqa: E402
+from attnsuite.sparsity import PAD  # noqa: E402
+from cases._dims import CONTIG, DENSE_VIEWS, RANDN, VALUES  # noqa: E402
+
+COVERED = [name for name in registry.names() if name != "probes"]
+VIEW_KINDS = {"prefill": DENSE_VIEWS, "decode": DENSE_VIEWS, "sparse_decode": DENSE_VIEWS,
+              "block_sparse": DENSE_VIEWS, "prefill_varlen": ("kvslice", "fused", "rowpad"),
+              "paged_decode": ("pool", "rowpad"), "sparse_paged_decode": ("pool", "rowpad"),
+              "magicpig_decode": ("pool", "rowpad"), "mustafar": ("slice",)}
+
+
+def quick(name):
+    family = registry.family(name)
+    return family, [c for c in select(family.cases, "quick") if not family.skip_reason(c)]
+
+
+@pytest.mark.parametrize("name", COVERED)
+def test_quick_covers_every_value_distribution_and_view(name):
+    _, cases = quick(name)
+    assert {c.params.get("vals", RANDN) for c in cases} >= set(VALUES)
+    assert {c.params.get("view", CONTIG) for c in cases} >= set(VIEW_KINDS[name])
+
+
+@pytest.mark.parametrize("name", COVERED)
+def test_view_cases_hand_over_strided_views_with_unit_inner_stride(name):
+    family, cases = quick(name)
+    for case in (c for c in cases if c.params.get("view", CONTIG) != CONTIG):
+        inputs = family.make_inputs(case, case.generator())
+        views = [t for t in inputs.values() if isinstance(t, torch.Tensor) and not t.is_contiguous()]
+        assert views, case.id
+        for t in views:
+            assert t.stride(-1) == 1 or t.shape[-1] == 1, case.id
+            assert t.untyped_storage().nbytes() > t.numel() * t.element_size(), case.id
+
+
+@pytest.mark.parametrize("name", COVERED)
+def test_default_dimensions_leave_labels_unchanged(name):
+    family, cases = quick(name)
+    for case in cases[:10]:
+        bare = {k: v for k, v in case.params.items() if k not in ("view", "vals")}
+        assert family.label(bare) == family.label({**bare, "view": CONTIG, "vals": RANDN})
+
+
+def _residues(values):
+    return {(n % 16, n % 64) for n in values}
+
+
+@pytest.mark.parametrize("name", ["prefill", "prefill_varlen"])
+def test_lengths_leave_every_tile_residue_for_both_masks(name):
+    _, cases = quick(name)
+    for causal in (True, False):
+        lengths = [n for c in cases if c["causal"] == causal for n in (c["lengths"] if "lengths" in c.params else [c["S"]])]
+        res = _residues(lengths)
+        assert {r16 for r16, _ in res} >= {0, 1, 2, 15} and {r64 for _, r64 in res} >= {0, 1, 2, 63}, causal
+
+
+@pytest.mark.parametrize("name", ["decode", "sparse_decode", "paged_decode", "sparse_paged_decode", "magicpig_decode"])
+def test_quick_crosses_the_split_threshold(name):
+    family, cases = quick(name)
+    longest = 0
+    for case in cases:
+        inputs = family.make_inputs(case, case.generator())
+        if "sparse_nnz" in inputs:
+            longest = max(longest, int(inputs["sparse_nnz"].max()))
+        elif "lengths" in case.params:
+            longest = max(longest, max(case["lengths"]))
+        else:
+            longest = max(longest, case["S"])
+    assert longest > 512
+
+
+@pytest.mark.parametrize("name", ["paged_decode", "sparse_paged_decode"])
+def test_several_pages_with_a_short_last_page_at_every_page_size(name):
+    _, cases = quick(name)
+    for P in (16, 64, 256):
+        short = [n for c in cases if c["P"] == P for n in c["lengths"]
+                 if n > P and 0 < n % P <= min(P - 1, 128)]
+        assert short, P
+
+
+@pytest.mark.parametrize("name", ["sparse_decode", "sparse_paged_decode", "magicpig_decode"])
+def test_entries_past_nnz_hold_stale_in_range_positions(name):
+    family, cases = quick(name)
+    found = False
+    for case in (c for c in cases if c["pad"] == "stale"):
+        inputs = family.make_inputs(case, case.generator())
+        ind, nnz = inputs["sparse_ind"], inputs["sparse_nnz"]
+        past = torch.arange(ind.shape[-1]) >= nnz[..., None]
+        found |= bool((past & (ind >= 0)).any())
+    assert found
+
+
+def test_block_sparse_rows_list_different_counts_with_row_zero_not_the_longest():
+    family, cases = quick("block_sparse")
+    found = False
+    for case in (c for c in cases if c.params.get("pattern", "uniform") != "uniform"):
+        counts = (family.make_inputs(case, case.generator())["sabi"] != PAD).sum(-1)
+        found |= bool((counts.amax(-1) > counts[..., 0]).any())
+    assert found
+
+
+def test_mustafar_lengths_not_a_multiple_of_256_for_every_op():
+    _, cases = quick("mustafar")
+    for op in ("compress", "keys", "values", "decode"):
+        assert any(c["op"] == op and c["S"] % 64 == 0 and c["S"] % 256 for c in cases), op
+
+
+def test_mustafar_pruning_ties_follow_a_legal_choice_and_only_a_legal_one():
+    from references.mustafar import keep_mask, legal_pruning
+
+    x = torch.tensor([[3.0, -1.0, 1.0, 0.5]], dtype=torch.float16)      # keep 2: 3.0 and one of the +-1 tie
+    default = keep_mask(x, 0.5)
+    assert default.tolist() == [[True, True, False, False]]             # ties to the lower index
+    swapped = torch.tensor([[True, False, True, False]])
+    assert legal_pruning(x, swapped, 0.5).item()
+    assert torch.equal(keep_mask(x, 0.5, swapped), swapped)
+    for illegal in ([[True, True, True, False]], [[True, False, False, True]]):  # count; a smaller entry kept
+        chosen = torch.tensor(illegal)
+        assert not legal_pruning(x, chosen, 0.5).item()
+        assert torch.equal(keep_mask(x, 0.5, chosen), default)

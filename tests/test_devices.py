@@ -55,6 +55,7 @@ def test_cuda_and_npu_report_what_is_missing_here():
 def test_an_exclusive_hold_waits_for_shared_holders_and_holds_off_new_ones(tmp_path, monkeypatch):
     """The OOM retry takes the device exclusively: it waits for the cases other workers are
     running, and cases that start meanwhile queue behind it instead of starving it."""
+    import fcntl
     import tempfile
     import threading
     import time
@@ -76,20 +77,31 @@ def test_an_exclusive_hold_waits_for_shared_holders_and_holds_off_new_ones(tmp_p
                 started.set()
             if hold:
                 hold.wait(10)
-        events.append(f"{name} out")
+            events.append(f"{name} out")  # still holding: the next holder's "in" comes after
 
     def exclusive():
         with dev.use(exclusive=True):
             events.append("retry in")
             time.sleep(0.2)
-        events.append("retry out")
+            events.append("retry out")
+
+    def gate_taken_exclusively() -> bool:
+        with open(dev.lock_path("gate"), "a+") as fh:
+            try:
+                fcntl.flock(fh, fcntl.LOCK_SH | fcntl.LOCK_NB)
+            except BlockingIOError:
+                return True
+            fcntl.flock(fh, fcntl.LOCK_UN)
+            return False
 
     a = threading.Thread(target=shared, args=("a", first_in, release_first))
     a.start()
     first_in.wait(10)
     b = threading.Thread(target=exclusive)
     b.start()
-    time.sleep(0.3)  # the retry is waiting for a
+    deadline = time.monotonic() + 10
+    while not gate_taken_exclusively() and time.monotonic() < deadline:  # the retry queues up
+        time.sleep(0.01)
     c = threading.Thread(target=shared, args=("c",))
     c.start()
     time.sleep(0.3)

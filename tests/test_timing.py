@@ -1,15 +1,25 @@
-"""The benchmark timer: statistics, throughput arithmetic, the per-device lock, and (on a GPU)
-the timer checked against a known quantity: a device-to-device copy timed by torch's own events."""
+"""The benchmark timer: statistics, throughput arithmetic, the per-device lock, host time against
+a Python call of known cost, the graph-replay method and its profiler fallback against fake
+devices whose durations are known (on cpu), and on a GPU the real methods against a copy of
+known size and a call whose host time would otherwise leak into its device time."""
+import json
 import multiprocessing
 import time
+from contextlib import contextmanager, nullcontext
 
 import pytest
 import torch
 
-from attnsuite.bench.run import throughput
-from attnsuite.bench.session import flatten
-from attnsuite.bench.timing import device_lock, measure, summarize
+from attnsuite.bench import graph_time as gt
+from attnsuite.bench import profiler_time as pt
+from attnsuite.bench.compare import compare, load, main as compare_main
+from attnsuite.bench.host_time import host_time
+from attnsuite.bench.run import repeat_record, throughput, unchecked
+from attnsuite.bench.session import flatten, headline
+from attnsuite.bench.timing import (CaptureFailed, device_lock, device_time, summarize, time_call)
 from attnsuite.devices import open_device
+
+CUDA = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU (run on the GPU machine)")
 
 
 def test_median_and_iqr():
@@ -31,12 +41,249 @@ def test_flatten_for_extra_info():
     assert flatten({"a": {"b": 1, "c": {"d": 2}}, "e": None}) == {"a.b": 1, "a.c.d": 2, "e": None}
 
 
-class _FakeDevice:
+# --- host time ------------------------------------------------------------------------------
+
+def _busy(us: float) -> None:
+    end = time.perf_counter() + us * 1e-6
+    while time.perf_counter() < end:
+        pass
+
+
+def test_host_time_of_a_python_call_of_known_cost():
+    h = host_time(lambda: _busy(300), runs=40)
+    assert h["runs"] == 40 and h["q1"] <= h["median"] <= h["q3"]
+    # The call cannot take less than its busy wait; a loaded machine may stretch it a little.
+    assert 300 <= h["median"] < 600, h
+
+
+def test_host_time_times_only_the_call_not_the_sync():
+    ticks = iter(range(0, 10**6, 5))  # every clock read advances 5 "seconds"
+    calls = []
+    h = host_time(lambda: calls.append(1), sync=lambda: [next(ticks) for _ in range(7)], runs=3,
+                  warmup=0, clock=lambda: next(ticks))
+    assert calls == [1, 1, 1] and h["median"] == pytest.approx(5e6)
+
+
+# --- device time by graph replay, against a fake device of known durations --------------------
+
+class _Clock:
+    now = 0.0
+
+
+class _Event:
+    def __init__(self, clock):
+        self.clock, self.t = clock, None
+
+    def record(self):
+        self.t = self.clock.now
+
+    def elapsed_time(self, other):
+        return other.t - self.t
+
+
+class _Graph:
+    def __init__(self, clock, ms):
+        self.clock, self.ms = clock, ms
+
+    def replay(self):
+        self.clock.now += self.ms
+
+
+class FakeGraphs:
+    """A device where a replayed graph lasts LAUNCH + its flushes + its calls (ms)."""
+    method = "cudagraph"
+    LAUNCH = 0.004
+
+    def __init__(self, call_ms, flush_ms=0.09, fail=None):
+        self.call_ms, self.flush_ms, self.fail = call_ms, flush_ms, fail
+        self.clock, self.counts = _Clock(), {"flush": 0, "call": 0}
+        self.captured = []
+
+    def flush(self):
+        self.counts["flush"] += 1
+
+    def call(self):
+        self.counts["call"] += 1
+
+    def synchronize(self):
+        pass
+
+    def event(self):
+        return _Event(self.clock)
+
+    def side_stream(self):
+        return nullcontext()
+
+    @contextmanager
+    def strict_syncs(self):
+        if self.fail == "sync":
+            raise RuntimeError("called a synchronizing CUDA operation")
+        yield
+
+    def capture(self, body):
+        if self.fail == "capture":
+            raise RuntimeError("Cannot copy between CPU and CUDA tensors during CUDA graph capture\nmore")
+        self.counts.update(flush=0, call=0)
+        body()
+        self.captured.append(dict(self.counts))
+        return _Graph(self.clock, self.LAUNCH + self.counts["flush"] * self.flush_ms
+                      + self.counts["call"] * self.call_ms)
+
+
+class FakeDevice:
+    kind, index = "fake", 0
+
+    def synchronize(self):
+        pass
+
+
+def test_cold_graph_time_is_the_call_alone_launch_and_flush_cancel():
+    dev = FakeGraphs(call_ms=0.010)
+    r = gt.graph_time(FakeDevice(), dev.call, flush=dev.flush, runs=7, backend=dev)
+    assert r.method == "cudagraph" and r.l2 == "cold" and r.timing.runs == 7
+    assert r.timing.median_ms == pytest.approx(0.010, rel=1e-9)
+    # k rounds of (flush, call) and k flushes alone, k chosen for ~TARGET_MS per replay
+    k = gt.calls_per_replay(0.010, 0.09)
+    assert k == 16 and {"flush": k, "call": k} in dev.captured and {"flush": k, "call": 0} in dev.captured
+    # what a flush-then-one-replay timer would have reported: the launch cost on top
+    assert r.timing.median_ms < 0.010 + FakeGraphs.LAUNCH / 2
+
+
+def test_warm_graph_time_amortizes_the_launch_over_k_calls():
+    dev = FakeGraphs(call_ms=0.5)
+    r = gt.graph_time(FakeDevice(), dev.call, flush=None, runs=5, backend=dev)
+    assert r.l2 == "warm"
+    k = gt.calls_per_replay(0.5 + FakeGraphs.LAUNCH, 0.0)  # estimated from one replayed call
+    assert k == 3 and r.timing.median_ms == pytest.approx(0.5 + FakeGraphs.LAUNCH / k)
+
+
+def test_a_long_call_is_replayed_once_per_sample():
+    assert gt.calls_per_replay(50.0, 0.09) == 1
+    assert gt.calls_per_replay(0.0, 0.0) == gt.MAX_CALLS
+
+
+@pytest.mark.parametrize("fail", ["sync", "capture"])
+def test_uncapturable_calls_raise_capture_failed_with_one_line(fail):
+    dev = FakeGraphs(call_ms=0.01, fail=fail)
+    with pytest.raises(CaptureFailed) as info:
+        gt.graph_time(FakeDevice(), dev.call, flush=dev.flush, runs=3, backend=dev)
+    assert "\n" not in str(info.value)
+    assert ("synchronizes" in str(info.value)) == (fail == "sync")
+
+
+def _fake_activities(log):
+    """Profiler stand-in: the device activities of what ran, 90 us per flush, 4 + 6 us per call."""
+    def activities(fn, sync):
+        log.clear()
+        fn()
+        out, t = [], 0.0
+        for kind in log:
+            for d in ((90.0,) if kind == "flush" else (4.0, 6.0)):
+                out.append((t, d))
+                t += d
+        return out
+    return activities
+
+
+def test_capture_failure_falls_back_to_the_profiler_and_says_so(monkeypatch):
+    dev = FakeGraphs(call_ms=0.01, fail="capture")
+    monkeypatch.setattr(gt, "backend_for", lambda device: dev)
+    log = []
+    monkeypatch.setattr(pt, "device_activities", _fake_activities(log))
+    r = device_time(FakeDevice(), lambda: log.append("call"), flush=lambda: log.append("flush"), runs=5)
+    assert r.method == "profiler" and r.l2 == "cold"
+    assert r.timing.median_ms == pytest.approx(0.010) and r.timing.runs == 5
+    assert "not capturable" in r.note and "Cannot copy between CPU and CUDA" in r.note
+    with pytest.raises(CaptureFailed):  # asked for graphs only: no silent fallback
+        device_time(FakeDevice(), lambda: None, method="cudagraph", flush=lambda: None)
+
+
+def test_profiler_splits_runs_by_position_not_by_kernel_name():
+    acts = [(i, d) for i, d in enumerate([90, 4, 6, 90, 5, 6, 90, 4, 7])]
+    assert pt.per_call_us(acts, runs=3, flush_count=1) == [10, 11, 11]
+    assert pt.per_call_us(acts[:-1], runs=3, flush_count=1) is None
+
+
+def test_a_benchmark_line_has_the_contract_fields(monkeypatch):
+    dev = FakeGraphs(call_ms=0.02)
+    monkeypatch.setattr(gt, "backend_for", lambda device: dev)
+    line = time_call(FakeDevice(), dev.call, flush=dev.flush, runs=5)
+    assert set(line) == {"device", "method", "host_us", "latency_ms", "l2", "note"}
+    assert set(line["device"]) == {"median_ms", "q1_ms", "q3_ms", "iqr_ms", "min_ms", "runs"}
+    assert set(line["host_us"]) == {"median", "q1", "q3", "runs"}
+    assert line["latency_ms"] == pytest.approx(line["device"]["median_ms"] + line["host_us"]["median"] * 1e-3)
+    payload = {"kernel": {**line, "compile_s": 1.0}}
+    assert headline(payload)["device_median_ms"] == pytest.approx(0.02)
+
+
+# --- reproducibility ----------------------------------------------------------------------------
+
+def test_repeat_flags_a_spread_over_ten_percent():
+    assert repeat_record([1.0, 1.05]) == {"device_median_ms": [1.0, 1.05], "spread": pytest.approx(0.05),
+                                          "flagged": False}
+    assert repeat_record([1.0, 1.2])["flagged"] is True
+    assert repeat_record([1.2, 1.0])["spread"] == pytest.approx(0.2)
+
+
+def _bench_record(case_id, kernel_ms, cudnn_ms):
+    from attnsuite.records import SCHEMA
+
+    line = lambda ms: {"device": {"median_ms": ms}, "method": "cudagraph"}  # noqa: E731
+    return {"schema": SCHEMA, "case_id": case_id, "family": "decode", "impl": "triton", "device": "cuda",
+            "outcome": "pass", "mode": "bench",
+            "bench": {"kernel": line(kernel_ms), "baselines": {"sdpa_cudnn": line(cudnn_ms),
+                                                               "reference": {"unavailable": "x"}}}}
+
+
+def test_compare_two_stored_runs(tmp_path, capsys):
+    for run, recs in (("a", [_bench_record("c1", 1.0, 2.0), _bench_record("c2", 1.0, 1.0)]),
+                      ("b", [_bench_record("c1", 1.05, 2.0), _bench_record("c2", 1.5, 1.0)])):
+        (tmp_path / run).mkdir()
+        (tmp_path / run / "gw0.jsonl").write_text("".join(json.dumps(r) + "\n" for r in recs))
+    rc = compare_main([str(tmp_path / "a"), str(tmp_path / "b")])
+    out = capsys.readouterr().out
+    assert rc == 1 and "FLAG" in out and "4 lines compared, 1 with" in out
+    flagged = [r for r in compare(load(str(tmp_path / "a")), load(str(tmp_path / "b"))) if r["flagged"]]
+    assert [(r["case"].split("@")[0], r["line"]) for r in flagged] == [("decode[c2]", "kernel")]
+
+
+def test_compare_reads_pytest_benchmark_json(tmp_path, capsys):
+    def bench_json(ms):
+        return {"benchmarks": [{"fullname": "benchmarks/test_bench.py::test_bench[x]",
+                                "extra_info": {"device_median_ms": ms, "device_method": "cudagraph",
+                                               "baselines.sdpa_cudnn.device.median_ms": 1.0}}]}
+    (tmp_path / "a.json").write_text(json.dumps(bench_json(1.0)))
+    (tmp_path / "b.json").write_text(json.dumps(bench_json(1.02)))
+    assert compare_main([str(tmp_path / "a.json"), str(tmp_path / "b.json")]) == 0
+    assert "2 lines compared, 0 with" in capsys.readouterr().out
+
+
+def test_unchecked_turns_off_index_checks_also_on_an_object_of_methods():
+    from dataclasses import dataclass
+
+    def keys(q, check_indices=True):
+        return check_indices
+
+    @dataclass(frozen=True)
+    class Ops:
+        keys: object
+        compress: object
+
+    ops = unchecked(Ops(keys=keys, compress=lambda x: x))
+    assert ops.keys(1) is False and ops.compress(3) == 3
+    assert unchecked(keys)(1) is False
+    plain = lambda q: q  # noqa: E731
+    assert unchecked(plain) is plain
+
+
+# --- the per-device lock ------------------------------------------------------------------------
+
+class _LockDevice:
     kind, index = "fake", 0
 
 
 def _hold(seconds, started):
-    with device_lock(_FakeDevice()):
+    with device_lock(_LockDevice()):
         started.set()
         time.sleep(seconds)
 
@@ -48,25 +295,184 @@ def test_device_lock_serializes_processes():
     p.start()
     started.wait(10)
     t0 = time.perf_counter()
-    with device_lock(_FakeDevice()):
+    with device_lock(_LockDevice()):
         waited = time.perf_counter() - t0
     p.join()
     assert waited > 0.5
 
 
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU (run on the GPU machine)")
-def test_timer_matches_torch_events_on_a_device_copy():
-    device = open_device("cuda", None)
-    src = torch.ones(2**28, dtype=torch.float16, device="cuda")  # 512 MB
-    dst = torch.empty_like(src)
-    ours = measure(device, lambda: dst.copy_(src), warmup=3, runs=20).median_ms
-    samples = []
-    for _ in range(20):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
+# --- on a GPU: the real methods against known quantities ------------------------------------------
+
+def _copy_ms_back_to_back(src, dst, n=10):
+    """Events around n back-to-back 1 GiB copies: each lasts ~0.3 ms, so the host enqueues far
+    ahead and nothing but the copies is inside the events."""
+    dst.copy_(src)
+    torch.cuda.synchronize()
+    a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    a.record()
+    for _ in range(n):
         dst.copy_(src)
-        b.record()
-        torch.cuda.synchronize()
-        samples.append(a.elapsed_time(b))
-    theirs = sorted(samples)[len(samples) // 2]
-    assert abs(ours - theirs) / theirs < 0.05, (ours, theirs)
+    b.record()
+    torch.cuda.synchronize()
+    return a.elapsed_time(b) / n
+
+
+@CUDA
+@pytest.mark.parametrize("method", ["cudagraph", "profiler"])
+def test_device_time_of_a_copy_of_known_size(method):
+    device = open_device("cuda", None)
+    src = torch.ones(2**29, dtype=torch.float16, device="cuda")  # 1 GiB
+    dst = torch.empty_like(src)
+    expected = _copy_ms_back_to_back(src, dst)
+    got = device_time(device, lambda: dst.copy_(src), method=method, runs=10)
+    assert got.method == method
+    assert abs(got.timing.median_ms - expected) / expected < 0.05, (got, expected)
+
+
+@CUDA
+def test_host_time_never_lands_in_graph_device_time():
+    """A call with 2 ms of host work before a tiny kernel: the eager event timer reports the
+    host's 2 ms; graph replay reports the kernel."""
+    device = open_device("cuda", None)
+    x = torch.zeros(1024, device="cuda")
+
+    def call():
+        _busy(2000)
+        x.add_(1)
+
+    call()
+    graph = device_time(device, call, runs=5)
+    events = device_time(device, call, method="events", runs=5)
+    assert graph.method == "cudagraph" and graph.timing.median_ms < 0.1, graph
+    assert events.timing.median_ms > 1.5, events
+
+
+@CUDA
+def test_a_call_that_syncs_falls_back_to_the_profiler_on_the_gpu():
+    device = open_device("cuda", None)
+    x = torch.zeros(2**20, device="cuda")
+    call = lambda: x.add_(1).sum().item()  # noqa: E731
+    call()
+    r = device_time(device, call, runs=5)
+    assert r.method == "profiler" and "not capturable" in r.note
+    assert 0 < r.timing.median_ms < 1.0
+    torch.randn(4, device="cuda")  # the failed check left the RNG usable
+
+
+def test_show_prints_every_line_with_its_method_and_the_config_source():
+    from attnsuite.bench.show import render
+
+    line = {"device": {"median_ms": 0.0103, "iqr_ms": 0.0002}, "method": "cudagraph", "l2": "cold",
+            "host_us": {"median": 21.5}, "latency_ms": 0.0318, "note": None}
+    rec = {"family": "decode", "case_id": "x", "impl": "triton", "device": "cuda",
+           "bench": {"kernel": {**line, "compile_s": 1.0},
+                     "baselines": {"sdpa_cudnn": {**line, "method": "profiler"}, "reference": {"unavailable": "y"}},
+                     "speedup": {"sdpa_cudnn": 1.0}, "repeat": repeat_record([0.0103, 0.0125]),
+                     "config": {"decode_fwd": {"BLOCK_N": 64, "tuning": "table"}}, "gbps": 2900.0}}
+    text = render([rec])
+    assert "device      10.3 us" in text and "[cudagraph, L2 cold]" in text and "[profiler" in text
+    assert "host    21.5 us" in text and "FLAGGED" in text and "config decode_fwd: table: BLOCK_N=64" in text
+    assert "unavailable: y" in text
+
+
+class _ToyFamily:
+    """A family whose kernel 'lasts' 10 us and whose reference 40 us on the fake device."""
+
+    def make_inputs(self, case, gen):
+        return {"x": torch.ones(4)}
+
+    def output_specs(self, case, inputs):
+        return {"o": ((4,), torch.float32)}
+
+    def call(self, impl, case, inputs, outputs):
+        return impl(inputs["x"], out=outputs["o"])
+
+    def reference(self, case, inputs, dtype):
+        _CALLED.append("reference")
+
+    def vendor_problem(self, case, inputs):
+        return None
+
+    def extra_baselines(self, case, inputs, impl):
+        return {"broken": (lambda: 1 / 0, None)}
+
+    def work(self, case, inputs):
+        return {"bytes": 4e6}
+
+    def sweep(self, case):
+        return None
+
+
+_CALLED = []
+
+
+class _ToyCase:
+    dtype = torch.float32
+
+    def generator(self):
+        return torch.Generator().manual_seed(0)
+
+
+class _ToyDevice(FakeDevice):
+    torch_device = torch.device("cpu")
+
+    def place(self, t):
+        return t
+
+
+def test_run_bench_fills_the_records_contract_from_device_time(monkeypatch):
+    from attnsuite.bench import run as run_mod
+
+    per_call = {"kernel": 0.010, "reference": 0.040}
+
+    class Graphs(FakeGraphs):
+        def capture(self, body):
+            _CALLED.clear()
+            body()
+            ms = sum(per_call["reference" if c == "reference" else "kernel"] for c in _CALLED)
+            return _Graph(self.clock, self.LAUNCH + ms)
+
+    monkeypatch.setattr(gt, "backend_for", lambda device: Graphs(0.0))
+    monkeypatch.setattr(run_mod, "device_lock", lambda device: nullcontext())
+
+    def kernel(x, out):
+        _CALLED.append("kernel")
+        out.copy_(x)
+
+    bench = run_mod.run_bench(_ToyFamily(), _ToyCase(), _ToyDevice(), kernel, runs=5, l2="warm", repeat=2,
+                              copy_gbps=1000.0)
+    k = bench["kernel"]
+    assert set(k) == {"device", "method", "host_us", "latency_ms", "l2", "note", "compile_s"}
+    assert k["method"] == "cudagraph" and k["l2"] == "warm"
+    assert k["device"]["median_ms"] == pytest.approx(0.010, rel=0.05)
+    assert bench["baselines"]["reference"]["device"]["median_ms"] == pytest.approx(0.040, rel=0.05)
+    assert bench["speedup"]["reference"] == pytest.approx(4.0, rel=0.1)
+    assert bench["baselines"]["broken"] == {"unavailable": "ZeroDivisionError: division by zero"}
+    assert bench["repeat"]["flagged"] is False and len(bench["repeat"]["device_median_ms"]) == 2
+    assert bench["gbps"] == pytest.approx(4e6 / (k["device"]["median_ms"] * 1e-3) / 1e9)
+
+
+def test_a_pinned_baseline_is_timed_inside_its_context_entered_once(monkeypatch):
+    from attnsuite.baselines.cuda import Pinned
+
+    dev = FakeGraphs(call_ms=0.02)
+    monkeypatch.setattr(gt, "backend_for", lambda device: dev)
+    entered, inside = [], []
+    state = {"in": False}
+
+    @contextmanager
+    def context():
+        entered.append(1)
+        state["in"] = True
+        yield
+        state["in"] = False
+
+    def bare():
+        inside.append(state["in"])
+        dev.call()
+
+    line = time_call(FakeDevice(), Pinned(bare, context), flush=dev.flush, runs=5)
+    assert entered == [1] and inside and all(inside)
+    assert "backend pinned around the timing" in line["note"]
+    Pinned(bare, context)()  # called on its own it still pins
+    assert entered == [1, 1] and inside[-1] is True

@@ -1,11 +1,12 @@
 """Where a benchmark case's time goes: ``python -m attnsuite.bench.profile [FAMILY ...]``.
 
 For each headline case (tag ``bench``, or ``--tag``) on a GPU it prints
-* the event time of the whole call, as the benchmarks take it (L2 flushed before each call);
+* the event time of the whole eager call (L2 flushed before each call; the old benchmark method,
+  which counts host time the device waits for);
+* the device time as the benchmarks now take it (graph replay, or the profiler; method named);
 * the device time of each kernel the call launches, from the torch profiler (flush excluded);
-* the host time of one call (no synchronize), which the device hides only while it is shorter
-  than the flush before it.
-A call whose event time is far above its kernels' sum is bound by the host (launch overhead,
+* the host time of one call (the device idle before it).
+A call whose event time is far above its device time is bound by the host (launch overhead,
 a device sync in validation), not by its kernels. This is the profiler evidence the closing
 notes cite; it never asserts anything.
 """
@@ -14,15 +15,14 @@ from __future__ import annotations
 import argparse
 import importlib
 import json
-import statistics
-import time
 from collections import defaultdict
 
 import torch
 
 from ..devices import open_device
 from .run import prepare
-from .timing import l2_flusher, measure
+from .host_time import host_time
+from .timing import device_time, l2_flusher
 
 FAMILIES = ("prefill", "prefill_varlen", "decode", "paged_decode", "sparse_decode",
             "sparse_paged_decode", "magicpig_decode", "block_sparse", "mustafar")
@@ -48,7 +48,8 @@ def profile_call(device, fn, runs: int = 20) -> dict:
     flush = l2_flusher(device)
     fn()
     device.synchronize()
-    event = measure(device, fn, warmup=3, runs=runs, flush=flush)
+    event = device_time(device, fn, method="events", runs=runs, flush=flush).timing
+    dev = device_time(device, fn, runs=runs, flush=flush)
     flush_only = _kernel_names(flush, runs)
 
     def flushed():
@@ -56,15 +57,10 @@ def profile_call(device, fn, runs: int = 20) -> dict:
         fn()
 
     kernels = {k: v for k, v in _kernel_names(flushed, runs).items() if k not in flush_only}
-    host = []
-    for _ in range(runs):
-        device.synchronize()
-        t0 = time.perf_counter()
-        fn()
-        host.append((time.perf_counter() - t0) * 1e3)
-    device.synchronize()
-    return {"event_ms": event.median_ms, "kernels_us": kernels,
-            "kernel_sum_ms": sum(kernels.values()) / 1e3, "host_ms": statistics.median(host)}
+    host = host_time(fn, sync=device.synchronize, runs=runs)
+    return {"event_ms": event.median_ms, "device_ms": dev.timing.median_ms, "method": dev.method,
+            "kernels_us": kernels, "kernel_sum_ms": sum(kernels.values()) / 1e3,
+            "host_ms": host["median"] * 1e-3}
 
 
 def main(argv=None) -> None:
@@ -91,7 +87,8 @@ def main(argv=None) -> None:
                 continue
             out.append({"case": f"{case.family}[{case.id}]", **r})
             top = sorted(r["kernels_us"].items(), key=lambda kv: -kv[1])[:4]
-            print(f"{case.family}[{case.id}]  event {r['event_ms']:.4f} ms  kernels "
+            print(f"{case.family}[{case.id}]  event {r['event_ms']:.4f} ms  device "
+                  f"{r['device_ms']:.4f} ms ({r['method']})  kernels "
                   f"{r['kernel_sum_ms']:.4f} ms  host {r['host_ms']:.4f} ms")
             for k, us in top:
                 print(f"    {us:9.1f} us  {k[:110]}")

@@ -1,32 +1,45 @@
 """One benchmark case: inputs -> kernel compile time and timing -> baselines in the same
-process on the same device -> speedups and throughput. Returns the record's ``bench`` payload."""
+process on the same device, timed the same way -> speedups and throughput. Returns the record's
+``bench`` payload (COORD.md's contract): per timed callable the device time and the method that
+produced it, the host time per call apart, and their sum as the call latency; speedups, TFLOP/s
+and GB/s from device time only."""
 from __future__ import annotations
 
+import dataclasses
 import functools
 import inspect
 from typing import Callable
 
 import torch
 
-from .timing import device_lock, first_call_s, l2_flusher, measure
+from .timing import device_lock, device_time, first_call_s, l2_flusher, time_call
 from .vendor import vendor_baselines
 
+REPEAT_SPREAD = 0.10
 
-def _timed(device, fn: Callable, flush, *, warmup: int, runs: int, method: str) -> dict:
-    first = first_call_s(device, fn)
-    t = measure(device, fn, warmup=warmup, runs=runs, method=method, flush=flush)
-    return {**t.as_dict(), "compile_s": first}
+
+def _takes_check_indices(fn) -> bool:
+    try:
+        return "check_indices" in inspect.signature(fn).parameters
+    except (TypeError, ValueError):
+        return False
 
 
 def unchecked(impl: Callable) -> Callable:
     """The implementation as a serving loop calls it once its index tensors are known good:
-    ``check_indices=False`` where it has that switch (the data-dependent checks cost a device
-    sync per call). The checked call is timed too, as the ``checked_call`` baseline."""
-    try:
-        takes = "check_indices" in inspect.signature(impl).parameters
-    except (TypeError, ValueError):
-        takes = False
-    return functools.partial(impl, check_indices=False) if takes else impl
+    ``check_indices=False`` where it has that switch (the data-dependent checks read device
+    memory: a sync per call, and no graph capture). An implementation object with one method
+    per operation (mustafar) gets the switch on each method that has it. The checked call is
+    timed too, as the ``checked_call`` baseline."""
+    if _takes_check_indices(impl):
+        return functools.partial(impl, check_indices=False)
+    if dataclasses.is_dataclass(impl) and not isinstance(impl, type):
+        changes = {f.name: functools.partial(getattr(impl, f.name), check_indices=False)
+                   for f in dataclasses.fields(impl)
+                   if callable(getattr(impl, f.name)) and _takes_check_indices(getattr(impl, f.name))}
+        if changes:
+            return dataclasses.replace(impl, **changes)
+    return impl
 
 
 def prepare(family, case, device, impl) -> tuple[dict, dict, Callable]:
@@ -38,39 +51,59 @@ def prepare(family, case, device, impl) -> tuple[dict, dict, Callable]:
     return inputs, outputs, lambda: family.call(fast, case, inputs, outputs)
 
 
-def run_bench(family, case, device, impl, *, runs: int = 30, warmup: int = 5, method: str = "events",
-              copy_gbps: float | None = None, prepared: tuple | None = None) -> dict:
+def repeat_record(medians_ms: list[float]) -> dict:
+    """The contract's ``bench["repeat"]``: two device-time medians of one case in one session."""
+    a, b = medians_ms[0], medians_ms[1]
+    spread = abs(a - b) / min(a, b) if min(a, b) > 0 else float("inf")
+    return {"device_median_ms": [a, b], "spread": spread, "flagged": spread > REPEAT_SPREAD}
+
+
+def run_bench(family, case, device, impl, *, runs: int = 30, warmup: int = 5, method: str = "auto",
+              l2: str = "cold", repeat: int = 1, copy_gbps: float | None = None,
+              prepared: tuple | None = None) -> dict:
     inputs, outputs, kernel = prepared or prepare(family, case, device, impl)
     candidates = {"reference": (lambda: family.reference(case, inputs, case.dtype), None)}
     candidates.update(vendor_baselines(device, family.vendor_problem(case, inputs)))
     candidates.update(family.extra_baselines(case, inputs, impl))
     if unchecked(impl) is not impl:
         candidates["checked_call"] = (lambda: family.call(impl, case, inputs, outputs),
-                                      "the same call with check_indices=True (one device sync)")
-    flush = l2_flusher(device)
-    timing = dict(warmup=warmup, runs=runs, method=method)
+                                      "the same call with check_indices=True")
+    flush = l2_flusher(device) if l2 == "cold" else None
+    timing = dict(warmup=warmup, runs=runs, method=method, l2=l2, flush=flush)
     baselines = {}
     with device_lock(device):
-        result = _timed(device, kernel, flush, **timing)
+        compile_s = first_call_s(device, kernel)
+        result = time_call(device, kernel, **timing)
         for name, (fn, note) in candidates.items():
             if fn is None:
                 baselines[name] = {"unavailable": note}
                 continue
             try:
-                baselines[name] = {**_timed(device, fn, flush, **timing), "note": note}
+                first_call_s(device, fn)
+                line = time_call(device, fn, **timing)
             except Exception as exc:  # a baseline that fails must not lose the kernel's timing
                 baselines[name] = {"unavailable": f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"}
-    compile_s = result.pop("compile_s")
-    kernel_ms = result["median_ms"]
+                continue
+            line["note"] = "; ".join(n for n in (note, line["note"]) if n) or None
+            baselines[name] = line
+        again = None
+        if repeat >= 2:  # after the baselines: drift over the session shows up as spread
+            again = device_time(device, kernel, method=method, l2=l2, runs=runs, warmup=warmup,
+                                flush=flush).timing.median_ms
+    kernel_ms = result["device"]["median_ms"]
     bench = {"kernel": {**result, "compile_s": compile_s}, "baselines": baselines,
-             "speedup": {n: b["median_ms"] / kernel_ms for n, b in baselines.items() if "median_ms" in b},
+             "speedup": {n: b["device"]["median_ms"] / kernel_ms for n, b in baselines.items()
+                         if "device" in b},
              "config": _config(unchecked(impl), case, family, inputs, outputs),
              "sweep": family.sweep(case)}
+    if again is not None:
+        bench["repeat"] = repeat_record([kernel_ms, again])
     bench.update(throughput(family.work(case, inputs), kernel_ms, copy_gbps))
     return bench
 
 
 def throughput(work: dict, kernel_ms: float, copy_gbps: float | None) -> dict:
+    """TFLOP/s and GB/s of the kernel's device time (never host time or call latency)."""
     flops, nbytes = work.get("flops"), work.get("bytes")
     out = {"flops": flops, "bytes": nbytes, "copy_gbps": copy_gbps, "tflops": None, "gbps": None,
            "copy_fraction": None}
@@ -85,7 +118,26 @@ def throughput(work: dict, kernel_ms: float, copy_gbps: float | None) -> dict:
 
 
 def _config(impl, case, family, inputs, outputs) -> dict | None:
-    """The launch config the kernel chose: the captured launches' meta (tile sizes, warps)."""
+    """The launch config the kernel chose: the captured launches' meta (tile sizes, warps), and
+    where each kernel's tiles came from (``tuning``: table, cache, tuned or default, from the
+    kernels' own plans)."""
+    from kernels.plans import capture_launches
+
     from ..compile.capture import launch_configs
 
-    return launch_configs(lambda: family.call(impl, case, inputs, outputs))
+    call = lambda: family.call(impl, case, inputs, outputs)  # noqa: E731
+    configs = launch_configs(call)
+    if not configs:
+        return None
+    try:
+        with capture_launches() as plans:
+            call()
+        sources = {_kernel_name(p.kernel): p.tuning for plan in plans for p in plan.chain()}
+    except Exception:  # noqa: BLE001 - the tiles are still worth showing without their source
+        sources = {}
+    return {name: {**meta, "tuning": sources.get(name, "unknown")} for name, meta in configs.items()}
+
+
+def _kernel_name(kernel) -> str:
+    fn = getattr(kernel, "fn", kernel)  # a JITFunction wraps the Python function
+    return getattr(fn, "__name__", str(kernel)).lstrip("_")

@@ -1,0 +1,315 @@
+"""Dimensions of the legal input space that every family's catalog crosses with its own cases
+(kernels.md, "Contract details every implementation is held to"):
+
+* memory layout (``view``): inputs that are legal views of larger buffers, innermost stride 1,
+  with NaN (or, for index arrays, stale in-range entries) in the rest of the storage, so an
+  implementation that reads a view as if it were contiguous computes garbage and fails;
+* values (``vals``): distributions that stress accumulation and the online softmax rather than
+  zero-mean noise;
+* sizes: lengths that leave every residue of a tile partially filled, and lengths past the
+  split-KV thresholds.
+
+A case names its point on a dimension with a parameter whose default (``contig``, ``randn``) the
+family's label omits, so case ids that predate a dimension never change. The fuzz profile draws
+from the same dimensions (``draw_*``).
+"""
+from __future__ import annotations
+
+import torch
+
+CONTIG = "contig"
+RANDN = "randn"
+
+# --- values ----------------------------------------------------------------------------------
+
+#: V plus a large common offset: every output is ~V_OFFSET, so an accumulator with fewer bits
+#: than fp32 loses digits that zero-mean V (outputs near 0) never exposes.
+V_OFFSET = 32.0
+#: Keys a row reaches in the last quarter of its processing order are scaled by LATE_SCALE:
+#: their scores spread ~LATE_SCALE times wider, so the row max arrives late and is far above
+#: the early tiles' max (a stale running max overflows exp or mis-weights the early tiles).
+LATE_SCALE = 8.0
+LATE_FRACTION = 0.75
+#: q scaled by LARGE_SCALE: scores of standard deviation ~64, past exp's fp32 range (88.7) in
+#: most rows, so an exponent taken without subtracting the row max overflows even in fp32.
+LARGE_SCALE = 64.0
+#: offset: V + V_OFFSET; cancel: see ``cancel_values``; late: see LATE_SCALE; large: see LARGE_SCALE.
+VALUES = ("offset", "cancel", "late", "large")
+
+
+def values_label(p) -> str:
+    vals = p.get("vals", RANDN)
+    return "" if vals == RANDN else f"-vals_{vals}"
+
+
+def view_label(p) -> str:
+    view = p.get("view", CONTIG)
+    return "" if view == CONTIG else f"-view_{view}"
+
+
+def dims_label(p) -> str:
+    """The label suffix of the shared dimensions (empty at their defaults)."""
+    return view_label(p) + values_label(p)
+
+
+def offset_values(v: torch.Tensor) -> torch.Tensor:
+    return (v.float() + V_OFFSET).to(v.dtype)
+
+
+def cancel_values(v: torch.Tensor, second_half: torch.Tensor) -> torch.Tensor:
+    """v [..., N, D] plus V_OFFSET where ``second_half`` [..., N] (broadcastable) is False, minus
+    it where True: with the first half of a row's keys met first, the running sum climbs far from
+    the output before it cancels, so a low-precision accumulator errs by a multiple of what the
+    output's own rounding allows (a common offset raises both alike, and the tolerance with them)."""
+    sign = torch.where(second_half, -1.0, 1.0).to(torch.float32)
+    return (v.float() + V_OFFSET * sign.unsqueeze(-1)).to(v.dtype)
+
+
+def second_half(positions: torch.Tensor, lengths) -> torch.Tensor:
+    """True where a position lies in the second half of its row's length (broadcasting)."""
+    lengths = torch.as_tensor(lengths, dtype=torch.float64)
+    return positions >= torch.ceil(lengths / 2).to(positions.dtype)
+
+
+def large_queries(q: torch.Tensor) -> torch.Tensor:
+    return (q.float() * LARGE_SCALE).to(q.dtype)
+
+
+def late_mask(positions: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
+    """True where a position lies in the last quarter of its row's length (broadcasting)."""
+    lengths = torch.as_tensor(lengths, dtype=torch.float64)
+    return positions >= torch.ceil(lengths * LATE_FRACTION).to(positions.dtype)
+
+
+def scale_late(k: torch.Tensor, late: torch.Tensor) -> torch.Tensor:
+    """k [..., N, D] with the rows where ``late`` [..., N] (broadcastable) scaled by LATE_SCALE."""
+    factor = torch.where(late, LATE_SCALE, 1.0).to(torch.float32)
+    return (k.float() * factor.unsqueeze(-1)).to(k.dtype)
+
+
+def listed_last(vals: str, ind: torch.Tensor, nnz: torch.Tensor, lengths) -> torch.Tensor:
+    """Index rows reordered for a value distribution tied to positions (``late``, ``cancel``):
+    the marked tokens listed last, so a row meets them in the order a contiguous row would.
+    ``lengths`` broadcasts against ``ind`` (each row's sequence length)."""
+    if vals == "late":
+        return late_last(ind, nnz, late_mask(ind, lengths))
+    if vals == "cancel":
+        return late_last(ind, nnz, second_half(ind, lengths))
+    return ind
+
+
+def dense_values(vals: str, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                 lengths: torch.Tensor | None = None) -> tuple:
+    """(q, k, v) of [B, H, S, D] tensors drawn as zero-mean noise, moved to distribution ``vals``.
+    ``lengths`` [B] (default S): where each batch's keys end, for ``late`` and ``cancel``."""
+    if vals == RANDN:
+        return q, k, v
+    if vals == "offset":
+        return q, k, offset_values(v)
+    if vals == "large":
+        return large_queries(q), k, v
+    S = k.shape[-2]
+    lens = (torch.full((k.shape[0],), S) if lengths is None else torch.as_tensor(lengths)).view(-1, 1, 1)
+    positions = torch.arange(S)[None, None, :]
+    if vals == "cancel":
+        return q, k, cancel_values(v, second_half(positions, lens))
+    if vals == "late":
+        return q, scale_late(k, late_mask(positions, lens)), v
+    raise ValueError(f"unknown value distribution {vals!r}")
+
+
+def paged_values(vals: str, q: torch.Tensor, cache: torch.Tensor, layout: str, positions: torch.Tensor,
+                 lengths: torch.Tensor) -> tuple:
+    """(q [B, Hq, D], paged cache) moved to distribution ``vals``; ``positions`` / ``lengths``
+    [pages, P] give each slot's logical position and its sequence's length (-1 / 0: no token)."""
+    if vals == RANDN:
+        return q, cache
+    if vals == "large":
+        return large_queries(q), cache
+    cache = cache.clone()
+    hnd = cache if layout == "HND" else cache.transpose(2, 3)          # [pages, 2, Hkv, P, D]
+    if vals == "offset":
+        hnd[:, 1] = offset_values(hnd[:, 1])
+    elif vals == "cancel":
+        hnd[:, 1] = cancel_values(hnd[:, 1], second_half(positions, lengths)[:, None, :])
+    elif vals == "late":
+        late = (positions >= 0) & late_mask(positions, lengths)           # [pages, P]
+        hnd[:, 0] = scale_late(hnd[:, 0], late[:, None, :])
+    else:
+        raise ValueError(f"unknown value distribution {vals!r}")
+    return q, cache
+
+
+def late_last(ind: torch.Tensor, nnz: torch.Tensor, late: torch.Tensor) -> torch.Tensor:
+    """Index rows [..., L] with each row's first ``nnz`` entries stably reordered so the ones
+    where ``late`` (shaped like ``ind``) come last: the keys a value distribution marks as late
+    (``late``'s scaled keys, ``cancel``'s second half) are the last a row reaches. Entries past
+    nnz keep their place and content."""
+    slot = torch.arange(ind.shape[-1])
+    valid = slot < nnz.unsqueeze(-1)
+    key = torch.where(valid, late.to(torch.int64), 2)
+    order = torch.sort(key, dim=-1, stable=True).indices
+    return torch.gather(ind, -1, order)
+
+
+# --- memory layout -----------------------------------------------------------------------------
+
+#: Extra elements around an embedded view: slots before/after along one axis.
+SLACK = 3
+
+
+def embed(t: torch.Tensor, shape, index, fill) -> torch.Tensor:
+    """``t`` written at ``buffer[index]`` of a fresh ``fill``-filled buffer of ``shape``; returns
+    that view (its storage is the whole buffer)."""
+    buf = torch.full(tuple(shape), fill, dtype=t.dtype)
+    buf[index] = t
+    return buf[index]
+
+
+def poison_of(dtype: torch.dtype):
+    return float("nan") if dtype.is_floating_point else 0
+
+
+def row_pad(t: torch.Tensor, pad: int = 8) -> torch.Tensor:
+    """``t`` as the first D columns of rows D + pad wide (every stride but the innermost grows)."""
+    D = t.shape[-1]
+    return embed(t, (*t.shape[:-1], D + pad), (..., slice(0, D)), poison_of(t.dtype))
+
+
+def seq_slice(k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """k/v [B, H, S, D] as a window of one longer cache [2, B, H, S + 2 * SLACK, D], starting
+    SLACK tokens in (a sliding window over a preallocated cache)."""
+    B, H, S, D = k.shape
+    buf = torch.full((2, B, H, S + 2 * SLACK, D), float("nan"), dtype=k.dtype)
+    window = (slice(None), slice(None), slice(SLACK, SLACK + S))
+    buf[0][window] = k
+    buf[1][window] = v
+    return buf[0][window], buf[1][window]
+
+
+def fused_bnsd(*parts: torch.Tensor) -> list[torch.Tensor]:
+    """[B, H_i, S, D] tensors of equal S as head slices of one fused [B, S, sum H_i, D] tensor
+    (a fused QKV projection in BSHD order), each seen as BNSD: head stride D, token stride
+    sum(H_i) * D."""
+    B, _, S, D = parts[0].shape
+    total = sum(p.shape[1] for p in parts)
+    buf = torch.full((B, S, total, D), float("nan"), dtype=parts[0].dtype)
+    out, h0 = [], 0
+    for p in parts:
+        h = p.shape[1]
+        buf[:, :, h0:h0 + h] = p.transpose(1, 2)
+        out.append(buf[:, :, h0:h0 + h].transpose(1, 2))
+        h0 += h
+    return out
+
+
+def fused_rows(*parts: torch.Tensor) -> list[torch.Tensor]:
+    """[N, H_i, D] tensors as head slices of one fused [N, sum H_i, D] tensor (packed varlen
+    q/k/v from one QKV projection; a decode query from the fused projection of its token)."""
+    N, _, D = parts[0].shape
+    total = sum(p.shape[1] for p in parts)
+    buf = torch.full((N, total, D), float("nan"), dtype=parts[0].dtype)
+    out, h0 = [], 0
+    for p in parts:
+        h = p.shape[1]
+        buf[:, h0:h0 + h] = p
+        out.append(buf[:, h0:h0 + h])
+        h0 += h
+    return out
+
+
+def pool_slice(cache: torch.Tensor, layout: str) -> torch.Tensor:
+    """A paged cache as a slice of a larger pool: pages SLACK.. of a pool with 2 * SLACK more
+    pages, and heads 1.. of a pool with 2 more KV heads (a tensor-parallel shard of a shared
+    pool). Every stride but the innermost differs from the contiguous one."""
+    N = cache.shape[0]
+    head_axis = 2 if layout == "HND" else 3
+    shape = list(cache.shape)
+    shape[0] += 2 * SLACK
+    shape[head_axis] += 2
+    index = [slice(SLACK, SLACK + N), slice(None), slice(None), slice(None)]
+    index[head_axis] = slice(1, 1 + cache.shape[head_axis])
+    return embed(cache, shape, tuple(index), float("nan"))
+
+
+#: The views every dense BNSD family (q [B, Hq, Sq, D], k/v [B, Hkv, S, D]) runs.
+DENSE_VIEWS = ("kvslice", "fused", "rowpad")
+
+
+def dense_views(view: str, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> tuple:
+    """(q, k, v) as the legal views of ``view``: ``kvslice`` K/V a window of a longer cache,
+    ``fused`` slices of one fused BSHD projection (a decode query from its token's projection,
+    its K/V from one BSHD cache), ``rowpad`` rows wider than D."""
+    if view == CONTIG:
+        return q, k, v
+    if view == "kvslice":
+        return (q, *seq_slice(k, v))
+    if view == "fused":
+        if q.shape[2] == k.shape[2]:
+            return tuple(fused_bnsd(q, k, v))
+        B, Hkv, _, D = k.shape
+        rest = torch.full((B, 2 * Hkv, q.shape[2], D), float("nan"), dtype=q.dtype)  # the token's own K/V
+        return (fused_bnsd(q, rest)[0], *fused_bnsd(k, v))
+    if view == "rowpad":
+        return row_pad(q), row_pad(k), row_pad(v)
+    raise ValueError(f"unknown view {view!r}")
+
+
+def index_view(t: torch.Tensor, fill) -> torch.Tensor:
+    """An index array [..., L] as the first L entries of rows SLACK longer, the rest ``fill``
+    (callers pass stale in-range values: a reader that ignores the row stride reads legal but
+    wrong entries instead of crashing)."""
+    L = t.shape[-1]
+    return embed(t, (*t.shape[:-1], L + SLACK), (..., slice(0, L)), fill)
+
+
+# --- sizes -------------------------------------------------------------------------------------
+
+#: S % 16 and S % 64 in {0, 1, 2, tile - 1}: (63, 64, 65, 66) -> residues (15|63, 0, 1, 2).
+TILE_RESIDUES = (63, 64, 65, 66)
+#: The same past a 128-wide tile (the interpreter's tile, and the devices' BLOCK_M): 127, 129, 130.
+LONG_RESIDUES = (127, 129, 130)
+#: Past the split-KV thresholds of every profile (the project's kernels split past 512 keys or
+#: list entries in the interpreter, and from 512 on devices): one and two splits beyond.
+SPLIT_LENGTHS = (513, 1100)
+
+
+# --- fuzz draws ----------------------------------------------------------------------------------
+
+def draw_length(rng, hi: int, lo: int = 1) -> int:
+    """A length in [lo, hi]: uniformly, near a tile residue, or past a split threshold."""
+    kind = rng.random()
+    if kind < 0.4:
+        n = rng.randint(lo, hi)
+    elif kind < 0.8:
+        tile = rng.choice((16, 64, 128))
+        n = tile * rng.randint(1, max(1, hi // tile)) + rng.choice((-1, 0, 1, 2))
+    else:
+        n = rng.choice(SPLIT_LENGTHS) + rng.randint(-2, 40)
+    return max(lo, min(hi, n))
+
+
+def draw_dtype(rng) -> str:
+    # bf16 is rarer: on cpu the tl.dot kernels meet the interpreter's known bf16 failure there.
+    return "bf16" if rng.random() < 0.15 else "fp16"
+
+
+def draw_heads(rng, max_hq: int = 8) -> tuple[int, int]:
+    """(Hq, Hkv) with Hq % Hkv == 0: GQA ratios 1 .. 8."""
+    G = rng.choice([g for g in (1, 2, 4, 8) if g <= max_hq])
+    Hkv = rng.choice([h for h in (1, 2, 4) if h * G <= max_hq] or [1])
+    return Hkv * G, Hkv
+
+
+def draw_head_dim(rng) -> int:
+    return rng.choices((64, 128, 256), weights=(5, 3, 1))[0]
+
+
+def draw_vals(rng) -> str:
+    return RANDN if rng.random() < 0.4 else rng.choice(VALUES)
+
+
+def draw_view(rng, kinds) -> str:
+    return CONTIG if rng.random() < 0.4 else rng.choice(tuple(kinds))
+
+
