@@ -41,6 +41,9 @@ class KnownFailure:
     #: Case parameters the entry is limited to: name -> allowed values. A case that has no such
     #: parameter is not constrained by it.
     where: Mapping[str, tuple] = field(default_factory=dict)
+    #: Case parameters that exempt a case (all of them must match): e.g. a batch with no tokens
+    #: never reaches the construct.
+    unless: Mapping[str, tuple] = field(default_factory=dict)
     #: Upstream tracker or issue.
     reference: str = ""
     #: The case id of the minimal probe that reproduces it.
@@ -69,6 +72,8 @@ class KnownFailure:
         installed = versions.get(self.package)
         if installed is None or not _in_range(installed, self.versions):
             return False
+        if self.unless and all(k in case.params and case.params[k] in values for k, values in self.unless.items()):
+            return False
         return all(k not in case.params or case.params[k] in allowed for k, allowed in self.where.items())
 
     def explains(self, stage: str, message: str) -> bool:
@@ -88,7 +93,8 @@ def load(path: str | Path) -> list[KnownFailure]:
         raw = dict(raw)
         for key in ("devices", "families", "impls", "strict_impls"):
             raw[key] = tuple(raw.get(key, ("*",) if key in ("impls", "strict_impls") else ()))
-        raw["where"] = {k: tuple(v) for k, v in raw.get("where", {}).items()}
+        raw["where"] = {k: tuple(_frozen(x) for x in v) for k, v in raw.get("where", {}).items()}
+        raw["unless"] = {k: tuple(_frozen(x) for x in v) for k, v in raw.get("unless", {}).items()}
         try:
             entries.append(KnownFailure(**raw))
         except TypeError as exc:
@@ -98,6 +104,11 @@ def load(path: str | Path) -> list[KnownFailure]:
     if dupes:
         raise ValueError(f"{path}: duplicate ledger ids {sorted(dupes)}")
     return entries
+
+
+def _frozen(value):
+    """TOML arrays as tuples, as case parameters hold them (``lengths = [0, 0]`` -> (0, 0))."""
+    return tuple(_frozen(v) for v in value) if isinstance(value, list) else value
 
 
 class KnownFailureHit(Exception):

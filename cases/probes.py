@@ -17,7 +17,8 @@ from attnsuite.case import make_cases
 from attnsuite.family import Family
 from attnsuite.interfaces import Interface
 from kernels.probes import (block_ptr_order, cumsum, early_return, gather_inner_axis, gather_int32,
-                            gather_transposed, grid_limit, interp_bf16_dot, loop_carried_mask,
+                            gather_transposed, grid_limit, interp_bf16_dot, interp_bf16_round,
+                            loop_carried_mask,
                             loop_const_trip, loop_if_mask, page_div_zero, ub_overflow,
                             while_block_index)
 
@@ -61,6 +62,13 @@ PROBE_SPECS = {
         inputs=lambda c, g: {"a": randn(g, (c["M"], c["K"]), c.dtype), "b": randn(g, (c["K"], c["N"]), c.dtype)},
         output=lambda c, x: ("c", (c["M"], c["N"]), torch.float32),
         reference=lambda c, x, dt: x["a"].to(dt) @ x["b"].to(dt)),
+    # y = bf16(x). Each x lies 0.99 of a bf16 step above a bf16 value in [2, 2.1): rounding to
+    # nearest is off by 0.01 of a step, truncation by 0.99, past the floor (2^-8 * max|x|).
+    "interp_bf16_round": Probe(
+        interp_bf16_round,
+        inputs=lambda c, g: {"x": 2.0 + (torch.arange(c["N"], dtype=torch.float32) % 6 + 0.99) * 2.0**-6},
+        output=lambda c, x: ("y", (c["N"],), torch.bfloat16),
+        reference=lambda c, x, dt: x["x"].to(dt)),
     # Scores s = q k^T (fp32); the original reads k^T through a column-major block pointer.
     "block_ptr_order": Probe(
         block_ptr_order,
@@ -171,6 +179,7 @@ def _each_variant(probe: str, dtypes=("fp16",), **shape) -> list[dict]:
 
 CASES = [
     *_each_variant("interp_bf16_dot", ("bf16", "fp16"), M=16, N=16, K=32),
+    *_each_variant("interp_bf16_round", ("bf16",), N=16),
     *_each_variant("block_ptr_order", M=16, N=16, D=32),
     # Trip count 1 (Triton specializes num_pages == 1 into a constant) and 2 (a runtime count).
     *_each_variant("loop_if_mask", L=13, page=16, pages=1),
