@@ -106,8 +106,7 @@ FULL = (
 )
 
 # The speed target's shape (performance.md): key formulation at S_c = 32768, 70%, 2-bit.
-BENCH = [case("keys", bits=2, s=0.7, B=1, Hq=32, Hkv=8, S=32768, D=128),
-         case("keys", bits=16, s=0.7, B=1, Hq=32, Hkv=8, S=32768, D=128)]
+BENCH = [case(op, bits=b, s=0.7, B=1, Hq=32, Hkv=8, S=32768, D=128) for op in ("keys", "values") for b in (2, 16)]
 
 
 #: Where ``call`` leaves, for the reference, which elements the implementation's compressor kept.
@@ -257,14 +256,17 @@ class Mustafar(Family):
         return {"bytes": sum(t.numel() * t.element_size() for n, t in inputs.items() if n.startswith(reads))}
 
     def extra_baselines(self, case, inputs, impl):
-        """Keys: dense fp16 ``q @ K^T`` in torch on the unpruned cache (the speed target's yardstick)."""
-        if case["op"] != "keys":
-            return {}
-        q, k = inputs["q"], inputs["k"]
-        B, Hkv, S, D = k.shape
-        qg = q.view(B, Hkv, q.shape[1] // Hkv, D)
-        kt = k.transpose(-1, -2)
-        return {"dense_qk": (lambda: qg @ kt, "torch fp16 q @ K^T on the dense cache")}
+        """The speed targets' yardsticks on the unpruned cache, in torch fp16: keys against dense
+        ``q @ K^T``, values against dense ``p @ V``."""
+        B, Hkv, S, D = inputs["k"].shape
+        G = inputs["q"].shape[1] // Hkv
+        if case["op"] == "keys":
+            qg, kt = inputs["q"].view(B, Hkv, G, D), inputs["k"].transpose(-1, -2)
+            return {"dense_qk": (lambda: qg @ kt, "torch fp16 q @ K^T on the dense cache")}
+        if case["op"] == "values":
+            pg, v = inputs["p"].view(B, Hkv, G, S), inputs["v"]
+            return {"dense_pv": (lambda: pg @ v, "torch fp16 p @ V on the dense cache")}
+        return {}
 
     def launches_kernel(self, case):
         return case["op"] != "compress"  # the compressor is vectorized torch
