@@ -102,7 +102,7 @@ def _summary(oc) -> dict:
     if accesses is not None:
         entry["scalar_accesses"] = len(accesses)
         entry["scalar_summary"] = oc.artifacts.get("scalar_summary", [])
-    for key in ("cubin_bytes", "shared_bytes", "toolchain", "mix_mode", "memory"):
+    for key in ("cubin_bytes", "shared_bytes", "toolchain", "mix_mode", "memory", "flaky"):
         if key in oc.artifacts:
             entry[key] = oc.artifacts[key]
     return entry

@@ -15,7 +15,10 @@ import triton.language as tl
 from ._checks import LaunchPlan, next_pow2
 
 
-@triton.jit
+# sizes and LSE strides unspecialized: see kernels/__init__.py
+@triton.jit(do_not_specialize=[
+    "Hq", "NUM_SPLITS", "stride_lpb", "stride_lph", "stride_lps", "stride_lb", "stride_lh",
+])
 def _merge_splits(
     OP, LP, O, LSE,
     stride_pb, stride_ph, stride_ps,

@@ -28,7 +28,11 @@ PAD = 65535
 BLOCK_SIZES = (128, 256, 512, 1024)
 
 
-@triton.jit
+# sizes and LSE strides unspecialized: see kernels/__init__.py
+@triton.jit(do_not_specialize=[
+    "H", "S", "n_rows", "stride_lb", "stride_lh", "stride_ib", "stride_ih", "stride_ir",
+    "stride_ic",
+])
 def _block_sparse_fwd(
     Q, K, V, O, LSE, SABI, COUNTS,
     stride_qb, stride_qh, stride_qs,

@@ -30,7 +30,11 @@ MAX_HEAD_DIM = 256
 MIN_SPLIT_LEN = 512
 
 
-@triton.jit
+# sizes and LSE strides unspecialized: see kernels/__init__.py
+@triton.jit(do_not_specialize=[
+    "Hkv", "S", "G", "SPLIT_LEN", "NUM_SPLITS", "stride_lb", "stride_lh", "stride_lsplit",
+    "stride_lob", "stride_loh",
+])
 def _decode_fwd(
     Q, K, V, O, LSE, OUT, LSE_OUT, COUNTER,
     stride_qb, stride_qh,

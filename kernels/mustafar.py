@@ -134,7 +134,8 @@ def _decode_tiles(BITMAPS, OFFSETS, PACKED, ZERO, tile0, n_tiles,
     return out
 
 
-@triton.jit
+# sizes and LSE strides unspecialized: see kernels/__init__.py
+@triton.jit(do_not_specialize=["Hkv", "n_tblocks", "n_work", "n_programs"])
 def _mustafar_keys_fwd(
     Q, BITMAPS, OFFSETS, PACKED, SCALE, ZERO, O,
     stride_qb, stride_qh, stride_ob, stride_oh,
@@ -178,7 +179,8 @@ def _mustafar_keys_fwd(
                  + tok[None, :, :], acc, mask=(offs_g < G)[:, None, None])
 
 
-@triton.jit
+# sizes and LSE strides unspecialized: see kernels/__init__.py
+@triton.jit(do_not_specialize=["Hkv", "S", "chunk", "n_chunks", "n_work", "n_programs"])
 def _mustafar_values_fwd(
     P, BITMAPS, OFFSETS, PACKED, SCALE, ZERO, O,
     stride_pb, stride_ph, stride_os, stride_ob, stride_oh,
@@ -223,7 +225,8 @@ def _mustafar_values_fwd(
                  + chan[None, :, :], acc.to(O.dtype.element_ty), mask=(offs_g < G)[:, None, None])
 
 
-@triton.jit
+# sizes and LSE strides unspecialized: see kernels/__init__.py
+@triton.jit(do_not_specialize=["n_chunks", "Hq"])
 def _sum_chunks(W, O, n_chunks, stride_wc, stride_wb, stride_ob, stride_oh, Hq,
                 D: tl.constexpr, BLOCK_H: tl.constexpr):
     """O[b, h, :] = the sum over chunks c of W[c, b, h, :] (W fp32, [n_chunks, B, Hq, D])."""
@@ -260,7 +263,8 @@ def _tiles_by_row(v, NT: tl.constexpr):
     return tl.reshape(tl.permute(tl.reshape(v, (8, NT, 8)), (1, 2, 0)), (NT, 64)).to(tl.float16)
 
 
-@triton.jit
+# sizes and LSE strides unspecialized: see kernels/__init__.py
+@triton.jit(do_not_specialize=["Hkv", "n_tblocks"])
 def _mustafar_keys_fast(
     Q, BITMAPS, OFFSETS, PACKED, SCALE, ZERO, O,
     stride_qb, stride_qh, stride_ob, stride_oh, Hkv, D, n_tblocks,
@@ -290,7 +294,8 @@ def _mustafar_keys_fast(
              + tl.arange(0, 64)[None, :], acc, mask=g_ok)
 
 
-@triton.jit
+# sizes and LSE strides unspecialized: see kernels/__init__.py
+@triton.jit(do_not_specialize=["Hkv", "S", "chunk", "n_chunks"])
 def _mustafar_values_fast(
     P, BITMAPS, OFFSETS, PACKED, SCALE, ZERO, O,
     stride_pb, stride_ph, stride_os, stride_ob, stride_oh, Hkv, S, chunk, n_chunks,

@@ -67,7 +67,8 @@ def _store_split(O, LSE, b64, heads, split, offs_d, io_mask, g_ok, acc, m_i, l_i
         tl.store(LSE + b64 * stride_lb + heads * stride_lh + split * stride_lsplit, lse, mask=g_ok)
 
 
-@triton.jit
+# sizes and LSE strides unspecialized: see kernels/__init__.py
+@triton.jit(do_not_specialize=["Hkv", "G", "PAGES_PER_SPLIT", "stride_lb", "stride_lh", "stride_lsplit"])
 def _paged_decode_fwd(
     Q, KV, PAGE_INDPTR, PAGE_INDICES, LAST_LEN, O, LSE,
     stride_qb, stride_qh,
@@ -122,7 +123,10 @@ def _paged_decode_fwd(
                  stride_ob, stride_oh, stride_osplit, stride_lb, stride_lh, stride_lsplit, RETURN_LSE)
 
 
-@triton.jit
+# sizes and LSE strides unspecialized: see kernels/__init__.py
+@triton.jit(do_not_specialize=[
+    "Hkv", "G", "TOKENS_PER_SPLIT", "NUM_SPLITS", "stride_lb", "stride_lh", "stride_lsplit",
+])
 def _paged_decode_flat(
     Q, KV, PAGE_INDPTR, PAGE_INDICES, LAST_LEN, O, LSE,
     stride_qb, stride_qh,

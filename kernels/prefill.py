@@ -23,7 +23,8 @@ LOG2E = 1.4426950408889634
 MAX_HEAD_DIM = 256
 
 
-@triton.jit
+# sizes and LSE strides unspecialized: see kernels/__init__.py
+@triton.jit(do_not_specialize=["Hq", "S", "G", "stride_lb", "stride_lh"])
 def _prefill_fwd(
     Q, K, V, O, LSE,
     stride_qb, stride_qh, stride_qs,

@@ -28,7 +28,8 @@ from ._checks import (cdiv, DOT_INPUT_PRECISION, FLOAT_DTYPES, check_flag, check
 from .prefill import LOG2E, MAX_HEAD_DIM, prefill_config
 
 
-@triton.jit
+# sizes and LSE strides unspecialized: see kernels/__init__.py
+@triton.jit(do_not_specialize=["Hq", "S", "G", "stride_lb", "stride_lh", "stride_ls"])
 def _prefill_varlen_fwd(
     Q, K, V, O, LSE, SEQ,
     stride_qb, stride_qh, stride_qs,

@@ -36,7 +36,11 @@ TARGET_PROGRAMS = 256
 MIN_SPLIT_LEN = 256
 
 
-@triton.jit
+# sizes and LSE strides unspecialized: see kernels/__init__.py
+@triton.jit(do_not_specialize=[
+    "Hq", "G", "SPLIT_LEN", "stride_ib", "stride_ih", "stride_nb", "stride_nh", "stride_lb",
+    "stride_lh", "stride_lsplit",
+])
 def _sparse_decode_fwd(
     Q, K, V, IND, NNZ, O, LSE,
     stride_qb, stride_qh,

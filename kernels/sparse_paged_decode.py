@@ -41,7 +41,11 @@ MAX_HEAD_DIM = 256
 MIN_SPLIT_LEN = 256
 
 
-@triton.jit
+# sizes and LSE strides unspecialized: see kernels/__init__.py
+@triton.jit(do_not_specialize=[
+    "Hq", "G", "SPLIT_LEN", "stride_rb", "stride_rh", "stride_nb", "stride_nh", "stride_kpb",
+    "stride_kph", "stride_lpb", "stride_lph", "stride_lb", "stride_lh", "stride_lsplit",
+])
 def _sparse_paged_fwd(
     Q, KV, ROWS, NNZ, KP, LP, O, LSE, PAGE_INDPTR, PAGE_INDICES,
     stride_qb, stride_qh,

@@ -19,7 +19,8 @@ To compile without a device, for the duration of one compile:
   ``bishengir-compile --target=``; rc2 passes no target at all);
 - the backend module's ``subprocess`` is wrapped to record each tool's command, exit status,
   output and time, to apply a timeout, and to add ``--mlir-print-debuginfo`` to
-  ``triton-adapter-opt`` so the linalg IR carries ``loc(file:line)`` for ``scalarize``;
+  ``triton-adapter-opt`` so the linalg IR carries ``loc(file:line)`` for ``scalarize``, and
+  ``--mlir-disable-threading`` to both MLIR tools that list it (see ``_single_threaded``);
 - ``ascendnpuir/bin`` is put on ``PATH`` when ``bishengir-compile`` is not already there.
 
 This module imports nothing from triton at import time (the harness imports it under upstream
@@ -28,6 +29,7 @@ Triton too); ``check_grid`` is pure Python.
 from __future__ import annotations
 
 import contextlib
+import functools
 import importlib.util
 import math
 import os
@@ -96,6 +98,32 @@ def bishengir_bin_dir() -> Optional[str]:
     return path if os.path.isdir(path) else None
 
 
+@functools.lru_cache(maxsize=None)
+def _lists_option(tool_path: str, option: str) -> bool:
+    try:
+        out = _real_subprocess.run([tool_path, "--help"], capture_output=True, timeout=60)
+    except (OSError, _real_subprocess.SubprocessError):
+        return False
+    return option.encode() in out.stdout + out.stderr
+
+
+#: A CI run on a 2-core machine failed four causal varlen compiles that pass in every run here
+#: (30 runs, 3.2.0 and rc2, same wheels): "operand #2 does not dominate this use" and an i64
+#: ``arith.constant``, never the same cases twice. MLIR sizes its thread pool by the CPUs the
+#: process may run on, not by its CPU quota, so a container can run dozens of pass threads on two
+#: cores; a compile-only tier wants the same IR on every machine, so the tools run one thread.
+_SINGLE_THREADED_TOOLS = ("triton-adapter-opt", "bishengir-compile")
+_NO_THREADS = "--mlir-disable-threading"
+
+
+def _single_threaded(cmd: list[str]) -> list[str]:
+    tool = os.path.basename(cmd[0])
+    if (tool in _SINGLE_THREADED_TOOLS and _NO_THREADS not in cmd
+            and _lists_option(shutil.which(cmd[0]) or cmd[0], _NO_THREADS)):
+        return cmd + [_NO_THREADS]
+    return cmd
+
+
 class _ToolLog:
     """Stands in for the backend module's ``subprocess``: same API, records every ``run``."""
 
@@ -109,7 +137,7 @@ class _ToolLog:
         return getattr(_real_subprocess, name)
 
     def run(self, cmd, *args, **kwargs):
-        cmd = [str(c) for c in cmd]
+        cmd = _single_threaded([str(c) for c in cmd])
         tool = os.path.basename(cmd[0])
         if self._debuginfo and tool == "triton-adapter-opt" and "--mlir-print-debuginfo" not in cmd:
             cmd.append("--mlir-print-debuginfo")
@@ -219,10 +247,31 @@ def bishengir_message(output: str) -> str:
     return trim_message("\n".join(errors + rest))
 
 
-def compile_link(plan: Any, target: str = DEFAULT_SOC, *, timeout: float = TOOL_TIMEOUT_S,
+def compile_link(plan: Any, target: str = DEFAULT_SOC, **options) -> CompileOutcome:
+    """Compile one LaunchPlan link for an Ascend SoC ("Ascend910B2"); options as ``compile_once``.
+
+    A ``bishengir`` failure (not a UB overflow, not a timeout) is compiled once more: should the
+    second compile pass, the outcome is that pass with ``artifacts["flaky"]`` holding the first
+    failure's message, so a nondeterministic compiler shows in the records instead of failing a
+    case on one machine and passing it on the next (porting_notes.md, "bishengir, flaky").
+    """
+    first = compile_once(plan, target, **options)
+    if first.outcome != FAIL or first.stage != "bishengir" or "timed out" in first.message:
+        return first
+    second = compile_once(plan, target, **options)
+    if second.outcome == FAIL:
+        return first
+    second.artifacts["flaky"] = first.message
+    second.message = (f"compiled on the second try; the first failed: {first.message}\n"
+                      f"{second.message}")
+    second.seconds += first.seconds
+    return second
+
+
+def compile_once(plan: Any, target: str = DEFAULT_SOC, *, timeout: float = TOOL_TIMEOUT_S,
                  keep_ir: bool = True, debuginfo: bool = True, memory_display: bool = True,
                  grid_check: bool = True) -> CompileOutcome:
-    """Compile one LaunchPlan link for an Ascend SoC ("Ascend910B2").
+    """Compile one LaunchPlan link for an Ascend SoC ("Ascend910B2"), one try.
 
     ``timeout``: seconds per external tool run. ``keep_ir``: keep the TTIR and linalg IR text in
     ``artifacts`` ("ttir", "ttadapter"). ``debuginfo``: run the adapter with
