@@ -5,6 +5,7 @@ and the report in attnsuite/report."""
 from __future__ import annotations
 
 import faulthandler
+import os
 import signal
 
 import pytest
@@ -21,11 +22,23 @@ ACCOUNT = pytest.StashKey[RunAccount]()
 WATCHDOG = pytest.StashKey[object]()
 
 
+def _quiet_benchmark_under_xdist(config) -> None:
+    """pytest-benchmark disables itself under xdist anyway; older releases say so on stderr in
+    every worker of a conformance run, which has no benchmark. Disabled up front, it is silent."""
+    opt = config.option
+    xdist = getattr(opt, "dist", "no") != "no" or os.environ.get("PYTEST_XDIST_WORKER")
+    if xdist and hasattr(opt, "benchmark_disable") and not getattr(opt, "benchmark_enable", False) \
+            and not getattr(opt, "benchmark_only", False):
+        opt.benchmark_disable = True
+
+
 def pytest_addoption(parser):
     add_options(parser)
 
 
+@pytest.hookimpl(tryfirst=True)
 def pytest_configure(config):
+    _quiet_benchmark_under_xdist(config)
     for name, doc in (("conformance", "a conformance case of a kernel family"),
                       ("bench", "a headline benchmark case (tag)"), ("sweep", "a benchmark sweep case (tag)"),
                       ("fuzz", "a case drawn by the fuzz profile (tag)"),

@@ -52,6 +52,32 @@ def test_cuda_and_npu_report_what_is_missing_here():
         device_class("npu").check_available()
 
 
+@pytest.mark.parametrize("reserved, trimmed", [(5 << 30, True), (1 << 30, False)])
+def test_a_worker_gives_back_a_large_cache_when_it_releases_the_device(tmp_path, monkeypatch,
+                                                                      reserved, trimmed):
+    """Cached memory a large case left behind goes back to the device after the case, so a
+    later large case on another worker has room; a small cache is kept (reallocating is slow)."""
+    import tempfile
+
+    from attnsuite.devices.base import Device
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    emptied = []
+
+    class Fake(Device):
+        kind = "fake"
+
+        def reserved_bytes(self):
+            return reserved
+
+        def empty_cache(self):
+            emptied.append(True)
+
+    with Fake(0).use():
+        assert not emptied
+    assert emptied == ([True] if trimmed else [])
+
+
 def test_an_exclusive_hold_waits_for_shared_holders_and_holds_off_new_ones(tmp_path, monkeypatch):
     """The OOM retry takes the device exclusively: it waits for the cases other workers are
     running, and cases that start meanwhile queue behind it instead of starving it."""

@@ -85,6 +85,11 @@ class CudaDevice(Device):
 
         torch.cuda.empty_cache()
 
+    def reserved_bytes(self) -> int:
+        import torch
+
+        return torch.cuda.memory_reserved(self.index)
+
     def name(self) -> str:
         import torch
 

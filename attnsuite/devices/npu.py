@@ -87,6 +87,9 @@ class NpuDevice(Device):
     def empty_cache(self) -> None:
         _npu().empty_cache()
 
+    def reserved_bytes(self) -> int:
+        return _npu().memory_reserved(self.index)
+
     def name(self) -> str:
         return _npu().get_device_name(self.index)  # the SoC name, e.g. "Ascend910B2"
 

@@ -101,5 +101,5 @@ def rewrite(q, k, v, row, bkv, block_n, out=None):
 def keys(row: torch.Tensor, bkv: int, S: int) -> torch.Tensor:
     """The key positions the listed blocks cover (for the reference)."""
     blocks = row[row != PAD].long()
-    cols = (blocks[:, None] * bkv + torch.arange(bkv)[None, :]).flatten()
+    cols = (blocks[:, None] * bkv + torch.arange(bkv, device=row.device)[None, :]).flatten()
     return cols[cols < S]
