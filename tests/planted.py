@@ -20,7 +20,11 @@ def decode_hangs(q, k, v, **kw):
     started = os.environ.get("ATTN_PLANTED_STARTED")
     if started:  # lets a test know the case is under way before it interrupts the run
         open(started, "a").close()
-    time.sleep(3600)
+    # Short sleeps: a signal the kernel hands to another thread (torch's, the watchdog's) only
+    # sets a flag; the main thread must wake to act on it, as a Python loop would.
+    deadline = time.monotonic() + 3600
+    while time.monotonic() < deadline:
+        time.sleep(0.05)
 
 
 def decode_crashes(q, k, v, **kw):

@@ -45,7 +45,7 @@ def test_an_implementation_that_aborts_on_every_call_is_recorded_case_by_case_an
 
 
 def test_a_case_stuck_in_native_code_is_ended_by_the_watchdog_and_the_run_goes_on(run_suite):
-    run = run_suite(DECODE, "-n", "1", "-k", "S17 and fp16", "--case-timeout", "1",
+    run = run_suite(DECODE, "-n", "1", "-k", "S17 and fp16 and not Hkv1", "--case-timeout", "1",
                     "--impl", PLANTED + "decode_hangs_in_native_code", timeout=300)
     assert len(run.records) >= 2, run.output[-2000:]
     assert {r["outcome"] for r in run.records} == {"timeout"}
@@ -69,13 +69,23 @@ def test_the_buffer_contract_is_checked(run_suite, impl, why):
     assert rec["stage"] == ("numeric" if impl == "decode_never_writes" else "contract")
 
 
+def _default_signal_state():
+    """The run under test starts as a shell would start it: no signal blocked, SIGINT and
+    SIGTERM at their defaults, whatever this test process inherited or changed (two runs of the
+    whole test suite here saw the child ignore SIGINT; it never did when run alone)."""
+    signal.pthread_sigmask(signal.SIG_SETMASK, [])
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, signal.SIG_DFL)
+
+
 def _interrupted_run(tmp_path, sig):
     records, report, started = tmp_path / "records", tmp_path / "index.html", tmp_path / "started"
     env = {**__import__("os").environ, "PYTHONPATH": str(ROOT), "ATTN_PLANTED_STARTED": str(started)}
     proc = subprocess.Popen([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", DECODE, "-k", "S17",
                              "--records-dir", str(records), "--report-html", str(report),
                              "--impl", PLANTED + "decode_hangs", "--case-timeout", "120"],
-                            cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+                            cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            preexec_fn=_default_signal_state)
     deadline = time.monotonic() + 240
     while not started.exists() and time.monotonic() < deadline:
         time.sleep(0.2)

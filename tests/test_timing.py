@@ -4,6 +4,7 @@ devices whose durations are known (on cpu), and on a GPU the real methods agains
 known size and a call whose host time would otherwise leak into its device time."""
 import json
 import multiprocessing
+import statistics
 import time
 from contextlib import contextmanager, nullcontext
 
@@ -317,16 +318,39 @@ def _copy_ms_back_to_back(src, dst, n=10):
     return a.elapsed_time(b) / n
 
 
+def _copy_ms_each_after_a_flush(src, dst, flush, n=10):
+    """Events around each copy, the L2 flushed before it: the flush keeps the device busy while
+    the host enqueues the events and the copy, so no host time is inside."""
+    dst.copy_(src)
+    pairs = []
+    for _ in range(n):
+        flush()
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        dst.copy_(src)
+        b.record()
+        pairs.append((a, b))
+    torch.cuda.synchronize()
+    return statistics.median(a.elapsed_time(b) for a, b in pairs)
+
+
 @CUDA
 @pytest.mark.parametrize("method", ["cudagraph", "profiler"])
 def test_device_time_of_a_copy_of_known_size(method):
+    """Warm: the same as back-to-back copies. Cold: the same as each copy timed alone after a
+    flush, which is not the back-to-back figure: on an H100 a 1 GiB copy right after the 256 MiB
+    flush took 0.88 ms where back-to-back copies took 0.71 (graph subtraction and per-call events
+    agreed within 0.5%), so the cold figure is compared with a cold measurement."""
     device = open_device("cuda", None)
     src = torch.ones(2**29, dtype=torch.float16, device="cuda")  # 1 GiB
     dst = torch.empty_like(src)
-    expected = _copy_ms_back_to_back(src, dst)
-    got = device_time(device, lambda: dst.copy_(src), method=method, runs=10)
-    assert got.method == method
-    assert abs(got.timing.median_ms - expected) / expected < 0.05, (got, expected)
+    call = lambda: dst.copy_(src)  # noqa: E731
+    warm = device_time(device, call, method=method, l2="warm", runs=10)
+    cold = device_time(device, call, method=method, runs=10)
+    assert warm.method == cold.method == method
+    for got, expected in ((warm, _copy_ms_back_to_back(src, dst)),
+                          (cold, _copy_ms_each_after_a_flush(src, dst, device.l2_flusher()))):
+        assert abs(got.timing.median_ms - expected) / expected < 0.05, (got, expected)
 
 
 @CUDA
