@@ -89,3 +89,11 @@ def _undo_interpreter_patches():
 
 
 _ABSENT = object()
+
+
+def pytest_collection_modifyitems(items):
+    """Under ``-n`` (tox -e tests runs two workers), the tests that read the one quick-profile
+    run go to one worker (``--dist loadgroup``), so that run is made once, not once per worker."""
+    for item in items:
+        if "quick_cpu_run" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.xdist_group("quick_cpu_run"))
