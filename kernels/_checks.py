@@ -370,3 +370,22 @@ def _bound_at(as_tensor: Optional[torch.Tensor], value: Any, t: torch.Tensor, po
     if as_tensor is None:
         return torch.as_tensor(value).item()
     return as_tensor.expand_as(t)[pos].item() if as_tensor.dim() else as_tensor.item()
+
+
+_ASCEND: Optional[bool] = None
+
+
+def on_ascend(t: torch.Tensor) -> bool:
+    """Planning for an Ascend NPU: an npu tensor, or compile-only (cpu tensors, no interpreter)
+    under triton-ascend. Tile and grid choices that only Ascend needs key on this."""
+    global _ASCEND
+    if t.device.type == "npu":
+        return True
+    if t.device.type != "cpu" or is_interpret():
+        return False
+    if _ASCEND is None:
+        import importlib.util
+        _ASCEND = any(importlib.util.find_spec(f"triton.backends.{n}") is not None
+                      for n in ("ascend", "huawei"))
+    return _ASCEND
+

@@ -39,7 +39,7 @@ import triton
 import triton.language as tl
 
 from ._callcache import CallCache
-from ._checks import (DOT_INPUT_PRECISION, FLOAT_DTYPES, cdiv, check_flag, check_gqa,
+from ._checks import (DOT_INPUT_PRECISION, on_ascend, FLOAT_DTYPES, cdiv, check_flag, check_gqa,
                       check_launchable, check_no_alias, check_nonempty, check_output, check_scale,
                       check_tensor, is_interpret, is_live, launch, LaunchPlan, next_pow2,
                       use_fast_path)
@@ -342,27 +342,10 @@ def _buffers(c: Compressed) -> tuple:
     return c.bitmaps, c.offsets, c.packed, c.bitmaps, c.bitmaps
 
 
-_ASCEND: Optional[bool] = None
-
-
-def _on_ascend(t: torch.Tensor) -> bool:
-    """Planning for an Ascend NPU: an npu tensor, or compile-only under triton-ascend."""
-    global _ASCEND
-    if t.device.type == "npu":
-        return True
-    if t.device.type != "cpu" or is_interpret():
-        return False
-    if _ASCEND is None:
-        import importlib.util
-        _ASCEND = any(importlib.util.find_spec(f"triton.backends.{n}") is not None
-                      for n in ("ascend", "huawei"))
-    return _ASCEND
-
-
 def _programs(n_work: int, t: torch.Tensor) -> int:
     """Programs for n_work items: one each on CUDA and in the interpreter; on Ascend at most one
     per vector core, each looping over its share (a program is bound to a physical core)."""
-    if not _on_ascend(t):
+    if not on_ascend(t):
         return n_work
     cores = NPU_VECTOR_CORES
     if t.device.type == "npu":
@@ -408,12 +391,12 @@ def mustafar_keys_plan(q: torch.Tensor, kc: Compressed, out: torch.Tensor, *,
         meta = dict(G=G, BITS=kc.bits, BLOCK_C=min(next_pow2(D), 128), BLOCK_G=max(16, next_pow2(G)),
                     DOT_PRECISION=DOT_INPUT_PRECISION, num_warps=4, num_stages=1)
         return LaunchPlan(kernel=_mustafar_keys_fast, grid=(n_work,), args=args, meta=meta)
-    cfg = mustafar_keys_config(D, G, kc.bits, interpret, _on_ascend(q))
+    cfg = mustafar_keys_config(D, G, kc.bits, interpret, on_ascend(q))
     n_programs = _programs(n_work, q)
     args = (q, *_buffers(kc), out,
             q.stride(0), q.stride(1), out.stride(0), out.stride(1),
             Hkv, D, n_tblocks, n_work, n_programs)
-    meta = dict(G=G, BITS=kc.bits, I_OUTER=not _on_ascend(q), **cfg)
+    meta = dict(G=G, BITS=kc.bits, I_OUTER=not on_ascend(q), **cfg)
     return LaunchPlan(kernel=_mustafar_keys_fwd, grid=(n_programs,), args=args, meta=meta)
 
 
@@ -429,7 +412,7 @@ def mustafar_values_plan(p: torch.Tensor, vc: Compressed, out: torch.Tensor, *,
     Hq = p.shape[1]
     G = Hq // Hkv
     interpret = is_interpret() if interpret is None else interpret
-    ascend = _on_ascend(p)
+    ascend = on_ascend(p)
     fast = use_fast_path(p)
     cfg = mustafar_values_config(S, D, G, vc.bits, interpret, ascend)
     if fast:

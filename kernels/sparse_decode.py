@@ -27,7 +27,8 @@ from ._callcache import CallCache
 from ._split import merge_plan, scratch_of, split_outputs
 from ._checks import (cdiv, check_decode_qkv, check_flag, check_index_tensor, check_int_range,
                       check_launchable, check_out_lse, check_out_lse_aliases, check_scale,
-                      check_values_in_range, is_interpret, is_live, launch, LaunchPlan, next_pow2)
+                      check_values_in_range, is_interpret, is_live, launch, LaunchPlan, next_pow2,
+                      on_ascend)
 
 LOG2E = 1.4426950408889634
 MAX_HEAD_DIM = 256
@@ -103,9 +104,10 @@ def _sparse_decode_fwd(
 
 
 def sparse_decode_config(B: int, Hq: int, L_max: int, D: int, dtype: torch.dtype, interpret: bool,
-                         num_splits: Optional[int] = None) -> dict:
+                         num_splits: Optional[int] = None, ascend: bool = False) -> dict:
     """Tiles, launch meta and the split of the index lists: BLOCK_N, BLOCK_D, num_warps,
-    num_stages, SPLIT_LEN (a multiple of BLOCK_N), NUM_SPLITS (every split starts below L_max)."""
+    num_stages, SPLIT_LEN (a multiple of BLOCK_N), NUM_SPLITS (every split starts below L_max).
+    ``ascend``: half the rows at D=256 (32 rows filled 94.7% of the unified buffer)."""
     block_d = max(16, next_pow2(D))
     if interpret:
         # Few, large programs: the interpreter's cost grows with program count.
@@ -113,7 +115,7 @@ def sparse_decode_config(B: int, Hq: int, L_max: int, D: int, dtype: torch.dtype
         auto_splits = cdiv(L_max, 512)  # still exercises the merge for L_max > 512
     else:
         # Two gathered [BLOCK_N, BLOCK_D] tiles (K, V) live in registers as fp32.
-        block_n = 64 if block_d <= 128 else 32
+        block_n = 64 if block_d <= 128 else (16 if ascend else 32)
         if dtype == torch.float32:
             block_n //= 2
         warps, stages = 4, 2
@@ -138,7 +140,7 @@ def sparse_decode_plan(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, sparse
     Hkv = k.shape[1]
     L_max = sparse_ind.shape[2]
     interpret = is_interpret() if interpret is None else interpret
-    cfg = sparse_decode_config(B, Hq, L_max, D, q.dtype, interpret, num_splits)
+    cfg = sparse_decode_config(B, Hq, L_max, D, q.dtype, interpret, num_splits, on_ascend(q))
     splits = cfg.pop("NUM_SPLITS")
     split_len = cfg.pop("SPLIT_LEN")
     return_lse = lse is not None

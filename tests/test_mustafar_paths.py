@@ -21,7 +21,7 @@ SCRIPT = textwrap.dedent("""
     from kernels.mustafar_format import compress, decompress
     path = sys.argv[1]
     if path == "ascend":
-        M._on_ascend = lambda t: True
+        M.on_ascend = lambda t: True
         M.NPU_VECTOR_CORES = 3          # fewer programs than work items: the loop takes turns
     ks.configure(kernel_path="fast" if path == "fast" else "portable")
     torch.manual_seed(0)
@@ -60,7 +60,7 @@ def test_ascend_values_plan_splits_work_over_cores(monkeypatch):
     from kernels import mustafar as M
     from kernels.mustafar_format import compress
 
-    monkeypatch.setattr(M, "_on_ascend", lambda t: True)
+    monkeypatch.setattr(M, "on_ascend", lambda t: True)
     vc = compress(torch.randn(1, 8, 4096, 128, dtype=torch.float16), 0.7, kind="value", bits=2)
     p = torch.randn(1, 32, 4096, dtype=torch.float16)
     with ks.using(kernel_path="portable", host_compile=True):
