@@ -15,7 +15,8 @@ import triton.language as tl
 from ._softmax import online_softmax_step
 from ._checks import (cdiv, DOT_INPUT_PRECISION, FLOAT_DTYPES, check_flag, check_gqa, check_launchable,
                       check_nonempty, check_out_lse, check_out_lse_aliases, check_scale,
-                      check_tensor, is_interpret, is_live, launch, LaunchPlan, next_pow2)
+                      check_tensor, is_interpret, is_live, launch, LaunchPlan, next_pow2,
+                      on_ascend)
 from ._tune import pick
 from ._callcache import CallCache
 
@@ -123,11 +124,16 @@ def prefill_candidates(D: int, dtype: torch.dtype) -> list[dict]:
             for bm, bn, w, st in tiles]
 
 
-def prefill_config(S: int, D: int, dtype: torch.dtype, interpret: bool) -> dict:
+def prefill_config(S: int, D: int, dtype: torch.dtype, interpret: bool, ascend: bool = False) -> dict:
     """Conservative tiles (BLOCK_M, BLOCK_N, BLOCK_D, num_warps, num_stages) that fit in every
     kernel built on this loop and on every backend: the block-sparse and varlen kernels use
     these, and so does ``prefill`` off CUDA (128x128 tiles at D=128 overflow an Ascend core's
-    192 KB unified buffer). ``prefill`` on CUDA starts from ``prefill_candidates``."""
+    192 KB unified buffer). ``prefill`` on CUDA starts from ``prefill_candidates``.
+
+    ``ascend`` (prefill and varlen): at most 64x32 (32x32 at D=256). 128x64 filled 93-99.7% of
+    the unified buffer on the bench shapes (triton-ascend 3.2.0, Ascend910B2); 64x32 at most
+    73% there, but 90.1% at D=256. Not 64x64: with an LSE output bishengir planned 142% of the
+    buffer for it, an overflow (porting_notes.md, "Unified buffer (UB) use")."""
     block_d = max(16, next_pow2(D))
     if interpret:
         # The interpreter's cost grows with program count, not tile size: few, large tiles.
@@ -139,6 +145,8 @@ def prefill_config(S: int, D: int, dtype: torch.dtype, interpret: bool) -> dict:
     else:
         bm, bn, warps, stages = {64: (64, 64, 4, 3), 128: (64, 32, 4, 2)}.get(
             max(64, block_d), (32, 32, 4, 2))
+    if ascend:
+        bm, bn = min(bm, 64 if block_d <= 128 else 32), min(bn, 32)
     return dict(BLOCK_M=bm, BLOCK_N=bn, BLOCK_D=block_d, num_warps=warps, num_stages=stages)
 
 
@@ -154,7 +162,7 @@ def prefill_plan(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.T
     if config is not None:
         cfg = dict(config)
     elif interpret or q.device.type != "cuda":
-        cfg = prefill_config(S, D, q.dtype, interpret)
+        cfg = prefill_config(S, D, q.dtype, interpret, on_ascend(q))
     else:  # the default is prefill_candidates(...)[0]
         cfg, tuning = pick("prefill", (int(causal), next_pow2(S), D, str(q.dtype)),
                            lambda: prefill_candidates(D, q.dtype),

@@ -24,7 +24,7 @@ from ._callcache import CallCache
 from ._checks import (cdiv, DOT_INPUT_PRECISION, FLOAT_DTYPES, check_flag, check_gqa, check_index_tensor,
                       check_int_range, check_launchable, check_nonempty, check_out_lse,
                       check_out_lse_aliases, check_scale, check_tensor, check_values_in_range,
-                      is_interpret, is_live, launch, LaunchPlan)
+                      is_interpret, is_live, launch, LaunchPlan, on_ascend)
 from .prefill import LOG2E, MAX_HEAD_DIM, prefill_config
 
 
@@ -105,7 +105,7 @@ def _prefill_varlen_fwd(
 def _plan(q, k, v, out, lse, seq, *, packed, B, S, rows, D, Hq, Hkv, causal, scale, interpret,
           strides_qkvo, lse_strides) -> LaunchPlan:
     interpret = is_interpret() if interpret is None else interpret
-    cfg = prefill_config(max(1, rows), D, q.dtype, interpret)
+    cfg = prefill_config(max(1, rows), D, q.dtype, interpret, on_ascend(q))
     return_lse = lse is not None
     args = (q, k, v, out, lse if return_lse else out, seq,
             *strides_qkvo, *(lse_strides if return_lse else (0, 0, 0)),

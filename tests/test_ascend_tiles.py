@@ -15,3 +15,15 @@ def test_sparse_decode_takes_half_the_rows_at_d256_on_ascend_only():
                 == sparse_decode_config(*small, interpret=False))
     assert (sparse_decode_config(*args, interpret=True, ascend=True)
             == sparse_decode_config(*args, interpret=True))
+
+
+def test_prefill_tiles_on_ascend_are_64x32_or_32x32_at_d256_and_unchanged_elsewhere():
+    from kernels.prefill import prefill_config
+
+    for D, want in ((64, (64, 32)), (128, (64, 32)), (256, (32, 32))):
+        cfg = prefill_config(1024, D, torch.float16, interpret=False, ascend=True)
+        assert (cfg["BLOCK_M"], cfg["BLOCK_N"]) == want, (D, cfg)
+    gpu = prefill_config(1024, 64, torch.float16, interpret=False)
+    assert (gpu["BLOCK_M"], gpu["BLOCK_N"]) == (128, 64)
+    assert (prefill_config(1024, 64, torch.float16, interpret=True, ascend=True)
+            == prefill_config(1024, 64, torch.float16, interpret=True))
