@@ -185,10 +185,14 @@ def worker(catalog_name: str, family_name: str | None, device_kind: str, profile
 
     module = load_catalog(catalog_name)
     family_name = catalog_family(module, family_name)
-    try:  # only this family's catalog module (and kernels), not the whole registry
-        family = importlib.import_module(f"{registry.DEFAULT_PACKAGE}.{family_name}").FAMILY
-    except (ImportError, AttributeError):
-        family = registry.family(family_name)
+    declared = getattr(module, "FAMILY", None)
+    if declared is not None and not isinstance(declared, str) and declared.name == family_name:
+        family = declared  # a catalog of a family outside this project's registry
+    else:
+        try:  # only this family's catalog module (and kernels), not the whole registry
+            family = importlib.import_module(f"{registry.DEFAULT_PACKAGE}.{family_name}").FAMILY
+        except (ImportError, AttributeError):
+            family = registry.family(family_name)
     if profile == "fuzz":
         from .fuzz import fuzz_cases
 

@@ -64,6 +64,14 @@ def add_options(parser) -> None:
     parser.addini("attnsuite_families", "the family registry package (default: cases)", default="cases")
 
 
+def _ledger_path(config) -> Path | None:
+    """The ini's ledger; the default one may be absent (a project of its own families, run with
+    ``attnsuite_families``, need not keep a ledger), a ledger the ini names may not."""
+    name = config.getini("attnsuite_ledger")
+    path = config.rootpath / name
+    return None if name == DEFAULT_LEDGER and not path.exists() else path
+
+
 @dataclass(frozen=True)
 class RunOptions:
     device_kind: str
@@ -74,7 +82,8 @@ class RunOptions:
     run_id: str
     run_dir: Path
     report_path: Path | None
-    ledger_path: Path
+    #: None: no ledger of the project's own (a registry of other families and no ledger file).
+    ledger_path: Path | None
     registry: str
     #: Extra ledgers from --ledger, read after ``ledger_path`` (the first matching entry wins).
     extra_ledgers: tuple[Path, ...] = ()
@@ -147,7 +156,7 @@ def read_options(config, workerinput: dict | None) -> RunOptions:
         impl_specs=tuple(config.getoption("impl") or ()),
         case_timeout=config.getoption("case_timeout") or cls.case_timeout_s,
         run_id=run_id, run_dir=run_dir, report_path=report_path,
-        ledger_path=config.rootpath / config.getini("attnsuite_ledger"),
+        ledger_path=_ledger_path(config),
         extra_ledgers=tuple(Path(p) for p in config.getoption("ledger") or ()),
         registry=config.getini("attnsuite_families") or "cases",
         fuzz_seed=config.getoption("fuzz_seed"), fuzz_count=config.getoption("fuzz_count"),

@@ -47,8 +47,8 @@ class SuiteSession:
         if self._ledger is None:
             from .ledger import load
 
-            self._ledger = [entry for path in (self.options.ledger_path, *self.options.extra_ledgers)
-                            for entry in load(path)]
+            paths = (self.options.ledger_path, *self.options.extra_ledgers)
+            self._ledger = [entry for path in paths if path is not None for entry in load(path)]
             ids = [e.id for e in self._ledger]
             dupes = sorted({i for i in ids if ids.count(i) > 1})
             if dupes:
