@@ -59,9 +59,21 @@ def add_options(parser) -> None:
                     help="auto (default): backend fast paths on CUDA, portable kernels elsewhere; "
                          "portable: the portable kernels everywhere; fast: the fast paths, also "
                          "in the interpreter (kernels.settings.kernel_path)")
+    group.addoption("--persistent-programs", type=int, default=None, metavar="N",
+                    help="launch the suite's kernels on a persistent grid of at most N programs "
+                         "looping over their tiles, on any device (the Ascend launch; 0: one "
+                         "program per tile everywhere; default: persistent on Ascend only; "
+                         "kernels.settings.persistent_programs)")
     parser.addini("attnsuite_ledger", "known-failure ledger (TOML), relative to the rootdir",
                   default=DEFAULT_LEDGER)
     parser.addini("attnsuite_families", "the family registry package (default: cases)", default="cases")
+
+
+def _persistent_programs(config) -> int | None:
+    n = config.getoption("persistent_programs")
+    if n is not None and n < 0:
+        raise OptionError(f"--persistent-programs must be >= 0, got {n}")
+    return n
 
 
 def _ledger_path(config) -> Path | None:
@@ -95,6 +107,7 @@ class RunOptions:
     bench_repeat: int = 1
     kernel_path: str | None = None
     autotune: bool = False
+    persistent_programs: int | None = None
 
     @property
     def mode(self) -> str:
@@ -109,6 +122,8 @@ class RunOptions:
             extra += " --compile-only " + device_class(self.device_kind).compile_target_options(self.compile_targets)
         if self.kernel_path:
             extra += f" --kernel-path {self.kernel_path}"
+        if self.persistent_programs is not None:
+            extra += f" --persistent-programs {self.persistent_programs}"
         for path in self.extra_ledgers:
             extra += f" --ledger {path}"
         extra += f" --case-timeout {self.case_timeout:g}"
@@ -163,4 +178,5 @@ def read_options(config, workerinput: dict | None) -> RunOptions:
         bench_runs=config.getoption("bench_runs"), bench_method=config.getoption("bench_method"),
         bench_l2=config.getoption("bench_l2"), bench_repeat=config.getoption("bench_repeat"),
         kernel_path=config.getoption("kernel_path"), autotune=bool(config.getoption("autotune")),
+        persistent_programs=_persistent_programs(config),
     )

@@ -55,7 +55,8 @@ def pytest_configure(config):
         raise pytest.UsageError(str(exc)) from None
     import kernels.settings  # the kernels' own settings object, set in every process
 
-    kernels.settings.configure(kernel_path=options.kernel_path, autotune=options.autotune or None)
+    kernels.settings.configure(kernel_path=options.kernel_path, autotune=options.autotune or None,
+                               persistent_programs=options.persistent_programs)
     session = SuiteSession(options, worker=worker, controller=controller)
     if options.compile_targets:  # before any implementation is imported: Triton 3.2 needs a driver to autotune
         from .compile.capture import use_host_driver

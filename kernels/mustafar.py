@@ -43,12 +43,10 @@ from ._checks import (DOT_INPUT_PRECISION, on_ascend, FLOAT_DTYPES, cdiv, check_
                       check_launchable, check_no_alias, check_nonempty, check_output, check_scale,
                       check_tensor, is_interpret, is_live, launch, LaunchPlan, next_pow2,
                       use_fast_path)
+from ._grid import plan_grid
 from .mustafar_format import CODES_PER_WORD, TILE, Compressed, mask_from_bitmaps, tile_grid
 
 MAX_HEAD_DIM = 256
-#: Vector cores of the Ascend910B2 (CANN's platform file): the persistent grid when planning for
-#: an NPU without a device to ask (compile-only). A live NPU reports its own count.
-NPU_VECTOR_CORES = 48
 
 
 @triton.jit
@@ -344,14 +342,8 @@ def _buffers(c: Compressed) -> tuple:
 
 def _programs(n_work: int, t: torch.Tensor) -> int:
     """Programs for n_work items: one each on CUDA and in the interpreter; on Ascend at most one
-    per vector core, each looping over its share (a program is bound to a physical core)."""
-    if not on_ascend(t):
-        return n_work
-    cores = NPU_VECTOR_CORES
-    if t.device.type == "npu":
-        props = triton.runtime.driver.active.utils.get_device_properties(t.device.index or 0)
-        cores = int(props.get("num_vectorcore", cores))
-    return max(1, min(n_work, cores))
+    per vector core, each looping over its share (kernels/_grid.py). The kernels always loop."""
+    return plan_grid((n_work,), t, vector=True).n_programs
 
 
 def mustafar_keys_config(D: int, G: int, bits: int, interpret: bool, ascend: bool = False) -> dict:

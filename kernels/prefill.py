@@ -19,32 +19,32 @@ from ._checks import (cdiv, DOT_INPUT_PRECISION, FLOAT_DTYPES, check_flag, check
                       on_ascend)
 from ._tune import pick
 from ._callcache import CallCache
+from ._grid import plan_grid
 
 LOG2E = 1.4426950408889634
 MAX_HEAD_DIM = 256
 
 
-# sizes and LSE strides unspecialized: see kernels/__init__.py
-@triton.jit(do_not_specialize=["Hq", "S", "G", "stride_lb", "stride_lh"])
-def _prefill_fwd(
+@triton.jit
+def _prefill_tile(
     Q, K, V, O, LSE,
     stride_qb, stride_qh, stride_qs,
     stride_kb, stride_kh, stride_ks,
     stride_vb, stride_vh, stride_vs,
     stride_ob, stride_oh, stride_os,
     stride_lb, stride_lh,
-    Hq, S, D, G, qk_scale,
+    Hq, S, D, G, qk_scale, tile_m, pid_bh,
     CAUSAL: tl.constexpr, RETURN_LSE: tl.constexpr, DOT_PRECISION: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
 ):
-    pid_bh = tl.program_id(1)
+    """One query block: tile_m counts query blocks in launch order, pid_bh is batch * Hq + head."""
     if CAUSAL:
         # Heaviest query blocks (most keys) first, so the short ones fill the tail of the wave.
         # (A tl.cdiv(S, BLOCK_M) here stopped triton-ascend 3.2's frontend with "'NotImplementedType'
         # object has no attribute 'type'" in the compile-only tier; not reduced to a probe yet.)
-        pid_m = tl.program_id(0) * -1 + ((S + BLOCK_M - 1) // BLOCK_M - 1)
+        pid_m = tile_m * -1 + ((S + BLOCK_M - 1) // BLOCK_M - 1)
     else:
-        pid_m = tl.program_id(0)
+        pid_m = tile_m
     # int64 bases: B*H*S*D can exceed 2**31 elements.
     b = (pid_bh // Hq).to(tl.int64)
     h = (pid_bh % Hq).to(tl.int64)
@@ -98,6 +98,36 @@ def _prefill_fwd(
         # Back to natural log: lse = ln2 * (m + log2 l).
         lse = (m_i + tl.log2(l_i)) * 0.6931471805599453
         tl.store(LSE + b * stride_lb + h * stride_lh + offs_m, lse, mask=offs_m < S)
+
+
+# sizes and LSE strides unspecialized: see kernels/__init__.py
+@triton.jit(do_not_specialize=["Hq", "S", "G", "stride_lb", "stride_lh", "n_bh", "n_work",
+                               "n_programs"])
+def _prefill_fwd(
+    Q, K, V, O, LSE,
+    stride_qb, stride_qh, stride_qs,
+    stride_kb, stride_kh, stride_ks,
+    stride_vb, stride_vh, stride_vs,
+    stride_ob, stride_oh, stride_os,
+    stride_lb, stride_lh,
+    Hq, S, D, G, qk_scale, n_bh, n_work, n_programs,
+    CAUSAL: tl.constexpr, RETURN_LSE: tl.constexpr, DOT_PRECISION: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
+    PERSISTENT: tl.constexpr,
+):
+    if PERSISTENT:  # kernels/_grid.py: heads are the fast index, so heavy causal blocks go first
+        for work in range(tl.program_id(0), n_work, n_programs):
+            _prefill_tile(Q, K, V, O, LSE, stride_qb, stride_qh, stride_qs, stride_kb, stride_kh,
+                          stride_ks, stride_vb, stride_vh, stride_vs, stride_ob, stride_oh,
+                          stride_os, stride_lb, stride_lh, Hq, S, D, G, qk_scale,
+                          work // n_bh, work % n_bh, CAUSAL, RETURN_LSE, DOT_PRECISION,
+                          BLOCK_M, BLOCK_N, BLOCK_D)
+    else:
+        _prefill_tile(Q, K, V, O, LSE, stride_qb, stride_qh, stride_qs, stride_kb, stride_kh,
+                      stride_ks, stride_vb, stride_vh, stride_vs, stride_ob, stride_oh,
+                      stride_os, stride_lb, stride_lh, Hq, S, D, G, qk_scale,
+                      tl.program_id(0), tl.program_id(1), CAUSAL, RETURN_LSE, DOT_PRECISION,
+                      BLOCK_M, BLOCK_N, BLOCK_D)
 
 
 
@@ -179,10 +209,11 @@ def prefill_plan(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.T
             out.stride(0), out.stride(1), out.stride(2),
             *lse_strides,
             Hq, S, D, Hq // Hkv, float(scale) * LOG2E)
+    g = plan_grid((cdiv(S, cfg["BLOCK_M"]), B * Hq), q, vector=False)
     meta = dict(CAUSAL=bool(causal), RETURN_LSE=return_lse, DOT_PRECISION=DOT_INPUT_PRECISION,
-                **cfg)
-    grid = (cdiv(S, cfg["BLOCK_M"]), B * Hq)
-    return LaunchPlan(kernel=_prefill_fwd, grid=grid, args=args, meta=meta, tuning=tuning)
+                PERSISTENT=g.persistent, **cfg)
+    return LaunchPlan(kernel=_prefill_fwd, grid=g.grid, args=args + (B * Hq, g.n_work, g.n_programs),
+                      meta=meta, tuning=tuning)
 
 
 def _validate(q, k, v, causal, scale, return_lse, out, lse) -> float:

@@ -21,6 +21,11 @@ Fields:
   instead of through Triton's JIT dispatch (``kernels._launcher``); False forces the JIT path.
 * ``tune_cache``: the user's tile cache file (``kernels._tune``; None: the default,
   ``~/.cache/attnsuite/tune.json``). The shipped tables (``kernels/tuned``) come first.
+* ``persistent_programs``: the launch grid (``kernels._grid``). None (default): on Ascend
+  (compile-only included) a persistent grid of about one program per core, each looping over its
+  share of the tiles, since an Ascend program is bound to a physical core; the plain grid (one
+  program per tile) elsewhere. An int N >= 1: a persistent grid of at most N programs on every
+  device (how CPU CI runs the Ascend loop in the interpreter). 0: the plain grid everywhere.
 
 The process starts from ``ATTNSUITE_KERNEL_PATH`` / ``ATTNSUITE_AUTOTUNE`` /
 ``ATTNSUITE_TUNE_CACHE`` when a user sets them (read once, at import), otherwise from the
@@ -47,6 +52,7 @@ class Settings:
     host_compile: bool = False
     direct_launch: bool = True
     tune_cache: Optional[str] = None
+    persistent_programs: Optional[int] = None
 
     def __post_init__(self):
         if self.kernel_path not in KERNEL_PATHS:
@@ -56,6 +62,9 @@ class Settings:
                 raise TypeError(f"{name} must be a bool, got {type(getattr(self, name)).__name__}")
         if self.tune_cache is not None and not isinstance(self.tune_cache, str):
             raise TypeError(f"tune_cache must be a str path or None, got {type(self.tune_cache).__name__}")
+        n = self.persistent_programs
+        if n is not None and (isinstance(n, bool) or not isinstance(n, int) or n < 0):
+            raise ValueError(f"persistent_programs must be None or an int >= 0, got {n!r}")
         # Part of every lean-path cache key (kernels._callcache): hash the fields once.
         object.__setattr__(self, "_hash", hash(dataclasses.astuple(self)))
 

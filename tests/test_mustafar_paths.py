@@ -22,7 +22,7 @@ SCRIPT = textwrap.dedent("""
     path = sys.argv[1]
     if path == "ascend":
         M.on_ascend = lambda t: True
-        M.NPU_VECTOR_CORES = 3          # fewer programs than work items: the loop takes turns
+        ks.configure(persistent_programs=3)  # fewer programs than work items: the loop takes turns
     ks.configure(kernel_path="fast" if path == "fast" else "portable")
     torch.manual_seed(0)
     for bits in (2, 16):
@@ -58,14 +58,16 @@ def test_ascend_values_plan_splits_work_over_cores(monkeypatch):
 
     import kernels.settings as ks
     from kernels import mustafar as M
+    from kernels import _grid
     from kernels.mustafar_format import compress
 
     monkeypatch.setattr(M, "on_ascend", lambda t: True)
+    monkeypatch.setattr(_grid, "on_ascend", lambda t: True)
     vc = compress(torch.randn(1, 8, 4096, 128, dtype=torch.float16), 0.7, kind="value", bits=2)
     p = torch.randn(1, 32, 4096, dtype=torch.float16)
     with ks.using(kernel_path="portable", host_compile=True):
         plan = M.mustafar_values_plan(p, vc, torch.empty(1, 32, 128), interpret=False)
     chunk, n_chunks, n_work, n_programs = plan.args[-4:]
-    assert n_programs == min(n_work, M.NPU_VECTOR_CORES)
+    assert n_programs == min(n_work, _grid.NPU_VECTOR_CORES)
     assert chunk % plan.meta["BLOCK_S"] == 0 and chunk * n_chunks >= 4096
     assert plan.then is not None and plan.then.kernel is M._sum_chunks
