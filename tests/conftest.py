@@ -91,6 +91,15 @@ def _undo_interpreter_patches():
 _ABSENT = object()
 
 
+def pytest_configure(config):
+    """In an xdist worker (tox -e tests runs two), forget xdist's environment variables: the suite
+    runs these tests start inherit the environment, and a child pytest that saw them would take
+    its parent's run id (the compile cache is keyed on it) and think itself a worker."""
+    if hasattr(config, "workerinput"):
+        for name in [n for n in os.environ if n.startswith("PYTEST_XDIST_")]:
+            del os.environ[name]
+
+
 def pytest_collection_modifyitems(items):
     """Under ``-n`` (tox -e tests runs two workers), the tests that read the one quick-profile
     run go to one worker (``--dist loadgroup``), so that run is made once, not once per worker."""
