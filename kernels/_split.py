@@ -91,7 +91,9 @@ def merge_in_last_program(OP, LP, OUT, LSE_OUT, counter, b, heads, g_ok, offs_d,
     finishes last, instead of a second launch (~4 us of device time, and as much again of host
     time, on the H100). Each program's partial stores are ordered before its ticket by the
     barrier and the acq_rel atomic; the last one reads them past L1 (``.cg``) and resets the
-    counter. Same math as ``_merge_splits``, empty splits (lse -inf) included."""
+    counter. Same math as ``_merge_splits``, empty splits (lse -inf) included. No program waits
+    on a ticket, so a persistent program may run several splits of one group in turn (the
+    last ticket's program may then merge partials it stored itself)."""
     tl.debug_barrier()
     ticket = tl.atomic_add(counter, 1, sem="acq_rel")
     if ticket == NUM_SPLITS - 1:
