@@ -13,27 +13,25 @@ import triton
 import triton.language as tl
 
 from ._checks import LaunchPlan, next_pow2
+from ._grid import plan_grid
 
 
-# sizes and LSE strides unspecialized: see kernels/__init__.py
-@triton.jit(do_not_specialize=[
-    "Hq", "NUM_SPLITS", "stride_lpb", "stride_lph", "stride_lps", "stride_lb", "stride_lh",
-])
-def _merge_splits(
+@triton.jit
+def _merge_row(
     OP, LP, O, LSE,
     stride_pb, stride_ph, stride_ps,
     stride_lpb, stride_lph, stride_lps,
     stride_ob, stride_oh,
     stride_lb, stride_lh,
-    Hq, D, NUM_SPLITS,
+    Hq, D, NUM_SPLITS, pid,
     RETURN_LSE: tl.constexpr, BLOCK_SPLITS: tl.constexpr, BLOCK_D: tl.constexpr,
 ):
-    """One program per (batch, query head): o = sum_i w_i o_i / sum_i w_i with w_i = e^(lse_i - m).
+    """One (batch, query head), pid = batch * Hq + head: o = sum_i w_i o_i / sum_i w_i with
+    w_i = e^(lse_i - m).
 
     Empty splits carry lse_i = -inf and o_i = 0; a row where every split is empty gets o = 0 and
     lse = -inf (no NaN: the max is replaced by 0 before it is subtracted).
     """
-    pid = tl.program_id(0)
     b = (pid // Hq).to(tl.int64)
     h = (pid % Hq).to(tl.int64)
     offs_s = tl.arange(0, BLOCK_SPLITS)
@@ -56,6 +54,34 @@ def _merge_splits(
         tl.store(LSE + b * stride_lb + h * stride_lh, lse)
 
 
+# sizes and LSE strides unspecialized: see kernels/__init__.py
+@triton.jit(do_not_specialize=[
+    "Hq", "NUM_SPLITS", "stride_lpb", "stride_lph", "stride_lps", "stride_lb", "stride_lh",
+    "n_work", "n_programs",
+])
+def _merge_splits(
+    OP, LP, O, LSE,
+    stride_pb, stride_ph, stride_ps,
+    stride_lpb, stride_lph, stride_lps,
+    stride_ob, stride_oh,
+    stride_lb, stride_lh,
+    Hq, D, NUM_SPLITS, n_work, n_programs,
+    RETURN_LSE: tl.constexpr, BLOCK_SPLITS: tl.constexpr, BLOCK_D: tl.constexpr,
+    PERSISTENT: tl.constexpr,
+):
+    """The merge launch: one program per (batch, query head), or on Ascend one per vector core
+    looping over them (kernels/_grid.py)."""
+    if PERSISTENT:
+        for work in range(tl.program_id(0), n_work, n_programs):
+            _merge_row(OP, LP, O, LSE, stride_pb, stride_ph, stride_ps, stride_lpb, stride_lph,
+                       stride_lps, stride_ob, stride_oh, stride_lb, stride_lh, Hq, D, NUM_SPLITS,
+                       work, RETURN_LSE, BLOCK_SPLITS, BLOCK_D)
+    else:
+        _merge_row(OP, LP, O, LSE, stride_pb, stride_ph, stride_ps, stride_lpb, stride_lph,
+                   stride_lps, stride_ob, stride_oh, stride_lb, stride_lh, Hq, D, NUM_SPLITS,
+                   tl.program_id(0), RETURN_LSE, BLOCK_SPLITS, BLOCK_D)
+
+
 @triton.jit
 def merge_in_last_program(OP, LP, OUT, LSE_OUT, counter, b, heads, g_ok, offs_d, io_mask,
                            stride_ob, stride_oh, stride_osplit, stride_lb, stride_lh, stride_lsplit,
@@ -65,7 +91,9 @@ def merge_in_last_program(OP, LP, OUT, LSE_OUT, counter, b, heads, g_ok, offs_d,
     finishes last, instead of a second launch (~4 us of device time, and as much again of host
     time, on the H100). Each program's partial stores are ordered before its ticket by the
     barrier and the acq_rel atomic; the last one reads them past L1 (``.cg``) and resets the
-    counter. Same math as ``_merge_splits``, empty splits (lse -inf) included."""
+    counter. Same math as ``_merge_splits``, empty splits (lse -inf) included. No program waits
+    on a ticket, so a persistent program may run several splits of one group in turn (the
+    last ticket's program may then merge partials it stored itself)."""
     tl.debug_barrier()
     ticket = tl.atomic_add(counter, 1, sem="acq_rel")
     if ticket == NUM_SPLITS - 1:
@@ -97,6 +125,23 @@ def merge_in_last_program(OP, LP, OUT, LSE_OUT, counter, b, heads, g_ok, offs_d,
 
 
 
+def core_splits(groups: int, cores: int, most: int) -> int:
+    """Splits per group (batch x head) for an Ascend persistent grid of ``cores`` programs, at
+    most ``most``. Groups that already cover the cores stay whole: a split there only adds the
+    merge. Fewer groups take at least ``cores / groups`` splits, and up to twice that where
+    the splits then share out more evenly (B x Hkv = 16 on 24 cores: 3 splits, 2 rounds of a
+    third of the keys each, instead of 2 splits leaving 8 cores a second half)."""
+    least = -(-cores // max(1, groups))
+    if least <= 1 or most <= least:
+        return max(1, min(least, most))
+    best = least
+    for s in range(least + 1, min(2 * least, most) + 1):
+        # per-program keys ~ rounds(s) / s; compared without division.
+        if -(-groups * s // cores) * best < -(-groups * best // cores) * s:
+            best = s
+    return best
+
+
 def split_scratch(B: int, Hq: int, splits: int, D: int, device: torch.device):
     """fp32 partial outputs [B, Hq, splits, D] and LSEs [B, Hq, splits]."""
     return (torch.empty((B, Hq, splits, D), dtype=torch.float32, device=device),
@@ -113,9 +158,11 @@ def merge_plan(o_part: torch.Tensor, l_part: torch.Tensor, out: torch.Tensor,
             out.stride(0), out.stride(1),
             *((lse.stride(0), lse.stride(1)) if return_lse else (0, 0)),
             Hq, D, splits)
+    g = plan_grid((B * Hq,), out, vector=True)
     meta = dict(RETURN_LSE=return_lse, BLOCK_SPLITS=next_pow2(splits), BLOCK_D=block_d,
-                num_warps=4, num_stages=1)
-    return LaunchPlan(kernel=_merge_splits, grid=(B * Hq,), args=args, meta=meta)
+                num_warps=4, num_stages=1, PERSISTENT=g.persistent)
+    return LaunchPlan(kernel=_merge_splits, grid=g.grid, args=args + (g.n_work, g.n_programs),
+                      meta=meta)
 
 
 def scratch_of(out: torch.Tensor, o_dst: torch.Tensor, l_dst: torch.Tensor) -> tuple:

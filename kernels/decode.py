@@ -6,7 +6,9 @@ group instead of once per query head. When a split has more than one program per
 head), each writes a partial output and its LSE to fp32 scratch and a second kernel merges them;
 on CUDA (``_checks.use_fast_path``) the last split program of each group merges instead
 (``_split.merge_in_last_program``), saving the second launch. Tiles and the split are tuned per
-GPU on CUDA (``kernels._tune``); elsewhere ``decode_config`` gives the portable defaults.
+GPU on CUDA (``kernels._tune``); elsewhere ``decode_config`` gives the portable defaults. On
+Ascend the (batch x KV head x split) tiles run on a persistent grid of one program per AI core
+(``kernels._grid``), and the split aims at that core count instead of a GPU's SMs.
 
 ``decode`` validates, asks ``decode_plan`` for the launch (chain), then launches it.
 """
@@ -19,10 +21,12 @@ import triton
 import triton.language as tl
 
 from ._callcache import CallCache
-from ._split import merge_in_last_program, merge_plan, scratch_of, split_outputs
+from ._grid import npu_cores, plan_grid
+from ._split import core_splits, merge_in_last_program, merge_plan, scratch_of, split_outputs
 from ._checks import (cdiv, DOT_INPUT_PRECISION, check_decode_qkv, check_flag, check_int_range,
                       check_launchable, check_out_lse, check_out_lse_aliases, check_scale,
-                      is_interpret, is_live, launch, LaunchPlan, next_pow2, use_fast_path)
+                      is_interpret, is_live, launch, LaunchPlan, next_pow2, on_ascend,
+                      use_fast_path)
 from ._tune import pick
 
 LOG2E = 1.4426950408889634
@@ -30,12 +34,8 @@ MAX_HEAD_DIM = 256
 MIN_SPLIT_LEN = 512
 
 
-# sizes and LSE strides unspecialized: see kernels/__init__.py
-@triton.jit(do_not_specialize=[
-    "Hkv", "S", "G", "SPLIT_LEN", "NUM_SPLITS", "stride_lb", "stride_lh", "stride_lsplit",
-    "stride_lob", "stride_loh",
-])
-def _decode_fwd(
+@triton.jit
+def _decode_tile(
     Q, K, V, O, LSE, OUT, LSE_OUT, COUNTER,
     stride_qb, stride_qh,
     stride_kb, stride_kh, stride_ks,
@@ -43,13 +43,12 @@ def _decode_fwd(
     stride_ob, stride_oh, stride_osplit,
     stride_lb, stride_lh, stride_lsplit,
     stride_outb, stride_outh, stride_lob, stride_loh,
-    Hkv, S, D, G, SPLIT_LEN, NUM_SPLITS, qk_scale,
+    Hkv, S, D, G, SPLIT_LEN, NUM_SPLITS, qk_scale, pid_bk, split,
     RETURN_LSE: tl.constexpr, DOT_PRECISION: tl.constexpr, FUSED_MERGE: tl.constexpr,
     RETURN_LSE_OUT: tl.constexpr,
     BLOCK_G: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
 ):
-    pid_bk = tl.program_id(0)
-    split = tl.program_id(1)
+    """One KV split of one (batch, KV head): pid_bk is batch * Hkv + KV head."""
     b = (pid_bk // Hkv).to(tl.int64)
     hk = (pid_bk % Hkv).to(tl.int64)
     offs_g = tl.arange(0, BLOCK_G)
@@ -97,6 +96,48 @@ def _decode_fwd(
                                NUM_SPLITS, RETURN_LSE_OUT)
 
 
+# sizes and LSE strides unspecialized: see kernels/__init__.py
+@triton.jit(do_not_specialize=[
+    "Hkv", "S", "G", "SPLIT_LEN", "NUM_SPLITS", "stride_lb", "stride_lh", "stride_lsplit",
+    "stride_lob", "stride_loh", "n_bk", "n_work", "n_programs",
+])
+def _decode_fwd(
+    Q, K, V, O, LSE, OUT, LSE_OUT, COUNTER,
+    stride_qb, stride_qh,
+    stride_kb, stride_kh, stride_ks,
+    stride_vb, stride_vh, stride_vs,
+    stride_ob, stride_oh, stride_osplit,
+    stride_lb, stride_lh, stride_lsplit,
+    stride_outb, stride_outh, stride_lob, stride_loh,
+    Hkv, S, D, G, SPLIT_LEN, NUM_SPLITS, qk_scale, n_bk, n_work, n_programs,
+    RETURN_LSE: tl.constexpr, DOT_PRECISION: tl.constexpr, FUSED_MERGE: tl.constexpr,
+    RETURN_LSE_OUT: tl.constexpr,
+    BLOCK_G: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
+    PERSISTENT: tl.constexpr,
+):
+    if PERSISTENT:
+        # kernels/_grid.py. (batch, KV head) is the fast index, so the last split, the only one
+        # that can be shorter, comes last in every program. The fused merge (CUDA only) stays
+        # right when a program takes several splits in turn: it never waits on the ticket.
+        for work in range(tl.program_id(0), n_work, n_programs):
+            _decode_tile(Q, K, V, O, LSE, OUT, LSE_OUT, COUNTER, stride_qb, stride_qh, stride_kb,
+                         stride_kh, stride_ks, stride_vb, stride_vh, stride_vs, stride_ob,
+                         stride_oh, stride_osplit, stride_lb, stride_lh, stride_lsplit,
+                         stride_outb, stride_outh, stride_lob, stride_loh,
+                         Hkv, S, D, G, SPLIT_LEN, NUM_SPLITS, qk_scale, work % n_bk, work // n_bk,
+                         RETURN_LSE, DOT_PRECISION, FUSED_MERGE, RETURN_LSE_OUT,
+                         BLOCK_G, BLOCK_N, BLOCK_D)
+    else:
+        _decode_tile(Q, K, V, O, LSE, OUT, LSE_OUT, COUNTER, stride_qb, stride_qh, stride_kb,
+                     stride_kh, stride_ks, stride_vb, stride_vh, stride_vs, stride_ob,
+                     stride_oh, stride_osplit, stride_lb, stride_lh, stride_lsplit,
+                     stride_outb, stride_outh, stride_lob, stride_loh,
+                     Hkv, S, D, G, SPLIT_LEN, NUM_SPLITS, qk_scale,
+                     tl.program_id(0), tl.program_id(1),
+                     RETURN_LSE, DOT_PRECISION, FUSED_MERGE, RETURN_LSE_OUT,
+                     BLOCK_G, BLOCK_N, BLOCK_D)
+
+
 #: (BLOCK_N, num_warps, num_stages, target programs) per 16-bit dtype?; the first is the default.
 #: The split count is ``target // (B * Hkv)`` (at least 1): the second launch that merges splits
 #: costs ~4 us on an H100, so a batch that fills the GPU alone (B8 Hkv16: 128 programs) runs
@@ -131,10 +172,11 @@ def split_for(cfg: dict, B: int, Hkv: int, S: int, num_splits: Optional[int]) ->
 
 
 def decode_config(B: int, Hkv: int, S: int, D: int, G: int, dtype: torch.dtype, interpret: bool,
-                  num_splits: Optional[int] = None) -> dict:
+                  num_splits: Optional[int] = None, cores: Optional[int] = None) -> dict:
     """The portable default (interpreter, NPU, compile-only): BLOCK_G, BLOCK_N, BLOCK_D,
     num_warps, num_stages, SPLIT_LEN, NUM_SPLITS (every split non-empty). CUDA tunes from
-    ``decode_candidates`` instead."""
+    ``decode_candidates`` instead. ``cores``: planning for Ascend's persistent grid of that many
+    programs (``_split.core_splits``) rather than a GPU's ~256."""
     block_d = max(16, next_pow2(D))
     block_g = max(16, next_pow2(G))  # tl.dot needs M >= 16
     if interpret:
@@ -146,7 +188,10 @@ def decode_config(B: int, Hkv: int, S: int, D: int, G: int, dtype: torch.dtype, 
             block_n, warps, stages = (64, 4, 3) if block_d <= 128 else (32, 4, 2)
         else:
             block_n, warps, stages = (32, 4, 3) if block_d <= 128 else (16, 4, 2)
-        auto = max(1, min(cdiv(256, B * Hkv), cdiv(S, MIN_SPLIT_LEN)))
+        if cores:
+            auto = core_splits(B * Hkv, cores, cdiv(S, MIN_SPLIT_LEN))
+        else:
+            auto = max(1, min(cdiv(256, B * Hkv), cdiv(S, MIN_SPLIT_LEN)))
     cfg = _with_split(dict(BLOCK_N=block_n, num_warps=warps, num_stages=stages), S,
                       auto if num_splits is None else num_splits)
     return dict(BLOCK_G=block_g, BLOCK_D=block_d, **cfg)
@@ -166,7 +211,8 @@ def decode_plan(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Te
     interpret = is_interpret() if interpret is None else interpret
     tuning = "default"
     if config is None and (interpret or q.device.type != "cuda"):
-        cfg = decode_config(B, Hkv, S, D, G, q.dtype, interpret, num_splits)
+        cores = npu_cores(q, vector=False) if on_ascend(q) else None
+        cfg = decode_config(B, Hkv, S, D, G, q.dtype, interpret, num_splits, cores)
     else:
         if config is None:
             config, tuning = pick("decode", (B * Hkv, next_pow2(S), D, G, str(q.dtype), num_splits or 0),
@@ -196,7 +242,10 @@ def decode_plan(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Te
             Hkv, S, D, G, split_len, splits, float(scale) * LOG2E)
     meta = dict(RETURN_LSE=write_lse, DOT_PRECISION=DOT_INPUT_PRECISION, FUSED_MERGE=fused,
                 RETURN_LSE_OUT=return_lse and fused, **cfg)
-    plan = LaunchPlan(kernel=_decode_fwd, grid=(B * Hkv, splits), args=args, meta=meta, tuning=tuning,
+    g = plan_grid((B * Hkv, splits), q, vector=False)
+    meta["PERSISTENT"] = g.persistent
+    plan = LaunchPlan(kernel=_decode_fwd, grid=g.grid, args=args + (B * Hkv, g.n_work, g.n_programs),
+                      meta=meta, tuning=tuning,
                       workspace=scratch_of(out, o_dst, l_dst) + (((counter, True),) if fused else ()))
     if splits > 1 and not fused:
         plan.then = merge_plan(o_dst, l_dst, out, lse if return_lse else None, cfg["BLOCK_D"])

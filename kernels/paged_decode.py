@@ -6,7 +6,9 @@ program walks its pages with one scalar page-id load per page, then the page in 
 chunks; the valid-token mask is arithmetic (``p * PAGE_SIZE + slot < seq_len``), never an ``if``
 inside the loop. Long sequences are split over pages; each split writes a normalised partial
 output and its LSE, and ``_split.merge_plan`` combines them. Zero-page sequences (and empty
-splits) give o = 0, lse = -inf. That is the portable kernel (NPU, interpreter, compile-only).
+splits) give o = 0, lse = -inf. That is the portable kernel (NPU, interpreter, compile-only). On
+Ascend its tiles run on a persistent grid of one program per AI core (``kernels._grid``), and the
+page split aims at that core count.
 
 On CUDA (``_checks.use_fast_path``) ``_paged_decode_flat`` runs instead: one flat token loop with
 a per-token page lookup, splits sized without a device sync, merged in-kernel by the last split.
@@ -24,9 +26,10 @@ import triton.language as tl
 from ._callcache import CallCache
 from ._checks import (cdiv, DOT_INPUT_PRECISION, check_flag, check_gqa, check_int_range, check_launchable,
                       check_out_lse_aliases, check_scale, is_interpret, is_live, launch, LaunchPlan,
-                      next_pow2, use_fast_path)
+                      next_pow2, on_ascend, use_fast_path)
 from ._tune import pick
-from ._split import merge_in_last_program, merge_plan, scratch_of, split_outputs
+from ._grid import npu_cores, plan_grid
+from ._split import core_splits, merge_in_last_program, merge_plan, scratch_of, split_outputs
 from ._paged import (check_index_values, check_layout, check_outputs, check_page_table,
                      check_paged_kv, check_q, kv_dims, kv_strides)
 
@@ -67,20 +70,18 @@ def _store_split(O, LSE, b64, heads, split, offs_d, io_mask, g_ok, acc, m_i, l_i
         tl.store(LSE + b64 * stride_lb + heads * stride_lh + split * stride_lsplit, lse, mask=g_ok)
 
 
-# sizes and LSE strides unspecialized: see kernels/__init__.py
-@triton.jit(do_not_specialize=["Hkv", "G", "PAGES_PER_SPLIT", "stride_lb", "stride_lh", "stride_lsplit"])
-def _paged_decode_fwd(
+@triton.jit
+def _paged_decode_tile(
     Q, KV, PAGE_INDPTR, PAGE_INDICES, LAST_LEN, O, LSE,
     stride_qb, stride_qh,
     stride_page, stride_kv, stride_head, stride_slot,
     stride_ob, stride_oh, stride_osplit,
     stride_lb, stride_lh, stride_lsplit,
-    Hkv, D, G, PAGES_PER_SPLIT, qk_scale,
+    Hkv, D, G, PAGES_PER_SPLIT, qk_scale, pid_bk, split,
     PAGE_SIZE: tl.constexpr, RETURN_LSE: tl.constexpr, DOT_PRECISION: tl.constexpr,
     BLOCK_G: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
 ):
-    pid_bk = tl.program_id(0)
-    split = tl.program_id(1)
+    """One page split of one (batch, KV head): pid_bk is batch * Hkv + KV head."""
     b = pid_bk // Hkv
     hk = (pid_bk % Hkv).to(tl.int64)
     offs_g = tl.arange(0, BLOCK_G)
@@ -124,10 +125,40 @@ def _paged_decode_fwd(
 
 
 # sizes and LSE strides unspecialized: see kernels/__init__.py
-@triton.jit(do_not_specialize=[
-    "Hkv", "G", "TOKENS_PER_SPLIT", "NUM_SPLITS", "stride_lb", "stride_lh", "stride_lsplit",
-])
-def _paged_decode_flat(
+@triton.jit(do_not_specialize=["Hkv", "G", "PAGES_PER_SPLIT", "stride_lb", "stride_lh", "stride_lsplit",
+                               "n_bk", "n_work", "n_programs"])
+def _paged_decode_fwd(
+    Q, KV, PAGE_INDPTR, PAGE_INDICES, LAST_LEN, O, LSE,
+    stride_qb, stride_qh,
+    stride_page, stride_kv, stride_head, stride_slot,
+    stride_ob, stride_oh, stride_osplit,
+    stride_lb, stride_lh, stride_lsplit,
+    Hkv, D, G, PAGES_PER_SPLIT, qk_scale, n_bk, n_work, n_programs,
+    PAGE_SIZE: tl.constexpr, RETURN_LSE: tl.constexpr, DOT_PRECISION: tl.constexpr,
+    BLOCK_G: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
+    PERSISTENT: tl.constexpr,
+):
+    if PERSISTENT:
+        # kernels/_grid.py. (batch, KV head) is the fast index: every program takes the first
+        # splits, always full, before the late ones, which short sequences leave empty.
+        for work in range(tl.program_id(0), n_work, n_programs):
+            _paged_decode_tile(Q, KV, PAGE_INDPTR, PAGE_INDICES, LAST_LEN, O, LSE,
+                               stride_qb, stride_qh, stride_page, stride_kv, stride_head,
+                               stride_slot, stride_ob, stride_oh, stride_osplit,
+                               stride_lb, stride_lh, stride_lsplit,
+                               Hkv, D, G, PAGES_PER_SPLIT, qk_scale, work % n_bk, work // n_bk,
+                               PAGE_SIZE, RETURN_LSE, DOT_PRECISION, BLOCK_G, BLOCK_N, BLOCK_D)
+    else:
+        _paged_decode_tile(Q, KV, PAGE_INDPTR, PAGE_INDICES, LAST_LEN, O, LSE,
+                           stride_qb, stride_qh, stride_page, stride_kv, stride_head,
+                           stride_slot, stride_ob, stride_oh, stride_osplit,
+                           stride_lb, stride_lh, stride_lsplit,
+                           Hkv, D, G, PAGES_PER_SPLIT, qk_scale, tl.program_id(0), tl.program_id(1),
+                           PAGE_SIZE, RETURN_LSE, DOT_PRECISION, BLOCK_G, BLOCK_N, BLOCK_D)
+
+
+@triton.jit
+def _paged_decode_flat_tile(
     Q, KV, PAGE_INDPTR, PAGE_INDICES, LAST_LEN, O, LSE,
     stride_qb, stride_qh,
     stride_page, stride_kv, stride_head, stride_slot,
@@ -135,16 +166,12 @@ def _paged_decode_flat(
     stride_lb, stride_lh, stride_lsplit,
     Hkv, D, G, TOKENS_PER_SPLIT, qk_scale,
     OUT, LSE_OUT, COUNTER, stride_outb, stride_outh, stride_lob, stride_loh, NUM_SPLITS,
+    pid_bk, split,
     PAGE_SIZE: tl.constexpr, RETURN_LSE: tl.constexpr, DOT_PRECISION: tl.constexpr,
     FUSED_MERGE: tl.constexpr, RETURN_LSE_OUT: tl.constexpr,
     BLOCK_G: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
 ):
-    """CUDA fast path: one flat loop over the split's tokens, BLOCK_N at a time whatever the page
-    size; each token's page id is gathered (``t // PAGE_SIZE``, a shift) and its K/V row read
-    from that page. Small pages then cost no more steps than big ones. The vector page lookup is
-    the construct triton-ascend rejects ("cannot div 0"), so the portable kernel above stays."""
-    pid_bk = tl.program_id(0)
-    split = tl.program_id(1)
+    """One token split of one (batch, KV head) for ``_paged_decode_flat``."""
     b = pid_bk // Hkv
     hk = (pid_bk % Hkv).to(tl.int64)
     offs_g = tl.arange(0, BLOCK_G)
@@ -184,6 +211,54 @@ def _paged_decode_flat(
                               NUM_SPLITS, RETURN_LSE_OUT)
 
 
+# sizes and LSE strides unspecialized: see kernels/__init__.py
+@triton.jit(do_not_specialize=[
+    "Hkv", "G", "TOKENS_PER_SPLIT", "NUM_SPLITS", "stride_lb", "stride_lh", "stride_lsplit",
+    "n_bk", "n_work", "n_programs",
+])
+def _paged_decode_flat(
+    Q, KV, PAGE_INDPTR, PAGE_INDICES, LAST_LEN, O, LSE,
+    stride_qb, stride_qh,
+    stride_page, stride_kv, stride_head, stride_slot,
+    stride_ob, stride_oh, stride_osplit,
+    stride_lb, stride_lh, stride_lsplit,
+    Hkv, D, G, TOKENS_PER_SPLIT, qk_scale,
+    OUT, LSE_OUT, COUNTER, stride_outb, stride_outh, stride_lob, stride_loh, NUM_SPLITS,
+    n_bk, n_work, n_programs,
+    PAGE_SIZE: tl.constexpr, RETURN_LSE: tl.constexpr, DOT_PRECISION: tl.constexpr,
+    FUSED_MERGE: tl.constexpr, RETURN_LSE_OUT: tl.constexpr,
+    BLOCK_G: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
+    PERSISTENT: tl.constexpr,
+):
+    """CUDA fast path: one flat loop over the split's tokens, BLOCK_N at a time whatever the page
+    size; each token's page id is gathered (``t // PAGE_SIZE``, a shift) and its K/V row read
+    from that page. Small pages then cost no more steps than big ones. The vector page lookup is
+    the construct triton-ascend rejects ("cannot div 0"), so the portable kernel above stays.
+    The persistent loop is only ever forced (``persistent_programs``); the fused merge never
+    waits on its ticket, so a program may take several splits in turn."""
+    if PERSISTENT:
+        for work in range(tl.program_id(0), n_work, n_programs):
+            _paged_decode_flat_tile(Q, KV, PAGE_INDPTR, PAGE_INDICES, LAST_LEN, O, LSE,
+                                    stride_qb, stride_qh, stride_page, stride_kv, stride_head,
+                                    stride_slot, stride_ob, stride_oh, stride_osplit,
+                                    stride_lb, stride_lh, stride_lsplit,
+                                    Hkv, D, G, TOKENS_PER_SPLIT, qk_scale,
+                                    OUT, LSE_OUT, COUNTER, stride_outb, stride_outh, stride_lob,
+                                    stride_loh, NUM_SPLITS, work % n_bk, work // n_bk,
+                                    PAGE_SIZE, RETURN_LSE, DOT_PRECISION, FUSED_MERGE,
+                                    RETURN_LSE_OUT, BLOCK_G, BLOCK_N, BLOCK_D)
+    else:
+        _paged_decode_flat_tile(Q, KV, PAGE_INDPTR, PAGE_INDICES, LAST_LEN, O, LSE,
+                                stride_qb, stride_qh, stride_page, stride_kv, stride_head,
+                                stride_slot, stride_ob, stride_oh, stride_osplit,
+                                stride_lb, stride_lh, stride_lsplit,
+                                Hkv, D, G, TOKENS_PER_SPLIT, qk_scale,
+                                OUT, LSE_OUT, COUNTER, stride_outb, stride_outh, stride_lob,
+                                stride_loh, NUM_SPLITS, tl.program_id(0), tl.program_id(1),
+                                PAGE_SIZE, RETURN_LSE, DOT_PRECISION, FUSED_MERGE,
+                                RETURN_LSE_OUT, BLOCK_G, BLOCK_N, BLOCK_D)
+
+
 #: Fast path (flat token loop) configs: (BLOCK_N, num_warps, num_stages, target programs), 16-bit
 #: dtypes; the first is the default. As dense decode: unsplit when B x Hkv fills the GPU.
 _FLAT_TILES = [(64, 4, 3, 132), (128, 4, 3, 132), (64, 4, 2, 264), (32, 4, 3, 264), (64, 8, 3, 132),
@@ -210,9 +285,11 @@ def flat_split(cfg: dict, B: int, Hkv: int, typical: int, longest: int,
 
 
 def paged_decode_config(B: int, Hkv: int, G: int, D: int, page_size: int, max_pages: int,
-                        dtype: torch.dtype, interpret: bool, num_splits: Optional[int] = None) -> dict:
+                        dtype: torch.dtype, interpret: bool, num_splits: Optional[int] = None,
+                        cores: Optional[int] = None) -> dict:
     """Tiles, launch meta and the page split: BLOCK_G, BLOCK_N, BLOCK_D, num_warps, num_stages,
-    PAGES_PER_SPLIT, NUM_SPLITS.
+    PAGES_PER_SPLIT, NUM_SPLITS. ``cores``: planning for Ascend's persistent grid of that many
+    programs (``_split.core_splits``) rather than TARGET_PROGRAMS.
 
     BLOCK_N is the chunk of one page handled per step (>= 16 for ``tl.dot``; a page smaller than
     16 slots leaves the rest of the chunk masked).
@@ -232,8 +309,11 @@ def paged_decode_config(B: int, Hkv: int, G: int, D: int, page_size: int, max_pa
         else:
             block_n, warps, stages = (32, 4, 3) if block_d <= 128 else (32, 4, 2)
         block_n = min(block_n, page_n)
-        auto_splits = min(cdiv(TARGET_PROGRAMS, B * Hkv),
-                          cdiv(max_pages * page_size, MIN_SPLIT_TOKENS))
+        most = cdiv(max_pages * page_size, MIN_SPLIT_TOKENS)
+        if cores:
+            auto_splits = core_splits(B * Hkv, cores, most)
+        else:
+            auto_splits = min(cdiv(TARGET_PROGRAMS, B * Hkv), most)
     want = max(1, auto_splits if num_splits is None else num_splits)
     pages_per_split = max(1, cdiv(max_pages, want))
     splits = max(1, cdiv(max_pages, pages_per_split))
@@ -264,7 +344,8 @@ def paged_decode_plan(q: torch.Tensor, kv_cache: torch.Tensor, kv_page_indptr: t
     if max_pages is None:
         max_pages = max(0, int((kv_page_indptr[1:] - kv_page_indptr[:-1]).max()))
     cfg = dict(config) if config is not None else paged_decode_config(
-        B, Hkv, G, D, page_size, max_pages, q.dtype, interpret, num_splits)
+        B, Hkv, G, D, page_size, max_pages, q.dtype, interpret, num_splits,
+        npu_cores(q, vector=False) if on_ascend(q) else None)
     splits = cfg.pop("NUM_SPLITS")
     pages_per_split = cfg.pop("PAGES_PER_SPLIT")
     return _plan(_paged_decode_fwd, q, kv_cache, kv_page_indptr, kv_page_indices, kv_last_page_len,
@@ -328,8 +409,10 @@ def _plan(kernel, q, kv_cache, kv_page_indptr, kv_page_indices, kv_last_page_len
         meta.update(FUSED_MERGE=merge, RETURN_LSE_OUT=merge and return_lse)
         if merge:
             workspace += ((counter, True),)
-    plan = LaunchPlan(kernel=kernel, grid=(B * Hkv, splits), args=args, meta=meta, tuning=tuning,
-                      workspace=workspace)
+    g = plan_grid((B * Hkv, splits), q, vector=False)
+    meta["PERSISTENT"] = g.persistent
+    plan = LaunchPlan(kernel=kernel, grid=g.grid, args=args + (B * Hkv, g.n_work, g.n_programs),
+                      meta=meta, tuning=tuning, workspace=workspace)
     if splits > 1 and not fused:
         plan.then = merge_plan(o_dst, l_dst, out, lse if return_lse else None, cfg["BLOCK_D"])
     return plan
