@@ -19,6 +19,7 @@ from ._checks import (cdiv, DOT_INPUT_PRECISION, FLOAT_DTYPES, check_flag, check
                       check_launchable, check_nonempty, check_out_lse, check_out_lse_aliases,
                       check_scale, check_tensor, check_values_in_range, is_interpret, is_live, launch,
                       LaunchPlan, next_pow2)
+from ._grid import plan_grid
 from ._softmax import online_softmax_step
 from .prefill import prefill_config
 
@@ -28,12 +29,8 @@ PAD = 65535
 BLOCK_SIZES = (128, 256, 512, 1024)
 
 
-# sizes and LSE strides unspecialized: see kernels/__init__.py
-@triton.jit(do_not_specialize=[
-    "H", "S", "n_rows", "stride_lb", "stride_lh", "stride_ib", "stride_ih", "stride_ir",
-    "stride_ic",
-])
-def _block_sparse_fwd(
+@triton.jit
+def _block_sparse_tile(
     Q, K, V, O, LSE, SABI, COUNTS,
     stride_qb, stride_qh, stride_qs,
     stride_kb, stride_kh, stride_ks,
@@ -41,12 +38,11 @@ def _block_sparse_fwd(
     stride_ob, stride_oh, stride_os,
     stride_lb, stride_lh,
     stride_ib, stride_ih, stride_ir, stride_ic,
-    H, S, D, BQ, BKV, n_rows, qk_scale,
+    H, S, D, BQ, BKV, n_rows, qk_scale, pid_m, pid_bh,
     RETURN_LSE: tl.constexpr, DOT_PRECISION: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
 ):
-    pid_m = tl.program_id(0)
-    pid_bh = tl.program_id(1)
+    """Query tile pid_m (BLOCK_M rows) of batch pid_bh // H, head pid_bh % H."""
     b = (pid_bh // H).to(tl.int64)
     h = (pid_bh % H).to(tl.int64)
     row_start = pid_m * BLOCK_M
@@ -96,6 +92,46 @@ def _block_sparse_fwd(
         tl.store(LSE + b * stride_lb + h * stride_lh + offs_m, lse, mask=offs_m < S)
 
 
+# sizes and LSE strides unspecialized: see kernels/__init__.py
+@triton.jit(do_not_specialize=[
+    "H", "S", "n_rows", "stride_lb", "stride_lh", "stride_ib", "stride_ih", "stride_ir",
+    "stride_ic", "n_bh", "n_work", "n_programs",
+])
+def _block_sparse_fwd(
+    Q, K, V, O, LSE, SABI, COUNTS,
+    stride_qb, stride_qh, stride_qs,
+    stride_kb, stride_kh, stride_ks,
+    stride_vb, stride_vh, stride_vs,
+    stride_ob, stride_oh, stride_os,
+    stride_lb, stride_lh,
+    stride_ib, stride_ih, stride_ir, stride_ic,
+    H, S, D, BQ, BKV, n_rows, qk_scale, n_bh, n_work, n_programs,
+    RETURN_LSE: tl.constexpr, DOT_PRECISION: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
+    PERSISTENT: tl.constexpr,
+):
+    if PERSISTENT:  # kernels/_grid.py
+        # Batches and heads are the fast index. A tile's cost (its block-row's listed blocks) is
+        # known only on the device, and masks make it vary by row far more than by head (a
+        # block-causal sabi lists one block more per row): with rows fast, a program striding
+        # by n_programs through a row count that shares a factor with it would keep landing on
+        # the same rows, heavy or light, of every head.
+        for work in range(tl.program_id(0), n_work, n_programs):
+            _block_sparse_tile(Q, K, V, O, LSE, SABI, COUNTS, stride_qb, stride_qh, stride_qs,
+                               stride_kb, stride_kh, stride_ks, stride_vb, stride_vh, stride_vs,
+                               stride_ob, stride_oh, stride_os, stride_lb, stride_lh,
+                               stride_ib, stride_ih, stride_ir, stride_ic,
+                               H, S, D, BQ, BKV, n_rows, qk_scale, work // n_bh, work % n_bh,
+                               RETURN_LSE, DOT_PRECISION, BLOCK_M, BLOCK_N, BLOCK_D)
+    else:
+        _block_sparse_tile(Q, K, V, O, LSE, SABI, COUNTS, stride_qb, stride_qh, stride_qs,
+                           stride_kb, stride_kh, stride_ks, stride_vb, stride_vh, stride_vs,
+                           stride_ob, stride_oh, stride_os, stride_lb, stride_lh,
+                           stride_ib, stride_ih, stride_ir, stride_ic,
+                           H, S, D, BQ, BKV, n_rows, qk_scale, tl.program_id(0), tl.program_id(1),
+                           RETURN_LSE, DOT_PRECISION, BLOCK_M, BLOCK_N, BLOCK_D)
+
+
 def block_sparse_config(S: int, D: int, block_shape: tuple, dtype: torch.dtype, interpret: bool) -> dict:
     """Tile sizes and launch meta: prefill's tiles, clamped to the sparse block shape."""
     cfg = prefill_config(S, D, dtype, interpret)
@@ -128,9 +164,11 @@ def block_sparse_plan(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, sabi: t
             *lse_strides,
             sabi.stride(0), sabi.stride(1), sabi.stride(2), sabi.stride(3),
             H, S, D, bq, bkv, sabi.shape[2], float(scale) * LOG2E)
-    meta = dict(RETURN_LSE=return_lse, DOT_PRECISION=DOT_INPUT_PRECISION, **cfg)
-    grid = (cdiv(S, cfg["BLOCK_M"]), B * H)
-    return LaunchPlan(kernel=_block_sparse_fwd, grid=grid, args=args, meta=meta)
+    g = plan_grid((cdiv(S, cfg["BLOCK_M"]), B * H), q, vector=False)
+    meta = dict(RETURN_LSE=return_lse, DOT_PRECISION=DOT_INPUT_PRECISION,
+                PERSISTENT=g.persistent, **cfg)
+    return LaunchPlan(kernel=_block_sparse_fwd, grid=g.grid,
+                      args=args + (B * H, g.n_work, g.n_programs), meta=meta)
 
 
 def block_counts(sabi: torch.Tensor) -> torch.Tensor:
