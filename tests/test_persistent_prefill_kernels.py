@@ -59,7 +59,8 @@ def _calls():
 def _plan(call, monkeypatch, ascend: bool, **settings):
     if ascend:
         monkeypatch.setattr(grid, "on_ascend", lambda t: True)
-        monkeypatch.setattr(pv, "on_ascend", lambda t: True)  # varlen's Ascend tiles
+        monkeypatch.setattr(pv, "on_ascend", lambda t: True)  # the npu tiles
+        monkeypatch.setattr(bs, "on_ascend", lambda t: True)
     with ks.using(host_compile=True, **settings), checks.capture_launches() as plans:
         call()
     (plan,) = plans
