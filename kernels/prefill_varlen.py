@@ -25,25 +25,24 @@ from ._checks import (cdiv, DOT_INPUT_PRECISION, FLOAT_DTYPES, check_flag, check
                       check_int_range, check_launchable, check_nonempty, check_out_lse,
                       check_out_lse_aliases, check_scale, check_tensor, check_values_in_range,
                       is_interpret, is_live, launch, LaunchPlan, on_ascend)
+from ._grid import plan_grid
 from .prefill import LOG2E, MAX_HEAD_DIM, prefill_config
 
 
-# sizes and LSE strides unspecialized: see kernels/__init__.py
-@triton.jit(do_not_specialize=["Hq", "S", "G", "stride_lb", "stride_lh", "stride_ls"])
-def _prefill_varlen_fwd(
+@triton.jit
+def _varlen_tile(
     Q, K, V, O, LSE, SEQ,
     stride_qb, stride_qh, stride_qs,
     stride_kb, stride_kh, stride_ks,
     stride_vb, stride_vh, stride_vs,
     stride_ob, stride_oh, stride_os,
     stride_lb, stride_lh, stride_ls,
-    Hq, S, D, G, qk_scale,
+    Hq, S, D, G, qk_scale, pid_m, pid_bh,
     PACKED: tl.constexpr, CAUSAL: tl.constexpr, RETURN_LSE: tl.constexpr,
     DOT_PRECISION: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
 ):
-    pid_m = tl.program_id(0)
-    pid_bh = tl.program_id(1)
+    """Query block pid_m of sequence b = pid_bh // Hq, head pid_bh % Hq."""
     b = (pid_bh // Hq).to(tl.int64)
     h = (pid_bh % Hq).to(tl.int64)
     hk = h // G
@@ -102,6 +101,46 @@ def _prefill_varlen_fwd(
         tl.store(LSE + b * stride_lb + h * stride_lh + tok_m * stride_ls, lse, mask=store_ok)
 
 
+# sizes and LSE strides unspecialized: see kernels/__init__.py
+@triton.jit(do_not_specialize=["Hq", "S", "G", "stride_lb", "stride_lh", "stride_ls", "n_bh",
+                               "n_work", "n_programs"])
+def _prefill_varlen_fwd(
+    Q, K, V, O, LSE, SEQ,
+    stride_qb, stride_qh, stride_qs,
+    stride_kb, stride_kh, stride_ks,
+    stride_vb, stride_vh, stride_vs,
+    stride_ob, stride_oh, stride_os,
+    stride_lb, stride_lh, stride_ls,
+    Hq, S, D, G, qk_scale, n_bh, n_work, n_programs,
+    PACKED: tl.constexpr, CAUSAL: tl.constexpr, RETURN_LSE: tl.constexpr,
+    DOT_PRECISION: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
+    PERSISTENT: tl.constexpr,
+):
+    if PERSISTENT:  # kernels/_grid.py
+        for work in range(tl.program_id(0), n_work, n_programs):
+            # Sequences and heads are the fast index: consecutive work items are the same query
+            # block of every (sequence, head). Causal takes the last blocks (the most keys) first,
+            # so the short ones fill the tail; a block past its sequence's length is cheap (no
+            # keys), whatever its place in the order.
+            tile_m = work // n_bh
+            if CAUSAL:
+                pid_m = tile_m * -1 + (n_work // n_bh - 1)
+            else:
+                pid_m = tile_m
+            _varlen_tile(Q, K, V, O, LSE, SEQ, stride_qb, stride_qh, stride_qs, stride_kb,
+                         stride_kh, stride_ks, stride_vb, stride_vh, stride_vs, stride_ob,
+                         stride_oh, stride_os, stride_lb, stride_lh, stride_ls,
+                         Hq, S, D, G, qk_scale, pid_m, work % n_bh, PACKED, CAUSAL, RETURN_LSE,
+                         DOT_PRECISION, BLOCK_M, BLOCK_N, BLOCK_D)
+    else:
+        _varlen_tile(Q, K, V, O, LSE, SEQ, stride_qb, stride_qh, stride_qs, stride_kb,
+                     stride_kh, stride_ks, stride_vb, stride_vh, stride_vs, stride_ob,
+                     stride_oh, stride_os, stride_lb, stride_lh, stride_ls,
+                     Hq, S, D, G, qk_scale, tl.program_id(0), tl.program_id(1), PACKED, CAUSAL,
+                     RETURN_LSE, DOT_PRECISION, BLOCK_M, BLOCK_N, BLOCK_D)
+
+
 def _plan(q, k, v, out, lse, seq, *, packed, B, S, rows, D, Hq, Hkv, causal, scale, interpret,
           strides_qkvo, lse_strides) -> LaunchPlan:
     interpret = is_interpret() if interpret is None else interpret
@@ -110,10 +149,11 @@ def _plan(q, k, v, out, lse, seq, *, packed, B, S, rows, D, Hq, Hkv, causal, sca
     args = (q, k, v, out, lse if return_lse else out, seq,
             *strides_qkvo, *(lse_strides if return_lse else (0, 0, 0)),
             Hq, S, D, Hq // Hkv, float(scale) * LOG2E)
+    g = plan_grid((cdiv(max(1, rows), cfg["BLOCK_M"]), B * Hq), q, vector=False)
     meta = dict(PACKED=packed, CAUSAL=bool(causal), RETURN_LSE=return_lse,
-                DOT_PRECISION=DOT_INPUT_PRECISION, **cfg)
-    grid = (cdiv(max(1, rows), cfg["BLOCK_M"]), B * Hq)
-    return LaunchPlan(kernel=_prefill_varlen_fwd, grid=grid, args=args, meta=meta)
+                DOT_PRECISION=DOT_INPUT_PRECISION, PERSISTENT=g.persistent, **cfg)
+    return LaunchPlan(kernel=_prefill_varlen_fwd, grid=g.grid,
+                      args=args + (B * Hq, g.n_work, g.n_programs), meta=meta)
 
 
 def prefill_padded_plan(q, k, v, lengths, out, lse, *, causal: bool, scale: float,
