@@ -160,10 +160,10 @@ def prefill_config(S: int, D: int, dtype: torch.dtype, interpret: bool, ascend: 
     these, and so does ``prefill`` off CUDA (128x128 tiles at D=128 overflow an Ascend core's
     192 KB unified buffer). ``prefill`` on CUDA starts from ``prefill_candidates``.
 
-    ``ascend`` (prefill and varlen): at most 64x32 (32x32 at D=256). 128x64 filled 93-99.7% of
-    the unified buffer on the bench shapes (triton-ascend 3.2.0, Ascend910B2); 64x32 at most
-    73% there, but 90.1% at D=256. Not 64x64: with an LSE output bishengir planned 142% of the
-    buffer for it, an overflow (porting_notes.md, "Unified buffer (UB) use")."""
+    ``ascend`` (prefill, varlen and block-sparse): at most 64x32 (32x32 at D=256). 128x64 filled
+    93-99.7% of the unified buffer on the bench shapes (triton-ascend 3.2.0, Ascend910B2); 64x32
+    at most 73% there, but 90.1% at D=256. Not 64x64: with an LSE output bishengir planned 142%
+    of the buffer for it, an overflow (porting_notes.md, "Unified buffer (UB) use")."""
     block_d = max(16, next_pow2(D))
     if interpret:
         # The interpreter's cost grows with program count, not tile size: few, large tiles.

@@ -312,6 +312,15 @@ def test_scalarize_finds_row_loops_by_following_the_address_to_a_load():
     assert summarize([a]) == ["1 row-by-row access at rows.py:9 (row load f16 x32)"]
 
 
+def test_scalarize_does_not_count_a_persistent_work_loop_as_a_row_loop():
+    """The same copy inside ``for work in range(pid, n_work, n_programs)``: one trip is a tile,
+    whose base address may well be read from memory (a varlen sequence start)."""
+    work_loop = IR_ROW_LOOP.replace("%arg5: i32)", "%arg5: i32, %arg6: i32)").replace(
+        "step %c1_i32 iter_args", "step %arg6 iter_args")
+    assert "step %arg6" in work_loop
+    assert count_scalar_accesses(work_loop) == []
+
+
 def test_scalarize_on_clean_ir_is_empty():
     assert count_scalar_accesses("module {\n  func.func @k() {\n    return\n  }\n}\n") == []
 

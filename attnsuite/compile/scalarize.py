@@ -150,6 +150,17 @@ _PURE_OPS = re.compile(r"^(?:%[\w.$-]+(?::\d+)?\s*=\s*)?(?:arith\.|index\.|tenso
                        r"|bufferization\.materialize_in_destination\b|scf\.(?:for|yield)\b)")
 
 
+def _constant_step(header: str, consts: dict) -> bool:
+    """A loop the kernel wrote over rows or pages steps by a constant; a persistent grid's work
+    loop (``range(pid, n_work, n_programs)``, kernels/_grid.py) steps by a runtime count, and one
+    trip of it is a whole tile, however its base address was found."""
+    m = _FOR.search(header)
+    if not m:
+        return False
+    step = m.group(3)
+    return step in consts if step.startswith("%") else bool(re.fullmatch(r"-?\d+", step))
+
+
 def _one_row(dims: Optional[list[int]]) -> bool:
     """A view of one row: at most one dimension longer than 1."""
     return bool(dims) and sum(1 for d in dims if d != 1) <= 1
@@ -289,7 +300,7 @@ def count_scalar_accesses(ttadapter_ir: str) -> list[dict]:
                 i -= 1
             site, detected = loops[i], "pattern"
         elif kind_op != "load" and n != 1 and _one_row(dims) and is_global(mem) \
-                and address_from_memory(mem, loops[-1]):
+                and _constant_step(loops[-1].header, consts) and address_from_memory(mem, loops[-1]):
             # One DMA of one row per trip, at an address read from memory: a gather the user
             # wrote as a loop (or a page loop over one-row pages). The adapter marks nothing here.
             site, detected = loops[-1], "dataflow"
