@@ -72,8 +72,8 @@ def _rows_splits(plan):
 
 
 @pytest.mark.parametrize("name", ["sparse_decode", "sparse_paged_decode", "magicpig_decode"])
-@pytest.mark.parametrize("B, Hq, L_max", [(1, 8, 4096), (2, 16, 1024), (4, 32, 300)])
-def test_npu_plan_is_persistent_over_the_vector_cores(monkeypatch, name, B, Hq, L_max):
+@pytest.mark.parametrize("B, Hq, L_max, want", [(1, 8, 4096, 6), (2, 16, 1024, 3), (4, 32, 300, 1)])
+def test_npu_plan_is_persistent_over_the_vector_cores(monkeypatch, name, B, Hq, L_max, want):
     monkeypatch.setattr(kernels._grid, "on_ascend", lambda t: True)
     monkeypatch.setattr(SD, "on_ascend", lambda t: True)
     monkeypatch.setattr(SP, "on_ascend", lambda t: True)
@@ -82,9 +82,9 @@ def test_npu_plan_is_persistent_over_the_vector_cores(monkeypatch, name, B, Hq, 
     cores = kernels._grid.NPU_VECTOR_CORES
     assert plan.meta["PERSISTENT"] is True and plan.grid == (n_programs,)
     assert n_programs == min(n_work, cores) and n_bh == B * Hq
-    # splits for the cores, not the GPU's 256-1024 programs: never more than one split per
-    # core, and none shorter than MIN_SPLIT_LEN
-    assert splits == kernels._grid.npu_splits(B * Hq, cores, -(-L_max // 256))
+    # splits for the 48 cores, not the GPU's 256-1024 programs (8 rows x 6, 32 x 3: 96 work
+    # items, 2 a core; 128 rows: 1), none shorter than MIN_SPLIT_LEN (256)
+    assert splits == want == kernels._grid.npu_splits(B * Hq, cores, -(-L_max // 256))
     assert (plan.then is not None) == (splits > 1)
 
 
