@@ -57,3 +57,15 @@ def plan_grid(plain: tuple, t: torch.Tensor, *, vector: bool) -> Grid:
         return Grid(tuple(plain), n_work, n_work, False)
     n_programs = max(1, min(n_work, wanted))
     return Grid((n_programs,), n_work, n_programs, True)
+
+
+def npu_splits(rows: int, cores: int, max_splits: int) -> int:
+    """Splits per row for a split-KV kernel on a persistent grid of ``cores`` programs: the
+    busiest program runs ``cdiv(rows * s, cores)`` items of ``1 / s`` of a row each. The fewest
+    splits within 10% of the best such load (up to ``max_splits``): 32 rows on 48 cores take 3
+    splits (2 would leave it at one full row), 1000 rows take 1 (6 would gain under 1% and
+    cost a merge)."""
+    rows, top = max(1, int(rows)), max(1, min(int(max_splits), int(cores)))
+    load = {s: -(-rows * s // cores) / s for s in range(1, top + 1)}
+    best = min(load.values())
+    return min(s for s, v in load.items() if v <= best * 1.1)

@@ -24,6 +24,7 @@ import triton
 import triton.language as tl
 
 from ._callcache import CallCache
+from ._grid import NPU_VECTOR_CORES, npu_cores, npu_splits, plan_grid
 from ._split import merge_plan, scratch_of, split_outputs
 from ._checks import (cdiv, check_decode_qkv, check_flag, check_index_tensor, check_int_range,
                       check_launchable, check_out_lse, check_out_lse_aliases, check_scale,
@@ -37,12 +38,8 @@ TARGET_PROGRAMS = 256
 MIN_SPLIT_LEN = 256
 
 
-# sizes and LSE strides unspecialized: see kernels/__init__.py
-@triton.jit(do_not_specialize=[
-    "Hq", "G", "SPLIT_LEN", "stride_ib", "stride_ih", "stride_nb", "stride_nh", "stride_lb",
-    "stride_lh", "stride_lsplit",
-])
-def _sparse_decode_fwd(
+@triton.jit
+def _sparse_decode_tile(
     Q, K, V, IND, NNZ, O, LSE,
     stride_qb, stride_qh,
     stride_kb, stride_kh, stride_ks,
@@ -51,11 +48,10 @@ def _sparse_decode_fwd(
     stride_nb, stride_nh,
     stride_ob, stride_oh, stride_osplit,
     stride_lb, stride_lh, stride_lsplit,
-    Hq, D, G, SPLIT_LEN, qk_scale,
+    Hq, D, G, SPLIT_LEN, qk_scale, pid_bh, split,
     RETURN_LSE: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
 ):
-    pid_bh = tl.program_id(0)
-    split = tl.program_id(1)
+    """One split of one row's index list: pid_bh is batch * Hq + head."""
     b = (pid_bh // Hq).to(tl.int64)
     h = (pid_bh % Hq).to(tl.int64)
     hk = h // G
@@ -103,23 +99,67 @@ def _sparse_decode_fwd(
         tl.store(LSE + b * stride_lb + h * stride_lh + split * stride_lsplit, lse)
 
 
+# sizes and LSE strides unspecialized: see kernels/__init__.py
+@triton.jit(do_not_specialize=[
+    "Hq", "G", "SPLIT_LEN", "stride_ib", "stride_ih", "stride_nb", "stride_nh", "stride_lb",
+    "stride_lh", "stride_lsplit", "n_bh", "n_work", "n_programs",
+])
+def _sparse_decode_fwd(
+    Q, K, V, IND, NNZ, O, LSE,
+    stride_qb, stride_qh,
+    stride_kb, stride_kh, stride_ks,
+    stride_vb, stride_vh, stride_vs,
+    stride_ib, stride_ih,
+    stride_nb, stride_nh,
+    stride_ob, stride_oh, stride_osplit,
+    stride_lb, stride_lh, stride_lsplit,
+    Hq, D, G, SPLIT_LEN, qk_scale, n_bh, n_work, n_programs,
+    RETURN_LSE: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
+    PERSISTENT: tl.constexpr,
+):
+    if PERSISTENT:  # kernels/_grid.py: rows are the fast index, so every row's first split goes first
+        for work in range(tl.program_id(0), n_work, n_programs):
+            _sparse_decode_tile(Q, K, V, IND, NNZ, O, LSE, stride_qb, stride_qh, stride_kb,
+                                stride_kh, stride_ks, stride_vb, stride_vh, stride_vs, stride_ib,
+                                stride_ih, stride_nb, stride_nh, stride_ob, stride_oh,
+                                stride_osplit, stride_lb, stride_lh, stride_lsplit,
+                                Hq, D, G, SPLIT_LEN, qk_scale, work % n_bh, work // n_bh,
+                                RETURN_LSE, BLOCK_N, BLOCK_D)
+    else:
+        _sparse_decode_tile(Q, K, V, IND, NNZ, O, LSE, stride_qb, stride_qh, stride_kb, stride_kh,
+                            stride_ks, stride_vb, stride_vh, stride_vs, stride_ib, stride_ih,
+                            stride_nb, stride_nh, stride_ob, stride_oh, stride_osplit, stride_lb,
+                            stride_lh, stride_lsplit, Hq, D, G, SPLIT_LEN, qk_scale,
+                            tl.program_id(0), tl.program_id(1), RETURN_LSE, BLOCK_N, BLOCK_D)
+
+
 def sparse_decode_config(B: int, Hq: int, L_max: int, D: int, dtype: torch.dtype, interpret: bool,
-                         num_splits: Optional[int] = None, ascend: bool = False) -> dict:
+                         num_splits: Optional[int] = None, ascend: bool = False,
+                         cores: int = NPU_VECTOR_CORES) -> dict:
     """Tiles, launch meta and the split of the index lists: BLOCK_N, BLOCK_D, num_warps,
     num_stages, SPLIT_LEN (a multiple of BLOCK_N), NUM_SPLITS (every split starts below L_max).
-    ``ascend``: half the rows at D=256 (32 rows filled 94.7% of the unified buffer)."""
+    ``ascend``: half the rows at D=256 (32 rows filled 94.7% of the unified buffer) and at
+    D=128, and splits that spread the rows over ``cores`` persistent programs
+    (``_grid.npu_splits``)."""
     block_d = max(16, next_pow2(D))
     if interpret:
         # Few, large programs: the interpreter's cost grows with program count.
         block_n, warps, stages = min(128, max(16, next_pow2(L_max))), 4, 1
         auto_splits = cdiv(L_max, 512)  # still exercises the merge for L_max > 512
     else:
-        # Two gathered [BLOCK_N, BLOCK_D] tiles (K, V) live in registers as fp32.
-        block_n = 64 if block_d <= 128 else (16 if ascend else 32)
+        # Two gathered [BLOCK_N, BLOCK_D] tiles (K, V) live in registers as fp32. Ascend: 4096
+        # elements a tile (with the persistent loop 64x128 took 94.1% of the UB, 32x128 67.4%).
+        if ascend:
+            block_n = min(64, max(16, 4096 // block_d))
+        else:
+            block_n = 64 if block_d <= 128 else 32
         if dtype == torch.float32:
             block_n //= 2
         warps, stages = 4, 2
-        auto_splits = min(cdiv(TARGET_PROGRAMS, B * Hq), cdiv(L_max, MIN_SPLIT_LEN))
+        if ascend:
+            auto_splits = npu_splits(B * Hq, cores, cdiv(L_max, MIN_SPLIT_LEN))
+        else:
+            auto_splits = min(cdiv(TARGET_PROGRAMS, B * Hq), cdiv(L_max, MIN_SPLIT_LEN))
     want = max(1, auto_splits if num_splits is None else num_splits)
     span = max(1, L_max)
     split_len = cdiv(cdiv(span, want), block_n) * block_n
@@ -140,7 +180,9 @@ def sparse_decode_plan(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, sparse
     Hkv = k.shape[1]
     L_max = sparse_ind.shape[2]
     interpret = is_interpret() if interpret is None else interpret
-    cfg = sparse_decode_config(B, Hq, L_max, D, q.dtype, interpret, num_splits, on_ascend(q))
+    ascend = on_ascend(q)
+    cfg = sparse_decode_config(B, Hq, L_max, D, q.dtype, interpret, num_splits, ascend,
+                               npu_cores(q, vector=True) if ascend else NPU_VECTOR_CORES)
     splits = cfg.pop("NUM_SPLITS")
     split_len = cfg.pop("SPLIT_LEN")
     return_lse = lse is not None
@@ -153,8 +195,10 @@ def sparse_decode_plan(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, sparse
             sparse_nnz.stride(0), sparse_nnz.stride(1),
             *o_strides, *l_strides,
             Hq, D, Hq // Hkv, split_len, float(scale) * LOG2E)
-    meta = dict(RETURN_LSE=write_lse, **cfg)
-    plan = LaunchPlan(kernel=_sparse_decode_fwd, grid=(B * Hq, splits), args=args, meta=meta,
+    g = plan_grid((B * Hq, splits), q, vector=True)
+    meta = dict(RETURN_LSE=write_lse, PERSISTENT=g.persistent, **cfg)
+    plan = LaunchPlan(kernel=_sparse_decode_fwd, grid=g.grid,
+                      args=args + (B * Hq, g.n_work, g.n_programs), meta=meta,
                       workspace=scratch_of(out, o_dst, l_dst))
     if splits > 1:
         plan.then = merge_plan(o_dst, l_dst, out, lse if return_lse else None, cfg["BLOCK_D"])

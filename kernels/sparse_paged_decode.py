@@ -28,10 +28,11 @@ import triton.language as tl
 from ._callcache import CallCache
 from ._checks import (cdiv, check_flag, check_gqa, check_int_range, check_launchable,
                       check_out_lse_aliases, check_scale, is_interpret, is_live, launch, LaunchPlan,
-                      next_pow2, use_fast_path)
+                      next_pow2, on_ascend, use_fast_path)
 from ._tune import pick
 from ._math import pow_nonneg, simhash_collision_prob, two_hit_prob
 from ._split import merge_plan, scratch_of, split_outputs
+from ._grid import NPU_VECTOR_CORES, npu_cores, npu_splits, plan_grid
 from ._paged import (check_index_values, check_layout, check_outputs, check_page_table,
                      check_paged_kv, check_q, check_row_ids_fit, check_sparse_indices, kv_dims,
                      kv_strides, sparse_rows)
@@ -41,12 +42,8 @@ MAX_HEAD_DIM = 256
 MIN_SPLIT_LEN = 256
 
 
-# sizes and LSE strides unspecialized: see kernels/__init__.py
-@triton.jit(do_not_specialize=[
-    "Hq", "G", "SPLIT_LEN", "stride_rb", "stride_rh", "stride_nb", "stride_nh", "stride_kpb",
-    "stride_kph", "stride_lpb", "stride_lph", "stride_lb", "stride_lh", "stride_lsplit",
-])
-def _sparse_paged_fwd(
+@triton.jit
+def _sparse_paged_tile(
     Q, KV, ROWS, NNZ, KP, LP, O, LSE, PAGE_INDPTR, PAGE_INDICES,
     stride_qb, stride_qh,
     stride_kv, stride_head, row_unit, stride_page, stride_slot,
@@ -55,12 +52,11 @@ def _sparse_paged_fwd(
     stride_kpb, stride_kph, stride_lpb, stride_lph,
     stride_ob, stride_oh, stride_osplit,
     stride_lb, stride_lh, stride_lsplit,
-    Hq, D, G, SPLIT_LEN, qk_scale,
+    Hq, D, G, SPLIT_LEN, qk_scale, pid, split,
     MAGICPIG: tl.constexpr, RETURN_LSE: tl.constexpr, LOOKUP: tl.constexpr,
     PAGE_SIZE: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
 ):
-    pid = tl.program_id(0)
-    split = tl.program_id(1)
+    """One split of one row's token list: pid is batch * Hq + head."""
     b = (pid // Hq).to(tl.int64)
     h = (pid % Hq).to(tl.int64)
     hk = h // G
@@ -144,14 +140,55 @@ def _sparse_paged_fwd(
         tl.store(LSE + b * stride_lb + h * stride_lh + split * stride_lsplit, lse)
 
 
+# sizes and LSE strides unspecialized: see kernels/__init__.py
+@triton.jit(do_not_specialize=[
+    "Hq", "G", "SPLIT_LEN", "stride_rb", "stride_rh", "stride_nb", "stride_nh", "stride_kpb",
+    "stride_kph", "stride_lpb", "stride_lph", "stride_lb", "stride_lh", "stride_lsplit",
+    "n_bh", "n_work", "n_programs",
+])
+def _sparse_paged_fwd(
+    Q, KV, ROWS, NNZ, KP, LP, O, LSE, PAGE_INDPTR, PAGE_INDICES,
+    stride_qb, stride_qh,
+    stride_kv, stride_head, row_unit, stride_page, stride_slot,
+    stride_rb, stride_rh,
+    stride_nb, stride_nh,
+    stride_kpb, stride_kph, stride_lpb, stride_lph,
+    stride_ob, stride_oh, stride_osplit,
+    stride_lb, stride_lh, stride_lsplit,
+    Hq, D, G, SPLIT_LEN, qk_scale, n_bh, n_work, n_programs,
+    MAGICPIG: tl.constexpr, RETURN_LSE: tl.constexpr, LOOKUP: tl.constexpr,
+    PAGE_SIZE: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
+    PERSISTENT: tl.constexpr,
+):
+    if PERSISTENT:  # kernels/_grid.py: rows are the fast index, so every row's first split goes first
+        for work in range(tl.program_id(0), n_work, n_programs):
+            _sparse_paged_tile(Q, KV, ROWS, NNZ, KP, LP, O, LSE, PAGE_INDPTR, PAGE_INDICES,
+                               stride_qb, stride_qh, stride_kv, stride_head, row_unit, stride_page,
+                               stride_slot, stride_rb, stride_rh, stride_nb, stride_nh, stride_kpb,
+                               stride_kph, stride_lpb, stride_lph, stride_ob, stride_oh,
+                               stride_osplit, stride_lb, stride_lh, stride_lsplit,
+                               Hq, D, G, SPLIT_LEN, qk_scale, work % n_bh, work // n_bh,
+                               MAGICPIG, RETURN_LSE, LOOKUP, PAGE_SIZE, BLOCK_N, BLOCK_D)
+    else:
+        _sparse_paged_tile(Q, KV, ROWS, NNZ, KP, LP, O, LSE, PAGE_INDPTR, PAGE_INDICES,
+                           stride_qb, stride_qh, stride_kv, stride_head, row_unit, stride_page,
+                           stride_slot, stride_rb, stride_rh, stride_nb, stride_nh, stride_kpb,
+                           stride_kph, stride_lpb, stride_lph, stride_ob, stride_oh,
+                           stride_osplit, stride_lb, stride_lh, stride_lsplit,
+                           Hq, D, G, SPLIT_LEN, qk_scale, tl.program_id(0), tl.program_id(1),
+                           MAGICPIG, RETURN_LSE, LOOKUP, PAGE_SIZE, BLOCK_N, BLOCK_D)
+
+
 #: (BLOCK_N, num_warps, num_stages, target programs) GPU candidates for 16-bit D <= 128 (BLOCK_N
 #: halves for D=256 and for fp32, keeping a tile's K/V under 16 KB); the first is the default.
 _TILES = [(64, 4, 2, 1024), (64, 4, 3, 1024), (32, 4, 2, 1024), (64, 8, 2, 512), (32, 2, 2, 2048),
           (64, 4, 2, 2048), (128, 8, 2, 512)]
 
 
-def sparse_paged_candidates(D: int, dtype: torch.dtype, magicpig: bool = False) -> list[dict]:
-    """GPU launch configs the tuner may choose from; the first is the default.
+def sparse_paged_candidates(D: int, dtype: torch.dtype, magicpig: bool = False,
+                            ascend: bool = False, cores: int = NPU_VECTOR_CORES) -> list[dict]:
+    """GPU launch configs the tuner may choose from; the first is the default. ``ascend``: the
+    one npu-path config (``_ascend_tile``), its list split over ``cores`` persistent programs.
 
     The loop is a chain of dependent loads (row ids, then K/V rows), so it wants many programs in
     flight more than big tiles: about 1024 programs (8 per SM) for the plain kernel, half that
@@ -159,16 +196,33 @@ def sparse_paged_candidates(D: int, dtype: torch.dtype, magicpig: bool = False) 
     Ascend is 192 KB (fp16 D=256: 32 rows; fp32 D=128 with 64 rows overflows it).
     """
     block_d = max(16, next_pow2(D))
+    if ascend:
+        return [dict(_ascend_tile(block_d, dtype, magicpig), BLOCK_D=block_d, num_warps=4,
+                     num_stages=2, CORES=cores)]
     cap = max(16, 16384 // (block_d * dtype.itemsize))
     return [dict(BLOCK_N=min(block_n, cap), BLOCK_D=block_d, num_warps=warps, num_stages=stages,
                  TARGET=target // 2 if magicpig else target)
             for block_n, warps, stages, target in _TILES]
 
 
+def _ascend_tile(block_d: int, dtype: torch.dtype, magicpig: bool) -> dict:
+    """The npu path's rows per gather step: 4096 fp32 elements a tile (64, 32, 16 rows at
+    D = 64, 128, 256), MagicPIG at most 32. bishengir's UB plan is not monotonic in the tile
+    (fp16, persistent grid, triton-ascend 3.2.0): the plain kernel takes 63% at 64x64, 67% at
+    32x128, 69% at 16x256, but 94% at 64x128 and 95% at 32x256; MagicPIG 50%, 53%, 54% at
+    32x64, 32x128, 16x256, but 95-97% with the GPU's rows (64x64, 64x128, 32x256)."""
+    rows = min(64, max(16, 8192 // (block_d * max(2, dtype.itemsize))))
+    return dict(BLOCK_N=min(32, rows) if magicpig else rows)
+
+
 def list_split(cfg: dict, B: int, Hq: int, L_max: int, num_splits: Optional[int]) -> dict:
     cfg = dict(cfg)
     target = cfg.pop("TARGET", 0)
-    want = num_splits or min(cdiv(target, B * Hq), cdiv(L_max, MIN_SPLIT_LEN))
+    cores = cfg.pop("CORES", 0)
+    if cores:
+        want = num_splits or npu_splits(B * Hq, cores, cdiv(L_max, MIN_SPLIT_LEN))
+    else:
+        want = num_splits or min(cdiv(target, B * Hq), cdiv(L_max, MIN_SPLIT_LEN))
     return _with_split(cfg, L_max, want)
 
 
@@ -179,7 +233,8 @@ def _with_split(cfg: dict, L_max: int, want: int) -> dict:
 
 
 def sparse_paged_config(B: int, Hq: int, L_max: int, D: int, dtype: torch.dtype, interpret: bool,
-                        num_splits: Optional[int] = None, magicpig: bool = False) -> dict:
+                        num_splits: Optional[int] = None, magicpig: bool = False,
+                        ascend: bool = False, cores: int = NPU_VECTOR_CORES) -> dict:
     """The default tiles, launch meta and list split: BLOCK_N, BLOCK_D, num_warps, num_stages,
     SPLIT_LEN, NUM_SPLITS (splits cover [0, L_max); those past a row's nnz are empty and merge
     as -inf). (H200, bench cache, kept ratio 0.05: ~1.6 TB/s of gathered K/V rows plain,
@@ -188,7 +243,8 @@ def sparse_paged_config(B: int, Hq: int, L_max: int, D: int, dtype: torch.dtype,
         block_n = min(128, max(16, next_pow2(L_max)))
         cfg = dict(BLOCK_N=block_n, BLOCK_D=max(16, next_pow2(D)), num_warps=4, num_stages=1)
         return _with_split(cfg, L_max, cdiv(L_max, 512) if num_splits is None else num_splits)
-    return list_split(sparse_paged_candidates(D, dtype, magicpig)[0], B, Hq, L_max, num_splits)
+    return list_split(sparse_paged_candidates(D, dtype, magicpig, ascend, cores)[0], B, Hq, L_max,
+                      num_splits)
 
 
 def sparse_kernel_plan(q: torch.Tensor, kv_cache: torch.Tensor, kv_page_indptr: torch.Tensor,
@@ -212,6 +268,8 @@ def sparse_kernel_plan(q: torch.Tensor, kv_cache: torch.Tensor, kv_page_indptr: 
     magicpig = K is not None
     interpret = is_interpret() if interpret is None else interpret
     lookup = use_fast_path(q)
+    ascend = on_ascend(q)
+    cores = npu_cores(q, vector=True) if ascend else NPU_VECTOR_CORES
     tuning = "default"
     if interpret and config is None:
         cfg = sparse_paged_config(B, Hq, L_max, D, q.dtype, True, num_splits, magicpig)
@@ -220,7 +278,8 @@ def sparse_kernel_plan(q: torch.Tensor, kv_cache: torch.Tensor, kv_page_indptr: 
             config, tuning = pick("magicpig_decode" if magicpig else "sparse_paged_decode",
                                   (B * Hq, next_pow2(max(L_max, 1)), D, str(q.dtype), int(lookup),
                                    num_splits or 0),
-                                  lambda: sparse_paged_candidates(D, q.dtype, magicpig),
+                                  lambda: sparse_paged_candidates(D, q.dtype, magicpig, ascend,
+                                                                  cores),
                                   lambda c: sparse_kernel_plan(q, kv_cache, kv_page_indptr,
                                                                kv_page_indices, sparse_ind, sparse_nnz,
                                                                out, lse, layout=layout, scale=scale,
@@ -250,9 +309,12 @@ def sparse_kernel_plan(q: torch.Tensor, kv_cache: torch.Tensor, kv_page_indptr: 
             *k_strides,
             *o_strides, *l_strides,
             Hq, D, Hq // Hkv, split_len, float(scale) * LOG2E)
-    meta = dict(MAGICPIG=magicpig, RETURN_LSE=write_lse, LOOKUP=lookup, PAGE_SIZE=page_size, **cfg)
-    plan = LaunchPlan(kernel=_sparse_paged_fwd, grid=(B * Hq, splits), args=args, meta=meta,
-                      tuning=tuning, workspace=scratch_of(out, o_dst, l_dst))
+    g = plan_grid((B * Hq, splits), q, vector=True)
+    meta = dict(MAGICPIG=magicpig, RETURN_LSE=write_lse, LOOKUP=lookup, PAGE_SIZE=page_size,
+                PERSISTENT=g.persistent, **cfg)
+    plan = LaunchPlan(kernel=_sparse_paged_fwd, grid=g.grid,
+                      args=args + (B * Hq, g.n_work, g.n_programs), meta=meta, tuning=tuning,
+                      workspace=scratch_of(out, o_dst, l_dst))
     if splits > 1:
         plan.then = merge_plan(o_dst, l_dst, out, lse if return_lse else None, cfg["BLOCK_D"])
     return plan
