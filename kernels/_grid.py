@@ -66,6 +66,7 @@ def npu_splits(rows: int, cores: int, max_splits: int) -> int:
     splits (2 would leave it at one full row), 1000 rows take 1 (6 would gain under 1% and
     cost a merge)."""
     rows, top = max(1, int(rows)), max(1, min(int(max_splits), int(cores)))
-    load = {s: -(-rows * s // cores) / s for s in range(1, top + 1)}
+    least = min(top, -(-cores // rows))  # fewer rows than cores: every core gets a split
+    load = {s: -(-rows * s // cores) / s for s in range(least, top + 1)}
     best = min(load.values())
     return min(s for s, v in load.items() if v <= best * 1.1)

@@ -125,23 +125,6 @@ def merge_in_last_program(OP, LP, OUT, LSE_OUT, counter, b, heads, g_ok, offs_d,
 
 
 
-def core_splits(groups: int, cores: int, most: int) -> int:
-    """Splits per group (batch x head) for an Ascend persistent grid of ``cores`` programs, at
-    most ``most``. Groups that already cover the cores stay whole: a split there only adds the
-    merge. Fewer groups take at least ``cores / groups`` splits, and up to twice that where
-    the splits then share out more evenly (B x Hkv = 16 on 24 cores: 3 splits, 2 rounds of a
-    third of the keys each, instead of 2 splits leaving 8 cores a second half)."""
-    least = -(-cores // max(1, groups))
-    if least <= 1 or most <= least:
-        return max(1, min(least, most))
-    best = least
-    for s in range(least + 1, min(2 * least, most) + 1):
-        # per-program keys ~ rounds(s) / s; compared without division.
-        if -(-groups * s // cores) * best < -(-groups * best // cores) * s:
-            best = s
-    return best
-
-
 def split_scratch(B: int, Hq: int, splits: int, D: int, device: torch.device):
     """fp32 partial outputs [B, Hq, splits, D] and LSEs [B, Hq, splits]."""
     return (torch.empty((B, Hq, splits, D), dtype=torch.float32, device=device),

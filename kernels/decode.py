@@ -21,8 +21,8 @@ import triton
 import triton.language as tl
 
 from ._callcache import CallCache
-from ._grid import npu_cores, plan_grid
-from ._split import core_splits, merge_in_last_program, merge_plan, scratch_of, split_outputs
+from ._grid import npu_cores, npu_splits, plan_grid
+from ._split import merge_in_last_program, merge_plan, scratch_of, split_outputs
 from ._checks import (cdiv, DOT_INPUT_PRECISION, check_decode_qkv, check_flag, check_int_range,
                       check_launchable, check_out_lse, check_out_lse_aliases, check_scale,
                       is_interpret, is_live, launch, LaunchPlan, next_pow2, on_ascend,
@@ -176,7 +176,7 @@ def decode_config(B: int, Hkv: int, S: int, D: int, G: int, dtype: torch.dtype, 
     """The portable default (interpreter, NPU, compile-only): BLOCK_G, BLOCK_N, BLOCK_D,
     num_warps, num_stages, SPLIT_LEN, NUM_SPLITS (every split non-empty). CUDA tunes from
     ``decode_candidates`` instead. ``cores``: planning for Ascend's persistent grid of that many
-    programs (``_split.core_splits``) rather than a GPU's ~256."""
+    programs (``_grid.npu_splits``) rather than a GPU's ~256."""
     block_d = max(16, next_pow2(D))
     block_g = max(16, next_pow2(G))  # tl.dot needs M >= 16
     if interpret:
@@ -189,7 +189,7 @@ def decode_config(B: int, Hkv: int, S: int, D: int, G: int, dtype: torch.dtype, 
         else:
             block_n, warps, stages = (32, 4, 3) if block_d <= 128 else (16, 4, 2)
         if cores:
-            auto = core_splits(B * Hkv, cores, cdiv(S, MIN_SPLIT_LEN))
+            auto = npu_splits(B * Hkv, cores, cdiv(S, MIN_SPLIT_LEN))
         else:
             auto = max(1, min(cdiv(256, B * Hkv), cdiv(S, MIN_SPLIT_LEN)))
     cfg = _with_split(dict(BLOCK_N=block_n, num_warps=warps, num_stages=stages), S,

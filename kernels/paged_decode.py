@@ -28,8 +28,8 @@ from ._checks import (cdiv, DOT_INPUT_PRECISION, check_flag, check_gqa, check_in
                       check_out_lse_aliases, check_scale, is_interpret, is_live, launch, LaunchPlan,
                       next_pow2, on_ascend, use_fast_path)
 from ._tune import pick
-from ._grid import npu_cores, plan_grid
-from ._split import core_splits, merge_in_last_program, merge_plan, scratch_of, split_outputs
+from ._grid import npu_cores, npu_splits, plan_grid
+from ._split import merge_in_last_program, merge_plan, scratch_of, split_outputs
 from ._paged import (check_index_values, check_layout, check_outputs, check_page_table,
                      check_paged_kv, check_q, kv_dims, kv_strides)
 
@@ -289,7 +289,7 @@ def paged_decode_config(B: int, Hkv: int, G: int, D: int, page_size: int, max_pa
                         cores: Optional[int] = None) -> dict:
     """Tiles, launch meta and the page split: BLOCK_G, BLOCK_N, BLOCK_D, num_warps, num_stages,
     PAGES_PER_SPLIT, NUM_SPLITS. ``cores``: planning for Ascend's persistent grid of that many
-    programs (``_split.core_splits``) rather than TARGET_PROGRAMS.
+    programs (``_grid.npu_splits``) rather than TARGET_PROGRAMS.
 
     BLOCK_N is the chunk of one page handled per step (>= 16 for ``tl.dot``; a page smaller than
     16 slots leaves the rest of the chunk masked).
@@ -311,7 +311,7 @@ def paged_decode_config(B: int, Hkv: int, G: int, D: int, page_size: int, max_pa
         block_n = min(block_n, page_n)
         most = cdiv(max_pages * page_size, MIN_SPLIT_TOKENS)
         if cores:
-            auto_splits = core_splits(B * Hkv, cores, most)
+            auto_splits = npu_splits(B * Hkv, cores, most)
         else:
             auto_splits = min(cdiv(TARGET_PROGRAMS, B * Hkv), most)
     want = max(1, auto_splits if num_splits is None else num_splits)

@@ -14,7 +14,7 @@ import kernels.settings as ks
 from kernels import decode as dec
 from kernels import paged_decode as pdec
 from kernels._checks import capture_launches
-from kernels._split import core_splits
+from kernels._grid import npu_splits
 
 
 def _names(plan):
@@ -59,10 +59,12 @@ def ascend(monkeypatch):
 
 
 def test_split_count_aims_at_the_cores():
-    assert core_splits(2, 24, 1000) == 12        # 24 tiles
-    assert core_splits(16, 24, 1000) == 3        # 48 tiles: 2 rounds of a third, not 32 tiles
-    assert core_splits(24, 24, 1000) == 1 and core_splits(128, 24, 1000) == 1  # no merge added
-    assert core_splits(2, 24, 5) == 5            # short keys: at most one split per 512
+    assert npu_splits(2, 24, 1000) == 12        # 24 tiles
+    assert npu_splits(16, 24, 1000) == 3        # 48 tiles: 2 rounds of a third, not 32 tiles
+    assert npu_splits(24, 24, 1000) == 1         # the cores are covered: no merge added
+    assert npu_splits(25, 24, 1000) == 7         # 8/7 of a row on the busiest core, not 2 rows
+    assert npu_splits(1000, 24, 1000) == 1       # under 10% to gain: no merge added
+    assert npu_splits(2, 24, 5) == 5            # short keys: at most one split per 512
 
 
 @pytest.mark.parametrize("call, kernel, groups", [
@@ -76,7 +78,7 @@ def test_npu_plan_is_persistent_within_the_cores(ascend, call, kernel, groups):
     n_bk, n_work, n_programs = plan.args[-3:]
     assert plan.meta["PERSISTENT"] and plan.grid == (n_programs,) and n_bk == groups
     assert n_programs <= grid.NPU_AI_CORES and n_work >= grid.NPU_AI_CORES
-    assert n_work == n_bk * core_splits(groups, grid.NPU_AI_CORES, 10**6)
+    assert n_work == n_bk * npu_splits(groups, grid.NPU_AI_CORES, 10**6)
     merge = plan.then
     m_work, m_programs = merge.args[-2:]
     assert merge.meta["PERSISTENT"] and merge.grid == (m_programs,)
