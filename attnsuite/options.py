@@ -69,6 +69,30 @@ def add_options(parser) -> None:
     parser.addini("attnsuite_families", "the family registry package (default: cases)", default="cases")
 
 
+def joined_option_values(args, takes_value) -> list[str]:
+    """``args`` with every ``--option value`` of the options in ``takes_value`` written
+    ``--option=value``. pytest finds its rootdir (and so this plugin's conftest) from the command
+    line's existing paths before it knows the plugin's options: an existing records directory
+    after ``--records-dir`` reads as a test path, the rootdir moves there, and the options are
+    "unrecognized". xdist starts a worker that replaces a crashed one from these arguments after
+    the run has created that directory."""
+    out, it = [], iter(args)
+    for arg in it:
+        if arg in takes_value:
+            value = next(it, None)
+            out.append(arg if value is None else f"{arg}={value}")
+        else:
+            out.append(arg)
+    return out
+
+
+def value_options(parser) -> set[str]:
+    """The suite's long options that take a value."""
+    flags = ("store_true", "store_false", "count")
+    return {name for opt in parser.getgroup("attnsuite").options
+            if opt.attrs().get("action") not in flags for name in opt.names() if name.startswith("--")}
+
+
 def _persistent_programs(config) -> int | None:
     n = config.getoption("persistent_programs")
     if n is not None and n < 0:

@@ -4,6 +4,7 @@ as a whole (crashes, cases never run, interrupts) in accounting.py, the watchdog
 and the report in attnsuite/report."""
 from __future__ import annotations
 
+import dataclasses
 import faulthandler
 import os
 import signal
@@ -13,7 +14,7 @@ import pytest
 from .accounting import RunAccount, is_crash
 from .collection import OUTCOME, PARAM, FamilyFile
 from .devices import DeviceUnavailable, device_class, host_device, open_device
-from .options import OptionError, add_options, read_options
+from .options import OptionError, add_options, joined_option_values, read_options, value_options
 from .records import RecordWriter, read_records
 from .context import SUITE, now, suite
 from .session import SuiteSession
@@ -37,8 +38,16 @@ def pytest_addoption(parser):
 
 
 @pytest.hookimpl(tryfirst=True)
+def _workers_parse_our_options(config) -> None:
+    params = config.invocation_params
+    args = joined_option_values(params.args, value_options(config._parser))
+    if list(args) != list(params.args):
+        config.invocation_params = dataclasses.replace(params, args=tuple(args))
+
+
 def pytest_configure(config):
     _quiet_benchmark_under_xdist(config)
+    _workers_parse_our_options(config)
     for name, doc in (("conformance", "a conformance case of a kernel family"),
                       ("bench", "a headline benchmark case (tag)"), ("sweep", "a benchmark sweep case (tag)"),
                       ("fuzz", "a case drawn by the fuzz profile (tag)"),

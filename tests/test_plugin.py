@@ -48,7 +48,10 @@ def test_a_hung_case_is_stopped_and_recorded_as_timeout(run_suite):
 
 
 def test_a_dead_worker_is_recorded_as_crash_and_the_run_goes_on(run_suite):
-    run = run_suite("cases/decode.py", "-n", "1", "-k", "S17 and fp16",
+    # No test path on the command line: the worker that replaces a crashed one must still find
+    # the suite's options once --records-dir names a directory that exists (options.py,
+    # joined_option_values).
+    run = run_suite("-n", "1", "-k", "decode and S17 and fp16 and not paged and not sparse and not magicpig",
                     "--impl", "decode=tests.planted:decode_crashes")
     assert run.records, run.output[-2000:]
     assert {r["outcome"] for r in run.records} == {"crash"}
@@ -141,3 +144,12 @@ def test_case_tags_select_with_m_and_k(select):
     from cases.decode import FAMILY
 
     assert sorted(i.split("::")[1] for i in ids) == sorted(c.id for c in FAMILY.cases if "bench" in c.tags)
+
+
+def test_option_values_are_joined_for_the_workers():
+    from attnsuite.options import joined_option_values
+
+    takes = {"--records-dir", "--impl"}
+    assert joined_option_values(["-n", "2", "--records-dir", "/tmp/r", "--impl", "a=b:c", "-x",
+                                 "--records-dir=/x", "--impl"], takes) == [
+        "-n", "2", "--records-dir=/tmp/r", "--impl=a=b:c", "-x", "--records-dir=/x", "--impl"]
