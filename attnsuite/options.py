@@ -89,8 +89,12 @@ def joined_option_values(args, takes_value) -> list[str]:
 def value_options(parser) -> set[str]:
     """The suite's long options that take a value."""
     flags = ("store_true", "store_false", "count")
-    return {name for opt in parser.getgroup("attnsuite").options
-            if opt.attrs().get("action") not in flags for name in opt.names() if name.startswith("--")}
+
+    def takes_value(attrs: dict) -> bool:  # an argparse action's __dict__, or pytest's older attrs
+        return attrs.get("nargs") != 0 and attrs.get("action") not in flags
+
+    return {name for opt in parser.getgroup("attnsuite").options if takes_value(opt.attrs())
+            for name in opt.names() if name.startswith("--")}
 
 
 def _persistent_programs(config) -> int | None:

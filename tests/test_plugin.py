@@ -146,8 +146,12 @@ def test_case_tags_select_with_m_and_k(select):
     assert sorted(i.split("::")[1] for i in ids) == sorted(c.id for c in FAMILY.cases if "bench" in c.tags)
 
 
-def test_option_values_are_joined_for_the_workers():
-    from attnsuite.options import joined_option_values
+def test_option_values_are_joined_for_the_workers(pytestconfig):
+    from attnsuite.options import joined_option_values, value_options
+
+    ours = value_options(pytestconfig._parser)
+    assert {"--records-dir", "--report-html", "--impl", "--device", "--soc"} <= ours
+    assert not {"--compile-only", "--autotune"} & ours  # flags take no value
 
     takes = {"--records-dir", "--impl"}
     assert joined_option_values(["-n", "2", "--records-dir", "/tmp/r", "--impl", "a=b:c", "-x",
