@@ -2,6 +2,8 @@
 back what it recorded."""
 from __future__ import annotations
 
+import fcntl
+import json
 import os
 import subprocess
 import sys
@@ -52,11 +54,28 @@ def run_suite(tmp_path):
 
 
 @pytest.fixture(scope="session")
-def quick_cpu_run(tmp_path_factory) -> SuiteRun:
+def quick_cpu_run(tmp_path_factory, worker_id) -> SuiteRun:
     """The whole quick profile on cpu under two xdist workers, once per session. It is the
     most expensive run these tests make; every test that needs one (the plugin end to end, the
-    report in a browser) reads this one instead of repeating it. Treat it as read-only."""
-    return _run_suite(tmp_path_factory.mktemp("quick-cpu"), "-n", "2")
+    report in a browser) reads this one instead of repeating it. Treat it as read-only.
+
+    Once per session under ``-n`` too (tox -e tests runs two workers): the first worker to ask
+    makes it in the directory the workers share, under a lock; another waits and reads it."""
+    if worker_id == "master":
+        return _run_suite(tmp_path_factory.mktemp("quick-cpu"), "-n", "2")
+    shared = tmp_path_factory.getbasetemp().parent / "quick-cpu"
+    shared.mkdir(exist_ok=True)
+    with open(shared / "lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        done = shared / "run.json"
+        if not done.exists():
+            run = _run_suite(shared, "-n", "2")
+            done.write_text(json.dumps({"returncode": run.returncode, "output": run.output}))
+            return run
+    made = json.loads(done.read_text())
+    records = shared / "records"
+    return SuiteRun(made["returncode"], made["output"],
+                    read_records([records]) if records.is_dir() else [], shared / "index.html")
 
 
 def _language_namespaces() -> list:
@@ -98,11 +117,3 @@ def pytest_configure(config):
     if hasattr(config, "workerinput"):
         for name in [n for n in os.environ if n.startswith("PYTEST_XDIST_")]:
             del os.environ[name]
-
-
-def pytest_collection_modifyitems(items):
-    """Under ``-n`` (tox -e tests runs two workers), the tests that read the one quick-profile
-    run go to one worker (``--dist loadgroup``), so that run is made once, not once per worker."""
-    for item in items:
-        if "quick_cpu_run" in getattr(item, "fixturenames", ()):
-            item.add_marker(pytest.mark.xdist_group("quick_cpu_run"))

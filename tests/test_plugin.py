@@ -51,7 +51,7 @@ def test_a_dead_worker_is_recorded_as_crash_and_the_run_goes_on(run_suite):
     # No test path on the command line: the worker that replaces a crashed one must still find
     # the suite's options once --records-dir names a directory that exists (options.py,
     # joined_option_values).
-    run = run_suite("-n", "1", "-k", "decode and S17 and fp16 and not paged and not sparse and not magicpig",
+    run = run_suite("-n", "1", "-k", "decode and S17 and fp16 and Hq8 and not paged and not sparse and not magicpig",
                     "--impl", "decode=tests.planted:decode_crashes")
     assert run.records, run.output[-2000:]
     assert {r["outcome"] for r in run.records} == {"crash"}
