@@ -44,6 +44,12 @@ def npu_cores(t: torch.Tensor, vector: bool) -> int:
     return cores
 
 
+def persistent(t: torch.Tensor) -> bool:
+    """Whether kernels launched for tensors like ``t`` loop on a persistent grid."""
+    wanted = settings.current().persistent_programs
+    return on_ascend(t) if wanted is None else wanted != 0
+
+
 def plan_grid(plain: tuple, t: torch.Tensor, *, vector: bool) -> Grid:
     """The grid for a kernel whose plain grid is ``plain`` (tiles = the product of its sizes),
     planned for tensors like ``t``; ``vector``: the kernel has no ``tl.dot``."""

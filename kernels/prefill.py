@@ -16,10 +16,11 @@ from ._softmax import online_softmax_step
 from ._checks import (cdiv, DOT_INPUT_PRECISION, FLOAT_DTYPES, check_flag, check_gqa, check_launchable,
                       check_nonempty, check_out_lse, check_out_lse_aliases, check_scale,
                       check_tensor, is_interpret, is_live, launch, LaunchPlan, next_pow2,
-                      on_ascend)
+                      on_ascend, use_fast_path)
 from ._tune import pick
+from . import attn_fast
 from ._callcache import CallCache
-from ._grid import plan_grid
+from ._grid import persistent, plan_grid
 
 LOG2E = 1.4426950408889634
 MAX_HEAD_DIM = 256
@@ -188,6 +189,9 @@ def prefill_plan(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.T
     B, Hq, S, D = q.shape
     Hkv = k.shape[1]
     interpret = is_interpret() if interpret is None else interpret
+    if use_fast_path(q) and not persistent(q):
+        return _fast_plan(q, k, v, out, lse, causal=causal, scale=scale, interpret=interpret,
+                          config=config)
     tuning = "default"
     if config is not None:
         cfg = dict(config)
@@ -214,6 +218,36 @@ def prefill_plan(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.T
                 PERSISTENT=g.persistent, **cfg)
     return LaunchPlan(kernel=_prefill_fwd, grid=g.grid, args=args + (B * Hq, g.n_work, g.n_programs),
                       meta=meta, tuning=tuning)
+
+
+def _fast_plan(q, k, v, out, lse, *, causal: bool, scale: float, interpret: bool,
+               config: Optional[dict]) -> LaunchPlan:
+    """The CUDA fast path (``kernels/attn_fast.py``): descriptor loads, the scale in the exponent."""
+    B, Hq, S, D = q.shape
+    tuning = "default"
+    if config is not None:
+        cfg = dict(config)
+    else:
+        cfg, tuning = pick("prefill_fast", (int(causal), next_pow2(S), D, str(q.dtype)),
+                           lambda: attn_fast.fast_candidates(S, D, q.dtype),
+                           lambda c: _fast_plan(q, k, v, out, lse, causal=causal, scale=scale,
+                                                interpret=False, config=c),
+                           q.device, live=is_live(q) and not interpret)
+    cfg = attn_fast.finish_config(cfg, S, D, (q, k, v), interpret)
+    if cfg["USE_TMA"] and q.device.type == "cuda":
+        attn_fast.ensure_allocator()
+    return_lse = lse is not None
+    args = (q, k, v, out, lse if return_lse else out,
+            q.stride(0), q.stride(1), q.stride(2),
+            k.stride(0), k.stride(1), k.stride(2),
+            v.stride(0), v.stride(1), v.stride(2),
+            out.stride(0), out.stride(1), out.stride(2),
+            *((lse.stride(0), lse.stride(1)) if return_lse else (0, 0)),
+            Hq, S, D, Hq // k.shape[1], float(scale) * LOG2E)
+    meta = dict(CAUSAL=bool(causal), RETURN_LSE=return_lse, DOT_PRECISION=DOT_INPUT_PRECISION,
+                NEG_SCALE=float(scale) < 0, **cfg)
+    return LaunchPlan(kernel=attn_fast._prefill_fast, grid=(cdiv(S, cfg["BLOCK_M"]), B * Hq),
+                      args=args, meta=meta, tuning=tuning)
 
 
 def _validate(q, k, v, causal, scale, return_lse, out, lse) -> float:

@@ -44,6 +44,11 @@ def _prefill(parts):
     return prefill_candidates(int(parts[2]), _dtype(parts[3]))
 
 
+def _prefill_fast(parts):
+    from .attn_fast import fast_candidates
+    return fast_candidates(int(parts[1]), int(parts[2]), _dtype(parts[3]))
+
+
 def _flat(parts):
     from .paged_decode import flat_candidates
     return flat_candidates(int(parts[3]), _dtype(parts[5]))
@@ -60,6 +65,7 @@ def _sparse(magicpig):
 KERNELS: dict[str, tuple[int, Callable]] = {
     "decode": (6, _decode),
     "prefill": (4, _prefill),
+    "prefill_fast": (4, _prefill_fast),
     "paged_decode_flat": (7, _flat),
     "sparse_paged_decode": (6, _sparse(False)),
     "magicpig_decode": (6, _sparse(True)),
