@@ -102,6 +102,10 @@ FULL = (
 BENCH_LENGTHS = (1024, 169, 528, 494, 585, 535, 300, 467)
 BENCH = [case(lengths=BENCH_LENGTHS, dtype=dt, Hkv=16, G=4, D=64, causal=True, lse=lse, S=1024)
          for dt in ("fp16", "bf16") for lse in (False, True)]
+# The same sequences packed (tokens of all sequences in one [T, H, D] tensor): the layout serving
+# stacks pass; timed against the same dense padded SDPA.
+BENCH += [case(layout="packed", lengths=BENCH_LENGTHS, dtype=dt, Hkv=16, G=4, D=64, causal=True,
+               lse=lse, S=1024) for dt in ("fp16", "bf16") for lse in (False, True)]
 
 
 def cu_seqlens(lengths) -> torch.Tensor:

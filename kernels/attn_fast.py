@@ -130,6 +130,7 @@ def _prefill_fast(
     CAUSAL: tl.constexpr, RETURN_LSE: tl.constexpr, DOT_PRECISION: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
     USE_TMA: tl.constexpr, NEG_SCALE: tl.constexpr, EVEN_D: tl.constexpr,
+    WARP_SPEC: tl.constexpr = False,
 ):
     """Grid (query blocks, B * Hq); causal launches the heaviest query blocks first."""
     tile_m = tl.program_id(0)
@@ -158,7 +159,7 @@ def _prefill_fast(
     m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
     l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
     acc = tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32)
-    for start in range(0, lo, BLOCK_N):
+    for start in tl.range(0, lo, BLOCK_N, warp_specialize=WARP_SPEC):
         start = tl.multiple_of(start, BLOCK_N)
         k, v = _load_kv(k_src, v_src, start, stride_ks, stride_vs, S, D, BLOCK_N, BLOCK_D,
                         USE_TMA, EVEN_D, False)
@@ -189,6 +190,7 @@ def _block_sparse_fast(
     RETURN_LSE: tl.constexpr, DOT_PRECISION: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
     USE_TMA: tl.constexpr, NEG_SCALE: tl.constexpr, EVEN_D: tl.constexpr,
+    WARP_SPEC: tl.constexpr = False,
 ):
     """Grid (query tiles, B * H): tile pid_m of batch pid_bh // H, head pid_bh % H."""
     pid_m = tl.program_id(0)
@@ -212,7 +214,7 @@ def _block_sparse_fast(
     l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
     acc = tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32)
     blk = tl.load(row_ptr)
-    for it in range(0, n_whole * per_block):
+    for it in tl.range(0, n_whole * per_block, warp_specialize=WARP_SPEC):
         j = it // per_block
         start = blk * BKV + (it - j * per_block) * BLOCK_N
         start = tl.multiple_of(start, BLOCK_N)
@@ -297,3 +299,85 @@ def finish_config(cfg: dict, S: int, D: int, tensors: tuple, interpret: bool) ->
     cfg["USE_TMA"] = bool(cfg.get("USE_TMA")) and tma_ok(*tensors)
     cfg["EVEN_D"] = cfg["BLOCK_D"] == D
     return cfg
+
+
+# sizes and LSE strides unspecialized: see kernels/__init__.py
+@triton.jit(do_not_specialize=["Hq", "S", "G", "stride_lb", "stride_lh", "stride_ls"])
+def _varlen_fast(
+    Q, K, V, O, LSE, SEQ,
+    stride_qb, stride_qh, stride_qs,
+    stride_kb, stride_kh, stride_ks,
+    stride_vb, stride_vh, stride_vs,
+    stride_ob, stride_oh, stride_os,
+    stride_lb, stride_lh, stride_ls,
+    Hq, S, D, G, qk_scale,
+    PACKED: tl.constexpr, CAUSAL: tl.constexpr, RETURN_LSE: tl.constexpr,
+    DOT_PRECISION: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
+    USE_TMA: tl.constexpr, NEG_SCALE: tl.constexpr, EVEN_D: tl.constexpr,
+):
+    """``prefill_varlen``'s kernel on the fast path: grid (query blocks, B * Hq), causal blocks with
+    the most keys first. A sequence is tokens [start, end) of its (batch, head) rows: descriptors
+    end at ``end``, so keys and queries past it read as zeros, whichever layout."""
+    tile_m = tl.program_id(0)
+    pid_bh = tl.program_id(1)
+    if CAUSAL:
+        pid_m = tl.num_programs(0) - 1 - tile_m
+    else:
+        pid_m = tile_m
+    b = (pid_bh // Hq).to(tl.int64)
+    h = (pid_bh % Hq).to(tl.int64)
+    hk = h // G
+    if PACKED:  # SEQ = cu_seqlens; batch strides are 0, the token carries the sequence
+        start = tl.load(SEQ + b)
+        seq_len = tl.load(SEQ + b + 1) - start
+        rows = seq_len
+    else:  # SEQ = lengths; rows [len, S) are written as zeros
+        start = tl.load(SEQ + b) * 0
+        seq_len = tl.load(SEQ + b)
+        rows = S
+    end = start + seq_len
+    row0 = pid_m * BLOCK_M
+    offs_m = row0 + tl.arange(0, BLOCK_M)
+    offs_n = tl.arange(0, BLOCK_N)
+    row_ok = offs_m < seq_len
+    q = _load_q(Q, b * stride_qb + h * stride_qh, stride_qs, start + row0, end, D, BLOCK_M, BLOCK_D,
+                USE_TMA)
+    k_src, v_src = _kv_source(K, V, b * stride_kb + hk * stride_kh, b * stride_vb + hk * stride_vh,
+                              end, D, stride_ks, stride_vs, BLOCK_N, BLOCK_D, USE_TMA)
+    # Keys [0, lo) are visible to every row of the block; [lo, hi) get the per-row mask. A block
+    # with no valid row visits nothing; one with a valid row sees key 0 in its first tile.
+    if CAUSAL:
+        kv_end = tl.minimum(offs_m + 1, seq_len)
+        lo = tl.minimum(row0, seq_len) // BLOCK_N * BLOCK_N
+        hi = tl.minimum(row0 + BLOCK_M, seq_len)
+    else:
+        kv_end = tl.zeros([BLOCK_M], dtype=tl.int32) + seq_len
+        lo = seq_len // BLOCK_N * BLOCK_N
+        hi = seq_len
+    live = row0 < seq_len
+    lo = tl.where(live, lo, 0)
+    hi = tl.where(live, hi, 0)
+    m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
+    l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
+    acc = tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32)
+    for kv in range(0, lo, BLOCK_N):
+        k, v = _load_kv(k_src, v_src, start + kv, stride_ks, stride_vs, end, D, BLOCK_N, BLOCK_D,
+                        USE_TMA, EVEN_D, False)
+        m_i, l_i, acc = _step(q, k, v, m_i, l_i, acc, qk_scale, None, DOT_PRECISION, False,
+                              NEG_SCALE)
+    for kv in range(lo, hi, BLOCK_N):
+        k, v = _load_kv(k_src, v_src, start + kv, stride_ks, stride_vs, end, D, BLOCK_N, BLOCK_D,
+                        USE_TMA, EVEN_D, True)
+        visible = (kv + offs_n)[None, :] < kv_end[:, None]
+        m_i, l_i, acc = _step(q, k, v, m_i, l_i, acc, qk_scale, visible, DOT_PRECISION, True,
+                              NEG_SCALE)
+    l_safe = tl.where(row_ok, l_i, 1.0)
+    o = tl.where(row_ok[:, None], acc / l_safe[:, None], 0.0)
+    cols = tl.arange(0, BLOCK_D)
+    tok = start.to(tl.int64) + offs_m
+    tl.store(O + b * stride_ob + h * stride_oh + tok[:, None] * stride_os + cols[None, :],
+             o.to(O.dtype.element_ty), mask=(offs_m[:, None] < rows) & (cols[None, :] < D))
+    if RETURN_LSE:
+        lse = tl.where(row_ok, (m_i + tl.log2(l_safe)) * 0.6931471805599453, float("-inf"))
+        tl.store(LSE + b * stride_lb + h * stride_lh + tok * stride_ls, lse, mask=offs_m < rows)

@@ -24,8 +24,9 @@ from ._callcache import CallCache
 from ._checks import (cdiv, DOT_INPUT_PRECISION, FLOAT_DTYPES, check_flag, check_gqa, check_index_tensor,
                       check_int_range, check_launchable, check_nonempty, check_out_lse,
                       check_out_lse_aliases, check_scale, check_tensor, check_values_in_range,
-                      is_interpret, is_live, launch, LaunchPlan, on_ascend)
-from ._grid import plan_grid
+                      is_interpret, is_live, launch, LaunchPlan, on_ascend, use_fast_path)
+from . import attn_fast
+from ._grid import persistent, plan_grid
 from .prefill import LOG2E, MAX_HEAD_DIM, prefill_config
 
 
@@ -144,6 +145,10 @@ def _prefill_varlen_fwd(
 def _plan(q, k, v, out, lse, seq, *, packed, B, S, rows, D, Hq, Hkv, causal, scale, interpret,
           strides_qkvo, lse_strides) -> LaunchPlan:
     interpret = is_interpret() if interpret is None else interpret
+    if use_fast_path(q) and not persistent(q):
+        return _fast_plan(q, k, v, out, lse, seq, packed=packed, B=B, S=S, rows=rows, D=D, Hq=Hq,
+                          Hkv=Hkv, causal=causal, scale=scale, interpret=interpret,
+                          strides_qkvo=strides_qkvo, lse_strides=lse_strides)
     cfg = prefill_config(max(1, rows), D, q.dtype, interpret, on_ascend(q))
     return_lse = lse is not None
     args = (q, k, v, out, lse if return_lse else out, seq,
@@ -154,6 +159,25 @@ def _plan(q, k, v, out, lse, seq, *, packed, B, S, rows, D, Hq, Hkv, causal, sca
                 DOT_PRECISION=DOT_INPUT_PRECISION, PERSISTENT=g.persistent, **cfg)
     return LaunchPlan(kernel=_prefill_varlen_fwd, grid=g.grid,
                       args=args + (B * Hq, g.n_work, g.n_programs), meta=meta)
+
+
+def _fast_plan(q, k, v, out, lse, seq, *, packed, B, S, rows, D, Hq, Hkv, causal, scale, interpret,
+               strides_qkvo, lse_strides) -> LaunchPlan:
+    """The CUDA fast path (``kernels/attn_fast.py``): descriptor loads ending at each sequence's
+    last token, masks only on the diagonal and last tiles, heaviest causal blocks first; prefill's
+    fast tiles for the longest row."""
+    cfg = attn_fast.finish_config(attn_fast.fast_candidates(max(1, rows), D, q.dtype)[0],
+                                  max(1, rows), D, (q, k, v), interpret)
+    if cfg["USE_TMA"] and q.device.type == "cuda":
+        attn_fast.ensure_allocator()
+    return_lse = lse is not None
+    args = (q, k, v, out, lse if return_lse else out, seq,
+            *strides_qkvo, *(lse_strides if return_lse else (0, 0, 0)),
+            Hq, S, D, Hq // Hkv, float(scale) * LOG2E)
+    meta = dict(PACKED=packed, CAUSAL=bool(causal), RETURN_LSE=return_lse,
+                DOT_PRECISION=DOT_INPUT_PRECISION, NEG_SCALE=float(scale) < 0, **cfg)
+    return LaunchPlan(kernel=attn_fast._varlen_fast, grid=(cdiv(max(1, rows), cfg["BLOCK_M"]), B * Hq),
+                      args=args, meta=meta)
 
 
 def prefill_padded_plan(q, k, v, lengths, out, lse, *, causal: bool, scale: float,

@@ -28,6 +28,7 @@ from kernels.prefill import prefill  # noqa: E402
 from attnsuite.sparsity import block_index  # noqa: E402
 
 LOG2E = 1.4426950408889634
+TMA_CHOICES = (True, False)
 
 
 def _alloc(size, alignment, stream):
@@ -46,20 +47,22 @@ def cudnn(q, k, v, causal):
 
 def prefill_fast(q, k, v, o, causal, cfg, tma):
     B, Hq, S, D = q.shape
-    bm, bn, w, st = cfg
+    bm, bn, w, st = cfg[:4]
+    ws = len(cfg) > 4 and cfg[4] == 'ws'
     grid = (triton.cdiv(S, bm), B * Hq)
     scale = 1 / math.sqrt(D)
     return lambda: attn_fast._prefill_fast[grid](
         q, k, v, o, o, *q.stride()[:3], *k.stride()[:3], *v.stride()[:3], *o.stride()[:3], 0, 0,
         Hq, S, D, Hq // k.shape[1], scale * LOG2E,
         CAUSAL=causal, RETURN_LSE=False, DOT_PRECISION="ieee", BLOCK_M=bm, BLOCK_N=bn,
-        BLOCK_D=max(16, triton.next_power_of_2(D)), USE_TMA=tma, NEG_SCALE=False, EVEN_D=D == max(16, triton.next_power_of_2(D)),
+        BLOCK_D=max(16, triton.next_power_of_2(D)), USE_TMA=tma, NEG_SCALE=False, EVEN_D=D == max(16, triton.next_power_of_2(D)), WARP_SPEC=ws,
         num_warps=w, num_stages=st)
 
 
 def bs_fast(q, k, v, sabi, counts, o, shape, cfg, tma):
     B, H, S, D = q.shape
-    bm, bn, w, st = cfg
+    bm, bn, w, st = cfg[:4]
+    ws = len(cfg) > 4 and cfg[4] == 'ws'
     bm, bn = min(bm, shape[0]), min(bn, shape[1])
     grid = (triton.cdiv(S, bm), B * H)
     scale = 1 / math.sqrt(D)
@@ -67,7 +70,7 @@ def bs_fast(q, k, v, sabi, counts, o, shape, cfg, tma):
         q, k, v, o, o, sabi, counts, *q.stride()[:3], *k.stride()[:3], *v.stride()[:3],
         *o.stride()[:3], 0, 0, *sabi.stride(), H, S, D, shape[0], shape[1], sabi.shape[2],
         scale * LOG2E, RETURN_LSE=False, DOT_PRECISION="ieee", BLOCK_M=bm, BLOCK_N=bn,
-        BLOCK_D=max(16, triton.next_power_of_2(D)), USE_TMA=tma, NEG_SCALE=False, EVEN_D=D == max(16, triton.next_power_of_2(D)),
+        BLOCK_D=max(16, triton.next_power_of_2(D)), USE_TMA=tma, NEG_SCALE=False, EVEN_D=D == max(16, triton.next_power_of_2(D)), WARP_SPEC=ws,
         num_warps=w, num_stages=st)
 
 
@@ -105,7 +108,7 @@ def run_shape(name, q, k, v, causal, configs, rows, sabi=None, shape=None):
                      tflops=flops / t_cur / 1e6))
     print(f"{name}: cudnn {t_ref:.1f} us, current {t_cur:.1f} us ({t_cur / t_ref:.3f}x)", flush=True)
     counts = block_counts(sabi) if sabi is not None else None
-    for tma in (True, False):
+    for tma in TMA_CHOICES:
         for cfg in configs:
             try:
                 fn = (prefill_fast(q, k, v, o, causal, cfg, tma) if sabi is None
@@ -130,6 +133,9 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--only", default="")
     ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--big", default="", help="configs for the long shapes, e.g. '128,128,8,3;128,128,4,3,ws'")
+    ap.add_argument("--small", default="", help="configs for the prefill bench shape")
+    ap.add_argument("--tma", default="1,0", help="load paths to try: 1 descriptors, 0 pointers")
     args = ap.parse_args()
     triton.set_allocator(_alloc)
     torch.manual_seed(0)
@@ -142,6 +148,16 @@ def main():
              (128, 32, 4, 3), (64, 32, 4, 3), (128, 128, 8, 2)]
     if args.quick:
         big, small = big[:3], small[:3]
+
+    def parse(text):
+        return [tuple(int(x) if x.isdigit() else x for x in c.split(",")) for c in text.split(";")]
+
+    if args.big:
+        big = parse(args.big)
+    if args.small:
+        small = parse(args.small)
+    global TMA_CHOICES
+    TMA_CHOICES = tuple(bool(int(x)) for x in args.tma.split(","))
 
     def want(n):
         return only is None or n in only
@@ -160,7 +176,7 @@ def main():
         q = torch.randn(1, 3, 32768, 128, device=dev, dtype=torch.bfloat16)
         k = torch.randn_like(q)
         v = torch.randn_like(q)
-        run_shape("dense_32k", q, k, v, False, big[:3], rows)
+        run_shape("dense_32k", q, k, v, False, big, rows)
     for S, H, bshape, s in ((32768, 3, (128, 512), 0.0), (16384, 3, (128, 128), 0.0),
                             (16384, 3, (1024, 1024), 0.0), (16384, 3, (128, 512), 0.5),
                             (4096, 16, (128, 512), 0.5)):
@@ -173,7 +189,7 @@ def main():
         nr, nc = triton.cdiv(S, bshape[0]), triton.cdiv(S, bshape[1])
         g = torch.Generator().manual_seed(1)
         sabi = block_index(nr, nc, s, generator=g, batch_heads=(1, H)).to(dev)
-        run_shape(name, q, k, v, False, big if S >= 16384 else big[:4], rows, sabi=sabi, shape=bshape)
+        run_shape(name, q, k, v, False, big, rows, sabi=sabi, shape=bshape)
     print("\nshape | variant | us | x cudnn | TFLOP/s | err")
     for r in rows:
         if "error" in r:
