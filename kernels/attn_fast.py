@@ -130,7 +130,6 @@ def _prefill_fast(
     CAUSAL: tl.constexpr, RETURN_LSE: tl.constexpr, DOT_PRECISION: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
     USE_TMA: tl.constexpr, NEG_SCALE: tl.constexpr, EVEN_D: tl.constexpr,
-    WARP_SPEC: tl.constexpr = False,
 ):
     """Grid (query blocks, B * Hq); causal launches the heaviest query blocks first."""
     tile_m = tl.program_id(0)
@@ -159,7 +158,7 @@ def _prefill_fast(
     m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
     l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
     acc = tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32)
-    for start in tl.range(0, lo, BLOCK_N, warp_specialize=WARP_SPEC):
+    for start in range(0, lo, BLOCK_N):
         start = tl.multiple_of(start, BLOCK_N)
         k, v = _load_kv(k_src, v_src, start, stride_ks, stride_vs, S, D, BLOCK_N, BLOCK_D,
                         USE_TMA, EVEN_D, False)
@@ -190,7 +189,6 @@ def _block_sparse_fast(
     RETURN_LSE: tl.constexpr, DOT_PRECISION: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
     USE_TMA: tl.constexpr, NEG_SCALE: tl.constexpr, EVEN_D: tl.constexpr,
-    WARP_SPEC: tl.constexpr = False,
 ):
     """Grid (query tiles, B * H): tile pid_m of batch pid_bh // H, head pid_bh % H."""
     pid_m = tl.program_id(0)
@@ -214,7 +212,7 @@ def _block_sparse_fast(
     l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
     acc = tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32)
     blk = tl.load(row_ptr)
-    for it in tl.range(0, n_whole * per_block, warp_specialize=WARP_SPEC):
+    for it in range(0, n_whole * per_block):
         j = it // per_block
         start = blk * BKV + (it - j * per_block) * BLOCK_N
         start = tl.multiple_of(start, BLOCK_N)

@@ -48,21 +48,19 @@ def cudnn(q, k, v, causal):
 def prefill_fast(q, k, v, o, causal, cfg, tma):
     B, Hq, S, D = q.shape
     bm, bn, w, st = cfg[:4]
-    ws = len(cfg) > 4 and cfg[4] == 'ws'
     grid = (triton.cdiv(S, bm), B * Hq)
     scale = 1 / math.sqrt(D)
     return lambda: attn_fast._prefill_fast[grid](
         q, k, v, o, o, *q.stride()[:3], *k.stride()[:3], *v.stride()[:3], *o.stride()[:3], 0, 0,
         Hq, S, D, Hq // k.shape[1], scale * LOG2E,
         CAUSAL=causal, RETURN_LSE=False, DOT_PRECISION="ieee", BLOCK_M=bm, BLOCK_N=bn,
-        BLOCK_D=max(16, triton.next_power_of_2(D)), USE_TMA=tma, NEG_SCALE=False, EVEN_D=D == max(16, triton.next_power_of_2(D)), WARP_SPEC=ws,
+        BLOCK_D=max(16, triton.next_power_of_2(D)), USE_TMA=tma, NEG_SCALE=False, EVEN_D=D == max(16, triton.next_power_of_2(D)),
         num_warps=w, num_stages=st)
 
 
 def bs_fast(q, k, v, sabi, counts, o, shape, cfg, tma):
     B, H, S, D = q.shape
     bm, bn, w, st = cfg[:4]
-    ws = len(cfg) > 4 and cfg[4] == 'ws'
     bm, bn = min(bm, shape[0]), min(bn, shape[1])
     grid = (triton.cdiv(S, bm), B * H)
     scale = 1 / math.sqrt(D)
@@ -70,7 +68,7 @@ def bs_fast(q, k, v, sabi, counts, o, shape, cfg, tma):
         q, k, v, o, o, sabi, counts, *q.stride()[:3], *k.stride()[:3], *v.stride()[:3],
         *o.stride()[:3], 0, 0, *sabi.stride(), H, S, D, shape[0], shape[1], sabi.shape[2],
         scale * LOG2E, RETURN_LSE=False, DOT_PRECISION="ieee", BLOCK_M=bm, BLOCK_N=bn,
-        BLOCK_D=max(16, triton.next_power_of_2(D)), USE_TMA=tma, NEG_SCALE=False, EVEN_D=D == max(16, triton.next_power_of_2(D)), WARP_SPEC=ws,
+        BLOCK_D=max(16, triton.next_power_of_2(D)), USE_TMA=tma, NEG_SCALE=False, EVEN_D=D == max(16, triton.next_power_of_2(D)),
         num_warps=w, num_stages=st)
 
 
@@ -133,7 +131,7 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--only", default="")
     ap.add_argument("--quick", action="store_true")
-    ap.add_argument("--big", default="", help="configs for the long shapes, e.g. '128,128,8,3;128,128,4,3,ws'")
+    ap.add_argument("--big", default="", help="configs for the long shapes, e.g. '128,128,8,3;128,64,8,3'")
     ap.add_argument("--small", default="", help="configs for the prefill bench shape")
     ap.add_argument("--tma", default="1,0", help="load paths to try: 1 descriptors, 0 pointers")
     args = ap.parse_args()
