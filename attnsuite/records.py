@@ -29,16 +29,18 @@ class RecordWriter:
     """Appends records to ``<run_dir>/<writer>.jsonl``, each flushed to disk before ``write``
     returns; safe to call from the case watchdog's thread too."""
 
-    def __init__(self, run_dir: str | os.PathLike, writer: str):
-        self.path = Path(run_dir) / f"{writer}.jsonl"
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+    def __init__(self, run_dir: str | os.PathLike, writer: str, *, suffix: str = ".jsonl", create: bool = True):
+        self.path = Path(run_dir) / f"{writer}{suffix}"
+        if create:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
         self._fh = None
         self._lock = threading.Lock()
 
     def write(self, record: dict) -> None:
-        line = json.dumps(record, sort_keys=True, default=_jsonable) + "\n"
+        line = dumps(record) + "\n"
         with self._lock:
             if self._fh is None:
+                self.path.parent.mkdir(parents=True, exist_ok=True)
                 self._fh = open(self.path, "a", encoding="utf-8")
             self._fh.write(line)
             self._fh.flush()
@@ -49,6 +51,11 @@ class RecordWriter:
             if self._fh is not None:
                 self._fh.close()
                 self._fh = None
+
+
+def dumps(record: dict) -> str:
+    """A record as one JSON line (no newline), as the records files hold it."""
+    return json.dumps(record, sort_keys=True, default=_jsonable)
 
 
 def _jsonable(value):

@@ -18,6 +18,8 @@ class SuiteSession:
         self.worker = worker
         #: True in xdist's controller process, which runs no case.
         self.controller = controller
+        #: True in an xdist worker: its records go to the controller (attnsuite/transport.py).
+        self.in_worker = worker not in ("main", "controller")
         self.device = None
         self._env: dict | None = None
         self._ledger: list | None = None

@@ -2,6 +2,7 @@
 memory, runs that end early), each behaviour driven by a purpose-built implementation of
 tests/planted.py through a real pytest run."""
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -78,31 +79,42 @@ def _default_signal_state():
         signal.signal(sig, signal.SIG_DFL)
 
 
-def _interrupted_run(tmp_path, sig):
+def _interrupted_run(tmp_path, sig, *, delivery, xdist_args=()):
+    """A run stopped by ``sig`` once a case hangs. ``delivery``: "group" (a terminal's Ctrl-C
+    reaches every process of the job) or "timeout" (what ``timeout(1)`` does: the command first,
+    then its whole process group, so the command gets the signal twice)."""
     records, report, started = tmp_path / "records", tmp_path / "index.html", tmp_path / "started"
-    env = {**__import__("os").environ, "PYTHONPATH": str(ROOT), "ATTN_PLANTED_STARTED": str(started)}
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "ATTN_PLANTED_STARTED": str(started)}
     proc = subprocess.Popen([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", DECODE, "-k", "S17",
-                             "--records-dir", str(records), "--report-html", str(report),
+                             "--records-dir", str(records), "--report-html", str(report), *xdist_args,
                              "--impl", PLANTED + "decode_hangs", "--case-timeout", "120"],
                             cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            preexec_fn=_default_signal_state)
+                            preexec_fn=_default_signal_state, start_new_session=True)
     deadline = time.monotonic() + 240
     while not started.exists() and time.monotonic() < deadline:
         time.sleep(0.2)
-    proc.send_signal(sig)
+    if delivery == "timeout":
+        proc.send_signal(sig)
+    os.killpg(proc.pid, sig)
     out, _ = proc.communicate(timeout=120)
     return out, records, report
 
 
-@pytest.mark.parametrize("sig,name", [(signal.SIGINT, "SIGINT"), (signal.SIGTERM, "SIGTERM")])
-def test_a_run_that_ends_early_still_writes_its_report_with_a_banner(tmp_path, sig, name):
-    out, records, report = _interrupted_run(tmp_path, sig)
+@pytest.mark.parametrize("sig,name,delivery,xdist_args", [
+    (signal.SIGINT, "SIGINT", "group", ()),
+    (signal.SIGTERM, "SIGTERM", "timeout", ("-n", "2"))], ids=["SIGINT-ctrl-c", "SIGTERM-timeout-xdist"])
+def test_a_run_that_ends_early_stops_quietly_and_still_writes_its_report_with_a_banner(tmp_path, sig, name,
+                                                                                         delivery, xdist_args):
+    out, records, report = _interrupted_run(tmp_path, sig, delivery=delivery, xdist_args=xdist_args)
     (status,) = read_run_status([records])
     assert status["interrupted"] == name, out[-2000:]
     recs = read_records([records])
     assert recs and {r["outcome"] for r in recs} <= {"not_run", "fail", "timeout"}
     assert status["collected"] == len(recs) and status["not_run"] >= 1
-    assert report.exists() and "INTERRUPTED" in out
+    assert report.exists() and f"INTERRUPTED ({name})" in out
+    # The summary and the one-line banner, and no traceback: not even when the signal comes twice.
+    assert "decode " in out and f"records: {records}" in out and f"Interrupted: {name}" in out, out[-2000:]
+    assert "Traceback" not in out and "KeyboardInterrupt" not in out, out[-3000:]
 
 
 def test_read_records_keeps_what_it_can_and_says_what_it_skipped(tmp_path):
@@ -115,3 +127,22 @@ def test_read_records_keeps_what_it_can_and_says_what_it_skipped(tmp_path):
     (rec,) = read_records([tmp_path], skipped)
     assert rec["impl"] == "unknown" and rec["params"] == {} and rec["finished_at"] == "5"
     assert len(skipped) == 4 and all("x.jsonl:" in s for s in skipped)
+
+
+def test_a_stop_signal_delivered_twice_is_one_stop_and_a_later_one_exits_at_once(monkeypatch):
+    from attnsuite import stop
+
+    class Account:
+        interrupted = None
+
+    exits = []
+    monkeypatch.setattr(stop.os, "_exit", exits.append)
+    clock = iter([100.0, 101.0, 100.0 + stop.REPEAT_WINDOW_S + 1])
+    quiet = stop.QuietStop(Account(), clock=lambda: next(clock))
+    with pytest.raises(pytest.Session.Interrupted, match="SIGTERM"):
+        quiet(signal.SIGTERM, None)
+    assert quiet.account.interrupted == "SIGTERM"
+    quiet(signal.SIGTERM, None)  # the same stop again (timeout(1) signals process and group): ignored
+    assert exits == []
+    quiet(signal.SIGINT, None)  # asked again, later: now
+    assert exits == [128 + signal.SIGINT]
