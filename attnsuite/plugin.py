@@ -7,7 +7,6 @@ from __future__ import annotations
 import dataclasses
 import faulthandler
 import os
-import signal
 
 import pytest
 

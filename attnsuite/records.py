@@ -145,7 +145,7 @@ def merge_latest(records: Iterable[dict]) -> list[dict]:
 def build_record(case, impl: str, device: dict, outcome, verdict: tuple[str, str | None, str],
                  env: dict, run: dict) -> dict:
     """One record: a pure function of the case, the implementation, the device it ran on
-    (``{"kind", "index"}``), its frozen outcome (a ``CaseOutcome`` or None when it never
+    (``{"kind", "index", "uuid"}``), its frozen outcome (a ``CaseOutcome`` or None when it never
     produced one: a crash, a case not run), pytest's verdict ``(outcome, stage, message)``, the
     environment fingerprint and the run context (run_id, nodeid, profile, mode, worker, repro,
     started_at, finished_at, duration_s, known_failure, elapsed_s)."""
@@ -161,6 +161,7 @@ def build_record(case, impl: str, device: dict, outcome, verdict: tuple[str, str
         "impl": impl,
         "device": device["kind"],
         "device_index": device.get("index"),
+        "device_uuid": device.get("uuid"),
         "mode": run.get("mode", "numeric"),
         "worker": run.get("worker"),
         "dtype": params.get("dtype"),
