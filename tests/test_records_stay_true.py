@@ -18,14 +18,25 @@ ONE = "cases/decode.py::decode[fp16-B2-Hq8-Hkv2-S17-D64-lse]"
 PLANTED = "decode=tests.planted:"
 
 
-def test_a_crash_record_names_the_implementation_the_environment_and_the_time_and_its_repro_reproduces(run_suite):
-    run = run_suite(ONE, "-n", "1", "--impl", PLANTED + "decode_crashes")
-    (rec,) = run.records
-    assert rec["outcome"] == "crash" and rec["impl"] == "tests.planted:decode_crashes"
-    assert rec["env"]["torch"] and rec["env"]["triton"] and rec["elapsed_s"] is not None and rec["elapsed_s"] >= 0
-    assert "--impl decode=tests.planted:decode_crashes" in rec["repro"] and "--case-timeout" in rec["repro"]
+def test_a_dead_worker_is_recorded_as_crash_naming_the_implementation_the_environment_and_the_time_and_the_run_goes_on(
+        run_suite):
+    # No test path on the command line: the worker that replaces a crashed one must still find
+    # the suite's options once --records-dir names a directory that exists (options.py,
+    # joined_option_values).
+    run = run_suite("-n", "1", "-k", "decode and S17 and fp16 and Hq8 and not paged and not sparse and not magicpig",
+                    "--impl", PLANTED + "decode_crashes")
+    assert run.records, run.output[-2000:]
+    assert {r["outcome"] for r in run.records} == {"crash"}
+    assert len(run.records) == len({r["case_id"] for r in run.records}) >= 2  # went on past the first
+    assert all(r["params"].get("S") == 17 for r in run.records)
+    assert run.report.exists()
+    for rec in run.records:
+        assert rec["impl"] == "tests.planted:decode_crashes"
+        assert rec["env"]["torch"] and rec["env"]["triton"] and rec["elapsed_s"] is not None and rec["elapsed_s"] >= 0
+        assert "--impl decode=tests.planted:decode_crashes" in rec["repro"] and "--case-timeout" in rec["repro"]
     # The repro command, run as it stands (under xdist so the crash is a record, not a dead run),
     # gives the same outcome.
+    rec = run.by_case()[ONE.split("::", 1)[1]]
     cmd = rec["repro"].removeprefix("pytest ").replace("'", "").split()
     again = run_suite(*cmd, "-n", "1")
     assert [r["outcome"] for r in again.records] == ["crash"]
@@ -61,11 +72,25 @@ def test_out_of_memory_is_its_own_outcome_with_its_stage_never_a_failure(run_sui
     assert run.returncode == 0
 
 
-@pytest.mark.parametrize("impl,why", [("decode_ignores_out", "ignored the caller's buffer"),
-                                      ("decode_copies_out", "not that buffer or a view of it"),
-                                      ("decode_never_writes", "never wrote")])
-def test_the_buffer_contract_is_checked(run_suite, impl, why):
-    rec = run_suite(ONE, "--impl", PLANTED + impl).records[0]
+BUFFER_BUGS = {"decode_ignores_out": "ignored the caller's buffer",
+               "decode_copies_out": "not that buffer or a view of it",
+               "decode_never_writes": "never wrote"}
+
+
+@pytest.fixture(scope="module")
+def buffer_bugs_run(tmp_path_factory):
+    """The buffer-contract implementations side by side in one run (each gets its own inputs
+    and buffers): one interpreter start instead of three."""
+    from tests.conftest import _run_suite
+
+    ids = [f"{ONE}@tests.planted:{name}" for name in BUFFER_BUGS]  # a case's id names its impl when several run
+    impls = [arg for name in BUFFER_BUGS for arg in ("--impl", PLANTED + name)]
+    return _run_suite(tmp_path_factory.mktemp("buffer-bugs"), *ids, *impls)
+
+
+@pytest.mark.parametrize("impl,why", list(BUFFER_BUGS.items()))
+def test_the_buffer_contract_is_checked(buffer_bugs_run, impl, why):
+    (rec,) = [r for r in buffer_bugs_run.records if r["impl"] == "tests.planted:" + impl]
     assert rec["outcome"] == "fail" and why in rec["message"]
     assert rec["stage"] == ("numeric" if impl == "decode_never_writes" else "contract")
 
