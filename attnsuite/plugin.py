@@ -94,7 +94,7 @@ def pytest_configure(config):
             # get through a family of crashing cases before xdist gives up.
             config.option.maxworkerrestart = str(max(32, 4 * (config.option.numprocesses or 1)))
         account.max_restarts = int(config.option.maxworkerrestart) if controller else None
-        _catch_sigterm(account)
+        _stop_quietly_on_signals(account)
 
 
 def _share_cores(workers: int) -> None:
@@ -129,7 +129,7 @@ def _writer(session: SuiteSession):
     return get
 
 
-def _catch_sigterm(account: RunAccount) -> None:
+def _stop_quietly_on_signals(account: RunAccount) -> None:
     """``timeout`` and CI limits send SIGTERM, a terminal's Ctrl-C SIGINT: either ends the run
     quietly (attnsuite/stop.py), so what was recorded is kept and the summary and report are
     still written."""

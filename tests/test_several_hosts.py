@@ -46,3 +46,28 @@ def test_workers_in_other_directories_send_their_records_and_the_controller_writ
         assert not list((checkout / "records").glob("*.jsonl"))
         cached = (checkout / "records" / CACHE_DIR / f"{worker}.records").read_text().splitlines()
         assert len(cached) == sum(r["worker"] == worker for r in records)
+
+
+def test_a_record_rides_on_its_report_through_pytests_serialisation(tmp_path):
+    """What xdist does to a report between a worker and the controller: pytest's own
+    serialisation and back. The record arrives whole; a report without one carries none."""
+    import pytest
+    from _pytest.reports import TestReport
+
+    from attnsuite.transport import ControllerWriters, attach, carried
+
+    rec = {"schema": 2, "case_id": "decode[x]", "family": "decode", "device": "cuda", "outcome": "pass",
+           "nodeid": "cases/decode.py::decode[x]", "worker": "gw3", "headroom": float("inf"), "params": {"S": 17}}
+    report = pytest.TestReport("cases/decode.py::decode[x]", ("cases/decode.py", 1, "x"), {}, "passed", None,
+                               "teardown")
+    attach(report, rec)
+    arrived = TestReport._from_json(report._to_json())
+    assert carried(arrived) == rec
+    assert carried(TestReport._from_json(pytest.TestReport("n", ("f", 1, "n"), {}, "passed", None,
+                                                           "teardown")._to_json())) is None
+    report.attnsuite_record = "{torn"
+    assert carried(report) is None
+    writers = ControllerWriters(tmp_path)
+    writers("gw3").write(rec)
+    writers.close()
+    assert read_records([tmp_path])[0]["worker"] == "gw3" and (tmp_path / "gw3.jsonl").exists()
