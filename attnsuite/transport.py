@@ -69,7 +69,9 @@ class ControllerWriters:
 
     def __call__(self, worker: str = "controller") -> RecordWriter:
         if worker not in self._writers:
-            self._writers[worker] = RecordWriter(self.run_dir, worker)
+            # No fsync per record: the controller runs no kernel, and one fsync per case in the
+            # loop that hands out cases would slow a many-worker GPU run.
+            self._writers[worker] = RecordWriter(self.run_dir, worker, fsync=False)
         return self._writers[worker]
 
     def close(self) -> None:
