@@ -708,3 +708,17 @@ def test_hosts_and_devices_break_counts_and_time_down_per_card_and_host():
     assert [(r["Host"], r["Device"], r["UUID"], r["Cases"]) for r in body] == [
         ("host-a", "cuda:0", "GPU-aaa", "2"), ("host-a", "cuda:1", "GPU-bbb", "4"), ("host-b", "cuda:0", "GPU-ccc", "2")]
     assert "2 fail" in body[1]["Outcomes"] and "1 crash" in body[1]["Outcomes"]
+
+
+def test_the_terminal_summary_adds_a_line_per_device_when_a_run_used_several():
+    from attnsuite.summary import summary_lines
+
+    def on(index, case, outcome="pass"):
+        return make_record(case, device="cuda", outcome=outcome, device_index=index, worker=f"gw{index}",
+                           env={"host": "host-a", "device_name": "H100"})
+
+    one = summary_lines([on(0, "decode[a]"), on(0, "decode[b]")])
+    assert len(one) == 1 and one[0].startswith("decode")  # one device: the family lines only
+    two = summary_lines([on(0, "decode[a]"), on(1, "decode[b]", "fail"), on(1, "decode[c]", "crash")])
+    assert two[1:] == ["host-a cuda:0: 1 pass; case time 250 ms",
+                       "host-a cuda:1: 1 fail · 1 crash; case time 500 ms"]
