@@ -77,22 +77,17 @@ BUFFER_BUGS = {"decode_ignores_out": "ignored the caller's buffer",
                "decode_never_writes": "never wrote"}
 
 
-@pytest.fixture(scope="module")
-def buffer_bugs_run(tmp_path_factory):
-    """The buffer-contract implementations side by side in one run (each gets its own inputs
-    and buffers): one interpreter start instead of three."""
-    from tests.conftest import _run_suite
-
+def test_the_buffer_contract_is_checked(run_suite):
+    # The three implementations side by side in one run (each gets its own inputs and buffers):
+    # one interpreter start instead of three.
     ids = [f"{ONE}@tests.planted:{name}" for name in BUFFER_BUGS]  # a case's id names its impl when several run
-    impls = [arg for name in BUFFER_BUGS for arg in ("--impl", PLANTED + name)]
-    return _run_suite(tmp_path_factory.mktemp("buffer-bugs"), *ids, *impls)
-
-
-@pytest.mark.parametrize("impl,why", list(BUFFER_BUGS.items()))
-def test_the_buffer_contract_is_checked(buffer_bugs_run, impl, why):
-    (rec,) = [r for r in buffer_bugs_run.records if r["impl"] == "tests.planted:" + impl]
-    assert rec["outcome"] == "fail" and why in rec["message"]
-    assert rec["stage"] == ("numeric" if impl == "decode_never_writes" else "contract")
+    run = run_suite(*ids, *(arg for name in BUFFER_BUGS for arg in ("--impl", PLANTED + name)))
+    by_impl = {r["impl"]: r for r in run.records}
+    assert len(run.records) == len(by_impl) == len(BUFFER_BUGS), run.output[-2000:]
+    for impl, why in BUFFER_BUGS.items():
+        rec = by_impl["tests.planted:" + impl]
+        assert rec["outcome"] == "fail" and why in rec["message"], (impl, rec["message"])
+        assert rec["stage"] == ("numeric" if impl == "decode_never_writes" else "contract"), impl
 
 
 def _default_signal_state():
