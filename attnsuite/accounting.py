@@ -8,7 +8,7 @@ import time
 from pathlib import Path
 
 from .outcome import CRASH_PHASE, _text
-from .records import build_record, read_records, write_run_status
+from .records import build_record, write_run_status
 from .context import now
 from .session import SuiteSession
 
@@ -21,6 +21,8 @@ class RunAccount:
         self.started: dict[str, float] = {}
         self.finished: set[str] = set()
         self.crashes = 0
+        #: Cases whose record this process received from a worker (attnsuite/transport.py).
+        self.recorded: set[str] = set()
         #: Why the run ended early: "SIGINT", "SIGTERM", "watchdog", or None.
         self.interrupted: str | None = None
         self.max_restarts: int | None = None
@@ -37,14 +39,22 @@ class RunAccount:
     def finish(self, nodeid: str) -> None:
         self.finished.add(nodeid)
 
+    def receive(self, record: dict) -> None:
+        """A worker's record of a case it finished, off its report: into the run's records."""
+        worker = str(record.get("worker") or "worker")
+        if not worker.replace("-", "").replace("_", "").isalnum():
+            worker = "worker"  # it names a file: nothing but a plain name
+        self.writer(worker).write(record)
+        if record.get("nodeid"):
+            self.recorded.add(record["nodeid"])
+
     def crash(self, report) -> None:
         """A worker died running ``report.nodeid``: record it, unless the worker's watchdog
-        already recorded the case (a timeout) just before ending it."""
+        already sent the case's record (a timeout) just before ending it."""
         self.crashes += 1
         nodeid = report.nodeid
         self.finished.add(nodeid)
-        if any(r.get("nodeid") == nodeid and r.get("run_id") == self.session.options.run_id
-               for r in read_records([self.session.options.run_dir]) if Path(self.session.options.run_dir).is_dir()):
+        if nodeid in self.recorded:
             return
         worker = getattr(getattr(getattr(report, "node", None), "gateway", None), "id", None)
         message = _text(report)

@@ -182,7 +182,10 @@ def compile_targets(kind: str, cuda_arch: str, soc: str) -> tuple[str, ...]:
 def read_options(config, workerinput: dict | None) -> RunOptions:
     kind = config.getoption("device")
     if workerinput and "attnsuite_run_id" in workerinput:
-        run_id, run_dir = workerinput["attnsuite_run_id"], Path(workerinput["attnsuite_run_dir"])
+        # The controller's --records-dir as given, resolved here: a worker on another host or in
+        # another working directory keeps its cache in its own tree (attnsuite/transport.py).
+        run_id, given = workerinput["attnsuite_run_id"], workerinput.get("attnsuite_records_dir")
+        run_dir = Path(given) if given else config.rootpath / "reports" / "runs" / run_id
     else:
         run_id = f"{kind}-{_dt.datetime.now().strftime('%Y%m%d-%H%M%S')}-{os.getpid()}"
         records = config.getoption("records_dir")

@@ -7,7 +7,6 @@ from __future__ import annotations
 import dataclasses
 import faulthandler
 import os
-import signal
 
 import pytest
 
@@ -16,6 +15,7 @@ from .collection import OUTCOME, PARAM, FamilyFile
 from .devices import DeviceUnavailable, device_class, host_device, open_device
 from .options import OptionError, add_options, joined_option_values, read_options, value_options
 from .records import RecordWriter, read_records
+from .transport import ControllerWriters, WorkerCache, carried
 from .context import SUITE, now, suite
 from .session import SuiteSession
 
@@ -94,7 +94,7 @@ def pytest_configure(config):
             # get through a family of crashing cases before xdist gives up.
             config.option.maxworkerrestart = str(max(32, 4 * (config.option.numprocesses or 1)))
         account.max_restarts = int(config.option.maxworkerrestart) if controller else None
-        _catch_sigterm(account)
+        _stop_quietly_on_signals(account)
 
 
 def _share_cores(workers: int) -> None:
@@ -109,38 +109,40 @@ def _share_cores(workers: int) -> None:
 
 
 def _writer(session: SuiteSession):
+    """``get(worker)``: where this process's records go. One pytest process: its records file. An
+    xdist worker: its local cache (the records themselves travel on the reports). The controller:
+    a file per worker for the records it receives, ``controller.jsonl`` for its own."""
     holder = {}
 
-    def get() -> RecordWriter:
+    def get(worker: str = "controller"):
         if "w" not in holder:
-            holder["w"] = RecordWriter(session.options.run_dir, session.worker)
-        return holder["w"]
+            if session.in_worker:
+                holder["w"] = WorkerCache(session.options.run_dir, session.worker)
+            elif session.controller:
+                holder["w"] = ControllerWriters(session.options.run_dir)
+            else:
+                holder["w"] = RecordWriter(session.options.run_dir, session.worker)
+        w = holder["w"]
+        return w(worker) if isinstance(w, ControllerWriters) else w
 
     get.holder = holder
     return get
 
 
-def _catch_sigterm(account: RunAccount) -> None:
-    """``timeout`` and CI limits send SIGTERM: end the run the way Ctrl-C does, so what was
-    recorded is kept and the report is still written."""
-    if signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:
-        return
+def _stop_quietly_on_signals(account: RunAccount) -> None:
+    """``timeout`` and CI limits send SIGTERM, a terminal's Ctrl-C SIGINT: either ends the run
+    quietly (attnsuite/stop.py), so what was recorded is kept and the summary and report are
+    still written."""
+    from .stop import QuietStop
 
-    def on_term(signum, frame):
-        account.interrupted = account.interrupted or "SIGTERM"
-        raise KeyboardInterrupt("SIGTERM")
-
-    try:
-        signal.signal(signal.SIGTERM, on_term)
-    except ValueError:  # not the main thread
-        pass
+    QuietStop(account).install()
 
 
 @pytest.hookimpl(optionalhook=True)
 def pytest_configure_node(node):
     options = suite(node.config).options
     node.workerinput["attnsuite_run_id"] = options.run_id
-    node.workerinput["attnsuite_run_dir"] = str(options.run_dir)
+    node.workerinput["attnsuite_records_dir"] = node.config.getoption("records_dir")
 
 
 def pytest_report_header(config):
@@ -265,6 +267,9 @@ def pytest_runtest_logreport(report):
     account = _account_of_reports()
     if account is None:
         return
+    rec = carried(report)
+    if rec is not None and suite(_CONFIG["config"]).controller:
+        account.receive(rec)
     if is_crash(report):
         account.crash(report)
     elif report.when == "teardown":
@@ -290,8 +295,11 @@ def pytest_sessionstart(session):
     if not s.controller and getattr(session.config, "workerinput", None) is not None:
         # A dying worker's fault dump goes beside the records (the crash record quotes its tail),
         # not into the terminal.
-        s.options.run_dir.mkdir(parents=True, exist_ok=True)
-        fh = open(s.options.run_dir / f"{s.worker}.faults.txt", "a")
+        try:
+            s.options.run_dir.mkdir(parents=True, exist_ok=True)
+            fh = open(s.options.run_dir / f"{s.worker}.faults.txt", "a")
+        except OSError:  # a host where the records directory cannot be made: dumps go to stderr
+            return
         _CONFIG["faults"] = fh
         faulthandler.enable(file=fh)
 
@@ -332,15 +340,32 @@ def _on_watchdog(config, item, seconds: float) -> None:
         run.update(finished_at=now(), elapsed_s=round(seconds, 3), duration_s=seconds)
         message = (f"Timeout (>{seconds:.0f}s, watchdog): the case did not return and did not respond to "
                    f"pytest-timeout's signal (stuck in native code?); the process was ended")
-        _writer_of(config)().write(build_record(param.case, param.impl, session.device_info(),
-                                                item.stash.get(OUTCOME, None), ("timeout", "launch", message),
-                                                session.env(), run))
+        rec = build_record(param.case, param.impl, session.device_info(), item.stash.get(OUTCOME, None),
+                           ("timeout", "launch", message), session.env(), run)
+        _writer_of(config)().write(rec)
+        if session.in_worker:
+            _send_to_controller(config, item, rec)
     account = config.stash.get(ACCOUNT, None)
     if account is not None:  # one process: nobody else will close the run
         account.finish(item.nodeid)
         account.interrupted = f"watchdog: {item.nodeid} hung past {seconds:.0f}s"
         account.close(None)
         _render(config)
+
+
+def _send_to_controller(config, item, rec: dict) -> None:
+    """From a worker about to be ended: the record, on a teardown report of the stuck case, the
+    way every record travels (attnsuite/transport.py). The controller files it and then, when
+    xdist reports the worker dead in that case, writes no crash record over it. The report
+    passed: a carrier, not a verdict (pytest counts no passed teardown)."""
+    from .transport import attach
+
+    report = pytest.TestReport(item.nodeid, item.location, {}, "passed", None, "teardown")
+    attach(report, rec)
+    try:
+        config.hook.pytest_runtest_logreport(report=report)
+    except Exception:  # noqa: BLE001 - the controller then records the case as a crash
+        pass
 
 
 # -- end of session ---------------------------------------------------------------------------
@@ -353,9 +378,9 @@ def pytest_sessionfinish(session, exitstatus):
     account = config.stash.get(ACCOUNT, None)
     if account is not None:
         account.close(exitstatus)
-    writer = _CONFIG.get("writer")
-    if writer is not None and "w" in writer.holder:
-        writer.holder["w"].close()
+    for writer in (_CONFIG.get("writer"), account.writer if account is not None else None):
+        if writer is not None and "w" in writer.holder:
+            writer.holder["w"].close()
     if getattr(config, "workerinput", None) is None:
         _render(config)
 

@@ -1,6 +1,8 @@
 """From a finished item to its record: pytest's phase reports give the verdict, the item's stash
-gives the frozen outcome, and ``records.build_record`` makes the line. Records are written by the
-process that ran the case, as soon as its teardown is reported."""
+gives the frozen outcome, and ``records.build_record`` makes the line, as soon as the case's
+teardown is reported. A single pytest process writes it to the run's records; an xdist worker
+sends it to the controller on the teardown report (attnsuite/transport.py) and keeps a local
+copy."""
 from __future__ import annotations
 
 import pytest
@@ -8,6 +10,7 @@ import pytest
 from . import outcome as _verdicts
 from .collection import OUTCOME, PARAM, CaseParam
 from .records import build_record
+from .transport import attach
 from .context import now
 from .session import SuiteSession
 
@@ -47,4 +50,6 @@ def on_report(session: SuiteSession, writer, item, report) -> None:
     if report.when == "teardown":
         rec = item_record(session, item, phases)
         if rec is not None:
+            if session.in_worker:
+                attach(report, rec)
             writer().write(rec)

@@ -29,26 +29,38 @@ class RecordWriter:
     """Appends records to ``<run_dir>/<writer>.jsonl``, each flushed to disk before ``write``
     returns; safe to call from the case watchdog's thread too."""
 
-    def __init__(self, run_dir: str | os.PathLike, writer: str):
-        self.path = Path(run_dir) / f"{writer}.jsonl"
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+    def __init__(self, run_dir: str | os.PathLike, writer: str, *, suffix: str = ".jsonl", create: bool = True,
+                 fsync: bool = True):
+        self.path = Path(run_dir) / f"{writer}{suffix}"
+        #: fsync after each record: a process running foreign kernels may die at any moment. The
+        #: xdist controller runs none; its flushed lines survive its own death without it.
+        self.fsync = fsync
+        if create:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
         self._fh = None
         self._lock = threading.Lock()
 
     def write(self, record: dict) -> None:
-        line = json.dumps(record, sort_keys=True, default=_jsonable) + "\n"
+        line = dumps(record) + "\n"
         with self._lock:
             if self._fh is None:
+                self.path.parent.mkdir(parents=True, exist_ok=True)
                 self._fh = open(self.path, "a", encoding="utf-8")
             self._fh.write(line)
             self._fh.flush()
-            os.fsync(self._fh.fileno())
+            if self.fsync:
+                os.fsync(self._fh.fileno())
 
     def close(self) -> None:
         with self._lock:
             if self._fh is not None:
                 self._fh.close()
                 self._fh = None
+
+
+def dumps(record: dict) -> str:
+    """A record as one JSON line (no newline), as the records files hold it."""
+    return json.dumps(record, sort_keys=True, default=_jsonable)
 
 
 def _jsonable(value):
@@ -138,7 +150,7 @@ def merge_latest(records: Iterable[dict]) -> list[dict]:
 def build_record(case, impl: str, device: dict, outcome, verdict: tuple[str, str | None, str],
                  env: dict, run: dict) -> dict:
     """One record: a pure function of the case, the implementation, the device it ran on
-    (``{"kind", "index"}``), its frozen outcome (a ``CaseOutcome`` or None when it never
+    (``{"kind", "index", "uuid"}``), its frozen outcome (a ``CaseOutcome`` or None when it never
     produced one: a crash, a case not run), pytest's verdict ``(outcome, stage, message)``, the
     environment fingerprint and the run context (run_id, nodeid, profile, mode, worker, repro,
     started_at, finished_at, duration_s, known_failure, elapsed_s)."""
@@ -154,6 +166,7 @@ def build_record(case, impl: str, device: dict, outcome, verdict: tuple[str, str
         "impl": impl,
         "device": device["kind"],
         "device_index": device.get("index"),
+        "device_uuid": device.get("uuid"),
         "mode": run.get("mode", "numeric"),
         "worker": run.get("worker"),
         "dtype": params.get("dtype"),

@@ -18,8 +18,11 @@ class SuiteSession:
         self.worker = worker
         #: True in xdist's controller process, which runs no case.
         self.controller = controller
+        #: True in an xdist worker: its records go to the controller (attnsuite/transport.py).
+        self.in_worker = worker not in ("main", "controller")
         self.device = None
         self._env: dict | None = None
+        self._device_info: dict | None = None
         self._ledger: list | None = None
         self._impls: dict | None = None
         self._params: dict[str, list[CaseParam]] = {}
@@ -122,7 +125,11 @@ class SuiteSession:
         return self._env
 
     def device_info(self) -> dict:
-        return {"kind": self.options.device_kind, "index": getattr(self.device, "index", None)}
+        if self._device_info is None:
+            uuid = self.device.uuid() if self.device is not None and not self.options.compile_targets else None
+            self._device_info = {"kind": self.options.device_kind, "index": getattr(self.device, "index", None),
+                                 "uuid": uuid}
+        return self._device_info
 
     def repro(self, nodeid: str, family: str, impl: str) -> str:
         """A command that runs this one case the way it ran here (same implementation, profile,

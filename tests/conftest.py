@@ -113,7 +113,59 @@ _ABSENT = object()
 def pytest_configure(config):
     """In an xdist worker (tox -e tests runs two), forget xdist's environment variables: the suite
     runs these tests start inherit the environment, and a child pytest that saw them would take
-    its parent's run id (the compile cache is keyed on it) and think itself a worker."""
+    its parent's run id (the compile cache is keyed on it) and think itself a worker.
+
+    In the controller, hand tests out one at a time (``--maxschedchunk 1``) instead of in chunks
+    of a quarter of the collection: with the slow tests first (``pytest_collection_modifyitems``)
+    each worker takes the next slow test as it frees up, and no worker is left alone with a
+    minute-long test at the end while the other sits idle."""
     if hasattr(config, "workerinput"):
         for name in [n for n in os.environ if n.startswith("PYTEST_XDIST_")]:
             del os.environ[name]
+    elif getattr(config.option, "dist", "no") != "no" and getattr(config.option, "maxschedchunk", 0) is None:
+        config.option.maxschedchunk = 1
+
+
+#: The slowest tests, longest first (``--durations`` of ``tox -e tests`` on a 2-core machine,
+#: tree i28): started first, so they overlap each other instead of trailing at the end. A test
+#: renamed here only loses its place in the order.
+SLOW = (
+    "tests/test_plugin.py::test_quick_profile_under_xdist_passes_records_every_case_and_writes_the_report",
+    "tests/test_mutants.py::test_the_quick_profile_on_cpu_kills_every_mutant_and_passes_every_control",
+    "tests/test_fast_paths.py::test_fast_paths_pass_the_quick_conformance_cases_in_the_interpreter",
+    "tests/test_records_stay_true.py::test_a_case_stuck_in_native_code_is_ended_by_the_watchdog_and_the_run_goes_on",
+    "tests/test_mustafar_paths.py::test_mustafar_plan_in_interpreter",
+    "tests/test_mutants.py::test_any_catalog_module_hung_and_crashing_implementations_counted",
+    "tests/test_records_stay_true.py::test_a_dead_worker_is_recorded_as_crash_naming_the_implementation_the_"
+    "environment_and_the_time_and_the_run_goes_on",
+    "tests/test_plugin.py::test_a_hung_case_is_stopped_and_recorded_as_timeout",
+    "tests/test_fuzz.py::test_the_ci_slice_passes_on_cpu_on_the_persistent_grid",
+    "tests/test_compile_only.py::test_cuda_compile_only_builds_every_launch_for_each_arch",
+    "tests/test_report_browser.py",  # after the quick run it reads (quick_cpu_run)
+)
+
+
+def _slowness(item) -> int:
+    name = item.nodeid.split("[", 1)[0]
+    for rank, slow in enumerate(SLOW):
+        if name == slow or name.startswith(slow + "::"):
+            return rank
+    return len(SLOW) if {"run_suite", "quick_cpu_run"} & set(item.fixturenames) else len(SLOW) + 1
+
+
+def pytest_collection_modifyitems(config, items):
+    """The slow tests first, each followed by a quick one: an xdist worker keeps the next test
+    queued while it runs one, so the one queued behind a slow test is a quick one and the next
+    slow test goes to whichever worker frees up first. (Every worker sorts the same collection
+    the same way, as xdist requires.)"""
+    ranked = sorted(items, key=_slowness)
+    slow = [i for i in ranked if _slowness(i) < len(SLOW)]
+    rest = [i for i in ranked if _slowness(i) >= len(SLOW)]
+    quick = [i for i in rest if _slowness(i) > len(SLOW)]
+    middle = [i for i in rest if _slowness(i) == len(SLOW)]
+    interleaved = []
+    for n, item in enumerate(slow):
+        interleaved.append(item)
+        if n < len(quick):
+            interleaved.append(quick[n])
+    items[:] = interleaved + middle + quick[len(slow):]

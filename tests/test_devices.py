@@ -137,3 +137,32 @@ def test_an_exclusive_hold_waits_for_shared_holders_and_holds_off_new_ones(tmp_p
         t.join(10)
     assert events.index("retry in") > events.index("a out")
     assert events.index("c in") > events.index("retry out")
+
+
+def test_records_name_the_device_by_uuid_where_the_backend_has_one(monkeypatch):
+    import sys
+    import types
+
+    import torch
+
+    from attnsuite.devices.cpu import CpuDevice
+    from attnsuite.devices.cuda import CudaDevice
+    from attnsuite.devices.npu import NpuDevice
+
+    seen = []
+
+    def properties(index):
+        seen.append(index)
+        return types.SimpleNamespace(uuid=f"GPU-{index}-uuid")
+
+    monkeypatch.setattr(torch.cuda, "get_device_properties", properties)
+    assert CudaDevice(1).uuid() == "GPU-1-uuid" and seen == [1]
+    # NPU: CANN's pyACL; absent here (None), and present as the API documents it.
+    monkeypatch.setitem(sys.modules, "acl", None)
+    assert NpuDevice(0).uuid() is None
+    acl = types.SimpleNamespace(rt=types.SimpleNamespace(device_get_uuid=lambda i: ({"bytes": bytes([i] * 16)}, 0)))
+    monkeypatch.setitem(sys.modules, "acl", acl)
+    assert NpuDevice(2).uuid() == "02" * 16
+    acl.rt.device_get_uuid = lambda i: (None, 107000)  # an error code: no UUID, no failure
+    assert NpuDevice(2).uuid() is None
+    assert CpuDevice(0).uuid() is None

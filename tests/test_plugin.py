@@ -47,19 +47,6 @@ def test_a_hung_case_is_stopped_and_recorded_as_timeout(run_suite):
     assert rec["outcome"] == "timeout" and "Timeout" in rec["message"]
 
 
-def test_a_dead_worker_is_recorded_as_crash_and_the_run_goes_on(run_suite):
-    # No test path on the command line: the worker that replaces a crashed one must still find
-    # the suite's options once --records-dir names a directory that exists (options.py,
-    # joined_option_values).
-    run = run_suite("-n", "1", "-k", "decode and S17 and fp16 and Hq8 and not paged and not sparse and not magicpig",
-                    "--impl", "decode=tests.planted:decode_crashes")
-    assert run.records, run.output[-2000:]
-    assert {r["outcome"] for r in run.records} == {"crash"}
-    assert len(run.records) == len({r["case_id"] for r in run.records}) >= 2  # went on past the first
-    assert all(r["params"].get("S") == 17 for r in run.records)
-    assert run.report.exists()
-
-
 def test_stale_ledger_entry_turns_into_a_strict_xpass(run_suite):
     run = run_suite("cases/decode.py", "-k", "fp16 and S17", "-o", "attnsuite_ledger=tests/ledgers/stale.toml")
     assert run.records and {r["outcome"] for r in run.records} == {"xpass"}

@@ -103,8 +103,10 @@ def test_build_record_is_a_function_of_case_impl_device_outcome_and_environment(
     assert r["metrics"]["o"]["max_abs_err"] == 1e-3 and r["duration_s"] == 1.0 and r["tags"] == ["bench"]
     assert r["phases"] == {"inputs": 0.1, "first_call": 0.4}
     assert r["env"]["torch"] == "2.13.0" and r["message"] is None and r["case_id"] == "prefill[x]"
-    crash = build_record(case, "mine", {"kind": "cuda", "index": 1}, None, ("crash", "launch", "died"), {}, run)
+    crash = build_record(case, "mine", {"kind": "cuda", "index": 1, "uuid": "GPU-5e1f"}, None,
+                         ("crash", "launch", "died"), {}, run)
     assert crash["outcome"] == "crash" and crash["metrics"] == {} and crash["impl"] == "mine"
+    assert (crash["device_index"], crash["device_uuid"], r["device_uuid"]) == (1, "GPU-5e1f", None)
 
 
 def test_outcomes_are_frozen():

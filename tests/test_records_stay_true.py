@@ -2,6 +2,7 @@
 memory, runs that end early), each behaviour driven by a purpose-built implementation of
 tests/planted.py through a real pytest run."""
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -17,14 +18,25 @@ ONE = "cases/decode.py::decode[fp16-B2-Hq8-Hkv2-S17-D64-lse]"
 PLANTED = "decode=tests.planted:"
 
 
-def test_a_crash_record_names_the_implementation_the_environment_and_the_time_and_its_repro_reproduces(run_suite):
-    run = run_suite(ONE, "-n", "1", "--impl", PLANTED + "decode_crashes")
-    (rec,) = run.records
-    assert rec["outcome"] == "crash" and rec["impl"] == "tests.planted:decode_crashes"
-    assert rec["env"]["torch"] and rec["env"]["triton"] and rec["elapsed_s"] is not None and rec["elapsed_s"] >= 0
-    assert "--impl decode=tests.planted:decode_crashes" in rec["repro"] and "--case-timeout" in rec["repro"]
+def test_a_dead_worker_is_recorded_as_crash_naming_the_implementation_the_environment_and_the_time_and_the_run_goes_on(
+        run_suite):
+    # No test path on the command line: the worker that replaces a crashed one must still find
+    # the suite's options once --records-dir names a directory that exists (options.py,
+    # joined_option_values).
+    run = run_suite("-n", "1", "-k", "decode and S17 and fp16 and Hq8 and not paged and not sparse and not magicpig",
+                    "--impl", PLANTED + "decode_crashes")
+    assert run.records, run.output[-2000:]
+    assert {r["outcome"] for r in run.records} == {"crash"}
+    assert len(run.records) == len({r["case_id"] for r in run.records}) >= 2  # went on past the first
+    assert all(r["params"].get("S") == 17 for r in run.records)
+    assert run.report.exists()
+    for rec in run.records:
+        assert rec["impl"] == "tests.planted:decode_crashes"
+        assert rec["env"]["torch"] and rec["env"]["triton"] and rec["elapsed_s"] is not None and rec["elapsed_s"] >= 0
+        assert "--impl decode=tests.planted:decode_crashes" in rec["repro"] and "--case-timeout" in rec["repro"]
     # The repro command, run as it stands (under xdist so the crash is a record, not a dead run),
     # gives the same outcome.
+    rec = run.by_case()[ONE.split("::", 1)[1]]
     cmd = rec["repro"].removeprefix("pytest ").replace("'", "").split()
     again = run_suite(*cmd, "-n", "1")
     assert [r["outcome"] for r in again.records] == ["crash"]
@@ -33,7 +45,7 @@ def test_a_crash_record_names_the_implementation_the_environment_and_the_time_an
 def test_an_implementation_that_aborts_on_every_call_is_recorded_case_by_case_and_the_rest_as_not_run(run_suite):
     run = run_suite(DECODE, "-n", "2", "-k", "fp16", "--max-worker-restart", "3", "--impl", PLANTED + "decode_aborts")
     outcomes = [r["outcome"] for r in run.records]
-    assert set(outcomes) == {"crash", "not_run"} and outcomes.count("crash") >= 3
+    assert set(outcomes) == {"crash", "not_run"} and outcomes.count("crash") >= 3, run.output[-3000:]
     (status,) = read_run_status([run.report.parent / "records"])
     assert status["collected"] == len(run.records) and status["not_run"] == outcomes.count("not_run")
     assert "restart budget (3)" in status["not_run_reason"]
@@ -60,13 +72,22 @@ def test_out_of_memory_is_its_own_outcome_with_its_stage_never_a_failure(run_sui
     assert run.returncode == 0
 
 
-@pytest.mark.parametrize("impl,why", [("decode_ignores_out", "ignored the caller's buffer"),
-                                      ("decode_copies_out", "not that buffer or a view of it"),
-                                      ("decode_never_writes", "never wrote")])
-def test_the_buffer_contract_is_checked(run_suite, impl, why):
-    rec = run_suite(ONE, "--impl", PLANTED + impl).records[0]
-    assert rec["outcome"] == "fail" and why in rec["message"]
-    assert rec["stage"] == ("numeric" if impl == "decode_never_writes" else "contract")
+BUFFER_BUGS = {"decode_ignores_out": "ignored the caller's buffer",
+               "decode_copies_out": "not that buffer or a view of it",
+               "decode_never_writes": "never wrote"}
+
+
+def test_the_buffer_contract_is_checked(run_suite):
+    # The three implementations side by side in one run (each gets its own inputs and buffers):
+    # one interpreter start instead of three.
+    ids = [f"{ONE}@tests.planted:{name}" for name in BUFFER_BUGS]  # a case's id names its impl when several run
+    run = run_suite(*ids, *(arg for name in BUFFER_BUGS for arg in ("--impl", PLANTED + name)))
+    by_impl = {r["impl"]: r for r in run.records}
+    assert len(run.records) == len(by_impl) == len(BUFFER_BUGS), run.output[-2000:]
+    for impl, why in BUFFER_BUGS.items():
+        rec = by_impl["tests.planted:" + impl]
+        assert rec["outcome"] == "fail" and why in rec["message"], (impl, rec["message"])
+        assert rec["stage"] == ("numeric" if impl == "decode_never_writes" else "contract"), impl
 
 
 def _default_signal_state():
@@ -78,31 +99,42 @@ def _default_signal_state():
         signal.signal(sig, signal.SIG_DFL)
 
 
-def _interrupted_run(tmp_path, sig):
+def _interrupted_run(tmp_path, sig, *, delivery, xdist_args=()):
+    """A run stopped by ``sig`` once a case hangs. ``delivery``: "group" (a terminal's Ctrl-C
+    reaches every process of the job) or "timeout" (what ``timeout(1)`` does: the command first,
+    then its whole process group, so the command gets the signal twice)."""
     records, report, started = tmp_path / "records", tmp_path / "index.html", tmp_path / "started"
-    env = {**__import__("os").environ, "PYTHONPATH": str(ROOT), "ATTN_PLANTED_STARTED": str(started)}
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "ATTN_PLANTED_STARTED": str(started)}
     proc = subprocess.Popen([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", DECODE, "-k", "S17",
-                             "--records-dir", str(records), "--report-html", str(report),
+                             "--records-dir", str(records), "--report-html", str(report), *xdist_args,
                              "--impl", PLANTED + "decode_hangs", "--case-timeout", "120"],
                             cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            preexec_fn=_default_signal_state)
+                            preexec_fn=_default_signal_state, start_new_session=True)
     deadline = time.monotonic() + 240
     while not started.exists() and time.monotonic() < deadline:
         time.sleep(0.2)
-    proc.send_signal(sig)
+    if delivery == "timeout":
+        proc.send_signal(sig)
+    os.killpg(proc.pid, sig)
     out, _ = proc.communicate(timeout=120)
     return out, records, report
 
 
-@pytest.mark.parametrize("sig,name", [(signal.SIGINT, "SIGINT"), (signal.SIGTERM, "SIGTERM")])
-def test_a_run_that_ends_early_still_writes_its_report_with_a_banner(tmp_path, sig, name):
-    out, records, report = _interrupted_run(tmp_path, sig)
+@pytest.mark.parametrize("sig,name,delivery,xdist_args", [
+    (signal.SIGINT, "SIGINT", "group", ()),
+    (signal.SIGTERM, "SIGTERM", "timeout", ("-n", "2"))], ids=["SIGINT-ctrl-c", "SIGTERM-timeout-xdist"])
+def test_a_run_that_ends_early_stops_quietly_and_still_writes_its_report_with_a_banner(tmp_path, sig, name,
+                                                                                         delivery, xdist_args):
+    out, records, report = _interrupted_run(tmp_path, sig, delivery=delivery, xdist_args=xdist_args)
     (status,) = read_run_status([records])
     assert status["interrupted"] == name, out[-2000:]
     recs = read_records([records])
     assert recs and {r["outcome"] for r in recs} <= {"not_run", "fail", "timeout"}
     assert status["collected"] == len(recs) and status["not_run"] >= 1
-    assert report.exists() and "INTERRUPTED" in out
+    assert report.exists() and f"INTERRUPTED ({name})" in out
+    # The summary and the one-line banner, and no traceback: not even when the signal comes twice.
+    assert "decode " in out and f"records: {records}" in out and f"Interrupted: {name}" in out, out[-2000:]
+    assert "Traceback" not in out and "KeyboardInterrupt" not in out, out[-3000:]
 
 
 def test_read_records_keeps_what_it_can_and_says_what_it_skipped(tmp_path):
@@ -115,3 +147,22 @@ def test_read_records_keeps_what_it_can_and_says_what_it_skipped(tmp_path):
     (rec,) = read_records([tmp_path], skipped)
     assert rec["impl"] == "unknown" and rec["params"] == {} and rec["finished_at"] == "5"
     assert len(skipped) == 4 and all("x.jsonl:" in s for s in skipped)
+
+
+def test_a_stop_signal_delivered_twice_is_one_stop_and_a_later_one_exits_at_once(monkeypatch):
+    from attnsuite import stop
+
+    class Account:
+        interrupted = None
+
+    exits = []
+    monkeypatch.setattr(stop.os, "_exit", exits.append)
+    clock = iter([100.0, 101.0, 100.0 + stop.REPEAT_WINDOW_S + 1])
+    quiet = stop.QuietStop(Account(), clock=lambda: next(clock))
+    with pytest.raises(pytest.Session.Interrupted, match="SIGTERM"):
+        quiet(signal.SIGTERM, None)
+    assert quiet.account.interrupted == "SIGTERM"
+    quiet(signal.SIGTERM, None)  # the same stop again (timeout(1) signals process and group): ignored
+    assert exits == []
+    quiet(signal.SIGINT, None)  # asked again, later: now
+    assert exits == [128 + signal.SIGINT]

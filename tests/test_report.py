@@ -672,3 +672,53 @@ def test_quality_figures_get_their_own_section_apart_from_conformance():
     assert [r[0] for r in rows] == ["mustafar[decode-a]", "mustafar[decode-b]"]
     assert rows[0][3] == "fail" and rows[0][header.index("cosine")] == "0.97"
     assert "id=\"quality\"" not in render_html([make_record("decode[c]")])
+
+
+# --------------------------------------------------------------------------- hosts and devices
+
+
+def test_hosts_and_devices_break_counts_and_time_down_per_card_and_host():
+    from attnsuite.report.placement import placement_rows
+
+    def on(host, index, uuid, worker, case, outcome="pass", seconds=1.0):
+        env = {"host": host, "device_name": "NVIDIA H100 80GB HBM3" if index is not None else "(controller)"}
+        return make_record(case, device="cuda", outcome=outcome, run_id=f"run-{host}", worker=worker,
+                           device_index=index, device_uuid=uuid, env=env, duration_s=seconds)
+
+    ids = [f"decode[fp16-S{n}]" for n in range(8)]
+    records = [on("host-a", 0, "GPU-aaa", "gw0", ids[0]), on("host-a", 0, "GPU-aaa", "gw0", ids[1], seconds=3.0),
+               on("host-a", 1, "GPU-bbb", "gw1", ids[2], "fail"), on("host-a", 1, "GPU-bbb", "gw1", ids[3], "fail"),
+               on("host-a", 1, "GPU-bbb", "gw1", ids[4]),
+               # the controller's record of a worker that died: no device of its own
+               on("host-a", None, None, "gw1", ids[5], "crash"),
+               on("host-b", 0, "GPU-ccc", "gw0", ids[6]), on("host-b", 0, "GPU-ccc", "gw0", ids[7], seconds=4.0)]
+    rows = {(r["host"], r["device"]): r for r in placement_rows(records)}
+    assert set(rows) == {("host-a", "cuda:0"), ("host-a", "cuda:1"), ("host-b", "cuda:0")}
+    card = rows[("host-a", "cuda:1")]  # the faulty card: its failures and the crash in one row
+    assert card["uuid"] == "GPU-bbb" and card["cases"] == 4 and card["bad"] == 3
+    assert {c["outcome"]: c["count"] for c in card["counts"]} == {"pass": 1, "fail": 2, "crash": 1}
+    a0, b0 = rows[("host-a", "cuda:0")], rows[("host-b", "cuda:0")]  # same index, different host and card
+    assert (a0["uuid"], b0["uuid"]) == ("GPU-aaa", "GPU-ccc") and a0["bad"] == b0["bad"] == 0
+    assert (a0["total"], a0["median"], b0["total"], b0["slowest"]) == ("4.00 s", "2.00 s", "5.00 s", ids[7])
+    assert b0["share"] == "38%"  # 5 of the 13 s of case time
+    html = render_html(records)
+    table = section_table(html, "placement")
+    header = table.headers[-1]
+    body = [dict(zip(header, cells)) for cells in table.rows if cells != header]
+    assert [(r["Host"], r["Device"], r["UUID"], r["Cases"]) for r in body] == [
+        ("host-a", "cuda:0", "GPU-aaa", "2"), ("host-a", "cuda:1", "GPU-bbb", "4"), ("host-b", "cuda:0", "GPU-ccc", "2")]
+    assert "2 fail" in body[1]["Outcomes"] and "1 crash" in body[1]["Outcomes"]
+
+
+def test_the_terminal_summary_adds_a_line_per_device_when_a_run_used_several():
+    from attnsuite.summary import summary_lines
+
+    def on(index, case, outcome="pass"):
+        return make_record(case, device="cuda", outcome=outcome, device_index=index, worker=f"gw{index}",
+                           env={"host": "host-a", "device_name": "H100"})
+
+    one = summary_lines([on(0, "decode[a]"), on(0, "decode[b]")])
+    assert len(one) == 1 and one[0].startswith("decode")  # one device: the family lines only
+    two = summary_lines([on(0, "decode[a]"), on(1, "decode[b]", "fail"), on(1, "decode[c]", "crash")])
+    assert two[1:] == ["host-a cuda:0: 1 pass; case time 250 ms",
+                       "host-a cuda:1: 1 fail · 1 crash; case time 500 ms"]

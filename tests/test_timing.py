@@ -501,3 +501,30 @@ def test_a_pinned_baseline_is_timed_inside_its_context_entered_once(monkeypatch)
     assert "backend pinned around the timing" in line["note"]
     Pinned(bare, context)()  # called on its own it still pins
     assert entered == [1, 1] and inside[-1] is True
+
+
+# --- benchmarks in minutes: slow baselines get fewer runs, flush graphs are captured once ---------
+
+def test_a_slow_baseline_gets_fewer_timed_runs_and_a_fast_one_all_of_them():
+    from attnsuite.bench.run import BASELINE_BUDGET_S, MIN_BASELINE_RUNS, baseline_runs
+
+    assert baseline_runs(0.001, 30) == 30  # 30 ms in all: every run
+    assert baseline_runs(BASELINE_BUDGET_S / 30, 30) == 30
+    assert baseline_runs(0.05, 30) == int(BASELINE_BUDGET_S / 0.05) < 30  # a 50 ms reference
+    assert baseline_runs(2.0, 30) == MIN_BASELINE_RUNS  # never fewer than the floor
+    assert baseline_runs(2.0, 3) == 3  # nor more than asked for
+    assert baseline_runs(0.0, 30) == 30
+
+
+def test_the_flush_graph_is_captured_once_and_replayed_for_every_later_call():
+    dev = FakeGraphs(call_ms=0.010)
+    first = gt.graph_time(FakeDevice(), dev.call, flush=dev.flush, runs=5, backend=dev)
+    flush_only = [c for c in dev.captured if c["call"] == 0]
+    assert len(flush_only) == 2  # one round (to choose k) and k rounds
+    again = gt.graph_time(FakeDevice(), dev.call, flush=dev.flush, runs=5, backend=dev)
+    assert [c for c in dev.captured if c["call"] == 0] == flush_only  # none captured again
+    assert again.timing.median_ms == pytest.approx(first.timing.median_ms) == pytest.approx(0.010)
+    # Another flush (another device or scratch buffer) gets graphs of its own.
+    other = FakeGraphs(call_ms=0.010)
+    gt.graph_time(FakeDevice(), other.call, flush=other.flush, runs=5, backend=other)
+    assert len([c for c in other.captured if c["call"] == 0]) == 2

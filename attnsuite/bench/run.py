@@ -16,6 +16,13 @@ from .timing import device_lock, device_time, first_call_s, l2_flusher, time_cal
 from .vendor import vendor_baselines
 
 REPEAT_SPREAD = 0.10
+#: Device time one baseline's timed runs may take in all. A baseline is a yardstick, not the
+#: subject: the float32/float64 PyTorch reference at a long sequence takes tens to hundreds of
+#: milliseconds a call, and 30 graph replays plus 30 host samples of it cost seconds per case
+#: while its median settles in a few runs. The kernel under test always gets every run.
+BASELINE_BUDGET_S = 0.5
+#: Fewest timed runs of any baseline (its median and quartiles stay defined and stable).
+MIN_BASELINE_RUNS = 5
 
 
 def _takes_check_indices(fn) -> bool:
@@ -51,6 +58,15 @@ def prepare(family, case, device, impl) -> tuple[dict, dict, Callable]:
     return inputs, outputs, lambda: family.call(fast, case, inputs, outputs)
 
 
+def baseline_runs(call_s: float, runs: int, budget_s: float = BASELINE_BUDGET_S) -> int:
+    """Timed runs for a baseline whose first call took ``call_s`` seconds: ``runs`` while they
+    fit in ``budget_s``, fewer for a slow one, never fewer than MIN_BASELINE_RUNS (nor more than
+    ``runs``)."""
+    if call_s <= 0 or call_s * runs <= budget_s:
+        return runs
+    return max(min(MIN_BASELINE_RUNS, runs), min(runs, int(budget_s / call_s)))
+
+
 def repeat_record(medians_ms: list[float]) -> dict:
     """The contract's ``bench["repeat"]``: two device-time medians of one case in one session."""
     a, b = medians_ms[0], medians_ms[1]
@@ -79,8 +95,10 @@ def run_bench(family, case, device, impl, *, runs: int = 30, warmup: int = 5, me
                 baselines[name] = {"unavailable": note}
                 continue
             try:
-                first_call_s(device, fn)
-                line = time_call(device, fn, **timing)
+                n = baseline_runs(first_call_s(device, fn), runs)
+                line = time_call(device, fn, **{**timing, "runs": n}, host_runs=n if n < runs else None)
+                if n < runs:
+                    line["note"] = "; ".join(x for x in (line["note"], f"{n} timed runs (a slow baseline)") if x)
             except Exception as exc:  # a baseline that fails must not lose the kernel's timing
                 baselines[name] = {"unavailable": f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"}
                 continue

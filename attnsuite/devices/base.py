@@ -126,6 +126,11 @@ class Device:
     def driver(self) -> str:
         return ""
 
+    def uuid(self) -> str | None:
+        """The device's UUID, which tells two cards of one host apart across runs (an index
+        does not: it follows the visible-devices variable); None where there is none."""
+        return None
+
     def label(self) -> str:
         return self.kind if self.kind == "cpu" else f"{self.kind}:{self.index}"
 

@@ -95,6 +95,12 @@ class CudaDevice(Device):
 
         return torch.cuda.get_device_name(self.index)
 
+    def uuid(self) -> str | None:
+        import torch
+
+        value = getattr(torch.cuda.get_device_properties(self.index), "uuid", None)
+        return str(value) if value is not None else None  # older torch builds lack the field
+
     def driver(self) -> str:
         import torch
 

@@ -93,6 +93,22 @@ class NpuDevice(Device):
     def name(self) -> str:
         return _npu().get_device_name(self.index)  # the SoC name, e.g. "Ascend910B2"
 
+    def uuid(self) -> str | None:
+        # torch_npu's device properties carry no UUID; CANN's pyACL documents
+        # ``acl.rt.device_get_uuid(device_id) -> (uuid, ret)`` (aclrtDeviceGetUuid, Atlas A2/A3
+        # and later). Never run on an NPU: any failure (an older CANN without it, no pyACL)
+        # leaves the record without a UUID rather than failing the run.
+        try:
+            import acl
+
+            value, ret = acl.rt.device_get_uuid(self.index)
+        except Exception:  # noqa: BLE001 - a UUID is not worth failing a run for
+            return None
+        if ret != 0 or value is None:
+            return None
+        raw = value.get("bytes", value) if isinstance(value, dict) else value
+        return bytes(raw).hex() if isinstance(raw, (bytes, bytearray, list)) else str(raw)
+
     def driver(self) -> str:
         try:
             import torch_npu

@@ -11,6 +11,7 @@ from attnsuite.report.bench_records import is_bench
 from attnsuite.report.fields import num, text
 from attnsuite.report.fmt import fmt_num
 from attnsuite.report.hazards import flagged_hazards
+from attnsuite.report.placement import placement_rows
 from attnsuite.report.rows import FILTER_DIMS, OUTCOMES, filter_attrs, outcome
 from attnsuite.report.sections import (
     case_groups,
@@ -90,6 +91,7 @@ def build_context(raw_records: list[dict], merged: list[dict], *, title: str, ge
         "outcome_counts": outcome_counts(cases),
         "unknown_outcomes": sorted({outcome(r) for r in merged} - set(OUTCOMES)),
         "matrix": family_device_matrix(cases),
+        "placement": placement_rows(merged),
         "tight_threshold": fmt_num(TIGHT_HEADROOM),
         "tight_cases": tight_cases(cases),
         "hazards": flagged_hazards(cases),
