@@ -6,14 +6,14 @@ import torch
 
 from attnsuite.case import make_cases, unique
 from attnsuite.family import Family
-from attnsuite.interfaces import OUT_KEYWORDS, Interface
+from attnsuite.interfaces import ATTENTION_KEYWORDS, SCALE_NOTE, Interface
 from kernels.magicpig_decode import magicpig_decode
 from references.magicpig import magicpig_decode_reference
 from references.paged import sparse_paged_decode_reference
 
 from . import sparse_paged_decode as spd
 from ._attention import attention_outputs, lse_if
-from ._dims import CONTIG, SPLIT_LENGTHS, TILE_RESIDUES, VALUES, index_view
+from ._dims import CONTIG, EXTREMES, SPLIT_LENGTHS, TILE_RESIDUES, VALUES, case_scale, index_view
 from ._paged import PAGED_VIEWS
 from ._sparse import STALE_SELECTIONS, SparseDecodeBench
 
@@ -53,6 +53,21 @@ QUICK = (
     # Value distributions (late keys listed last).
     + [case(lsh="int", lengths=(640,) if vl == "cancel" else (300, 40), Hq=2, Hkv=1,
             keep=1.0 if vl == "cancel" else 0.8, vals=vl) for vl in VALUES]
+    # Page sizes and GQA groups that are not powers of two.
+    + [case(lsh="int", P=12, lengths=(0, 90, 25), Hq=6, Hkv=2, keep=0.5),
+       case(lsh="float", P=48, layout="NHD", placement="scattered", lengths=(200, 48), Hq=5, Hkv=1, keep=0.5),
+       case(lsh="int", P=16, lengths=(70,), Hq=12, Hkv=2, keep=0.5),
+       case(lsh="float", P=16, lengths=(70,), Hq=7, Hkv=1, keep=0.5)]
+    # Score ranges at the edges of the exponent, and zero vectors: zero keys and a zero query,
+    # whose cosine is 0 only with the norm's epsilon (0 / 0 without it).
+    + [case(lsh="int", lengths=(150, 60), Hq=4, Hkv=2, keep=0.5, vals=vl) for vl in EXTREMES]
+    + [case(lsh="float", lengths=(70,), Hq=2, Hkv=2, keep=1.0, vals="zeros")]
+    # Softmax scales other than 1/sqrt(D), with the distributions that stress the exponent.
+    + [case(lsh="int", lengths=(150, 60), Hq=4, Hkv=2, keep=0.5, vals=vl, scale=sc)
+       for sc, vl in (("mla", "large"), ("hot", "late"), ("one", "pm80"))]
+    # Long reductions in low precision: one row over thousands of selected tokens.
+    + [case(lsh="huge", dtype=dt, P=48, lengths=(3000,), Hq=2, Hkv=1, keep=1.0, dup=True, vals="cancel")
+       for dt in ("fp16", "bf16")]
 )
 
 FULL = (
@@ -104,11 +119,11 @@ class MagicPigDecode(SparseDecodeBench, Family):
     name = "magicpig_decode"
     interface = Interface(
         ("q", "kv_cache", "kv_page_indptr", "kv_page_indices", "sparse_ind", "sparse_nnz", "K", "L"),
-        ("layout", "kv_last_page_len", *OUT_KEYWORDS), "(o [B, Hq, D], lse [B, Hq] fp32 or None)",
+        ("layout", "kv_last_page_len", *ATTENTION_KEYWORDS), "(o [B, Hq, D], lse [B, Hq] fp32 or None)",
         arguments=("as sparse_paged_decode, plus K, L [B, Hq] fp32 LSH parameters",
                    "score = q.k * scale - log(max(1 - (1-P)^L - L P (1-P)^(L-1), 1e-10)), P = (1 - acos(c)/pi)^K, "
                    "c = clamp(q.k / (|q||k| + 1e-8), -1 + 1e-7, 1 - 1e-7)"),
-        notes="scale 1/sqrt(D)")
+        notes=SCALE_NOTE)
     cases = unique(make_cases(name, label, QUICK)
                    + make_cases(name, label, FULL, profile="full")
                    + make_cases(name, label, BENCH, profile="full", tags=["bench"]))
@@ -141,17 +156,18 @@ class MagicPigDecode(SparseDecodeBench, Family):
 
     def call(self, impl, case, inputs, outputs):
         o, lse = impl(*spd.paged_args(inputs), inputs["K"], inputs["L"], layout=case["layout"],
-                      kv_last_page_len=inputs["kv_last_page_len"], return_lse=case["lse"],
+                      kv_last_page_len=inputs["kv_last_page_len"], scale=case_scale(case), return_lse=case["lse"],
                       out=outputs["o"], lse=outputs.get("lse"))
         return lse_if(case, o, lse)
 
     def reference(self, case, inputs, compute_dtype):
         if case["vs"] == "sparse_paged_decode":
             o, lse = sparse_paged_decode_reference(*spd.paged_args(inputs), layout=case["layout"],
-                                                   compute_dtype=compute_dtype)
+                                                   scale=case_scale(case), compute_dtype=compute_dtype)
         else:
             o, lse = magicpig_decode_reference(*spd.paged_args(inputs), inputs["K"], inputs["L"],
-                                               layout=case["layout"], compute_dtype=compute_dtype)
+                                               layout=case["layout"], scale=case_scale(case),
+                                               compute_dtype=compute_dtype)
         return lse_if(case, o, lse)
 
 

@@ -24,15 +24,16 @@ import torch
 
 from attnsuite.case import make_cases, unique
 from attnsuite.family import Family
-from attnsuite.interfaces import Interface
+from attnsuite.interfaces import SCALE_NOTE, Interface
 from kernels import mustafar as kernels_mustafar
 from kernels.mustafar_format import Compressed, compress, decompress
 from references.mustafar import (approximation, attention_reference, compressed_reference,
                                  kept_from_bitmaps, on_buffers, scores_reference, values_reference)
 
 from ._attention import randn
-from ._dims import (CONTIG, RANDN, VALUES, cancel_values, dims_label, draw_vals, embed, fused_rows,
-                    large_queries, late_mask, offset_values, scale_late, second_half, seq_slice)
+from ._dims import (CONTIG, EXTREMES, RANDN, SHIFTS, VALUES, cancel_values, case_scale, dense_values,
+                    dims_label, draw_vals, effective_scale, embed, fused_rows, large_queries, late_mask,
+                    offset_values, scale_late, second_half, seq_slice, shift_scores)
 
 #: One view kind: q from a fused projection, p rows of a longer buffer, and the caches the
 #: compressor reads windows of a longer cache.
@@ -65,9 +66,9 @@ def label(p) -> str:
             f"-D{p['D']}{edge}{dims_label(p)}")
 
 
-def case(op, bits=2, s=0.7, B=1, Hq=4, Hkv=1, S=256, D=64, init="randn", view=CONTIG, vals=RANDN):
+def case(op, bits=2, s=0.7, B=1, Hq=4, Hkv=1, S=256, D=64, init="randn", view=CONTIG, vals=RANDN, scale=None):
     return dict(op=op, dtype="fp16", bits=bits, s=s, B=B, Hq=Hq, Hkv=Hkv, S=S, D=D, init=init, view=view,
-                vals=vals)
+                vals=vals, scale=scale)
 
 
 ORIGIN = dict(B=2, Hq=4, Hkv=4, D=128, S=256, s=0.7, bits=2)   # the origin's failing shape
@@ -93,6 +94,15 @@ QUICK = (
        for op, b, vl in (("values", 16, "offset"), ("values", 2, "cancel"), ("decode", 2, "offset"),
                          ("decode", 16, "cancel"), ("decode", 16, "late"), ("decode", 2, "large"))]
     + [case("compress", bits=2, s=0.5, Hq=2, Hkv=2, S=128, vals="offset")]
+    # GQA groups that are not powers of two (query heads of one group contiguous), every op.
+    + [case(op, bits=b, s=0.5, Hq=hq, Hkv=hkv, S=128)
+       for op, b, hq, hkv in (("keys", 2, 6, 2), ("values", 16, 5, 1), ("decode", 2, 7, 1), ("decode", 16, 6, 1))]
+    # Decode: score ranges at the edges of the exponent, zero vectors (zero keys and values
+    # keep nothing once pruned), and softmax scales other than 1/sqrt(D).
+    + [case("decode", bits=b, s=0.5, B=2, Hq=2, S=128, vals=vl) for b, vl in zip((2, 16, 2), EXTREMES)]
+    + [case("keys", bits=2, s=0.5, Hq=2, S=128, vals="zeros")]
+    + [case("decode", bits=b, s=0.5, Hq=2, S=128, vals=vl, scale=sc)
+       for b, sc, vl in ((2, "mla", "large"), (16, "hot", "late"), (2, "one", "pm80"))]
 )
 
 FULL = (
@@ -148,9 +158,10 @@ class Mustafar(Family):
                    "(kernels/mustafar_format.py); decompress(Compressed) -> dense x with pruned entries 0",
                    "keys(q [B, Hq, D], keys: Compressed, out=[B, Hq, S_c] fp32) -> unscaled q . k",
                    "values(p [B, Hq, S_c], values: Compressed, out=[B, Hq, D] fp32) -> p @ V",
-                   "decode(q, keys, values, out=[B, Hq, D] q's dtype) -> softmax(scale * q . k) @ V; "
+                   "decode(q, keys, values, scale=None, out=[B, Hq, D] q's dtype) -> softmax(scale * q . k) @ V; "
                    "GQA: query heads of one group are contiguous"),
-        notes="S_c is any multiple of 64; ties at the pruning threshold may be broken either way")
+        notes="S_c is any multiple of 64; ties at the pruning threshold may be broken either way; keys are "
+              "unscaled, decode's " + SCALE_NOTE)
     cases = unique(make_cases(name, label, QUICK)
                    + make_cases(name, label, FULL, profile="full")
                    + make_cases(name, label, BENCH, profile="full", tags=["bench"]))
@@ -183,6 +194,10 @@ class Mustafar(Family):
             q = large_queries(q)
         elif vals == "late":
             k = scale_late(k, late_mask(torch.arange(S), torch.tensor(S)))
+        elif vals in SHIFTS:
+            q, k = shift_scores(vals, q, k, effective_scale(case, D))
+        elif vals == "zeros":
+            q, k, v = dense_values(vals, q, k, v)
         if case.params.get("view", CONTIG) == "slice":
             q = fused_rows(q, q.new_full((B, 2 * Hkv, D), float("nan")))[0]
             k, v = seq_slice(k, v)
@@ -227,7 +242,7 @@ class Mustafar(Family):
             return {"scores": impl("keys", inputs["q"], kc, out=outputs["scores"])}
         if op == "values":
             return {"o": impl("values", inputs["p"], vc, out=outputs["o"])}
-        return {"o": impl("decode", inputs["q"], kc, vc, out=outputs["o"])}
+        return {"o": impl("decode", inputs["q"], kc, vc, scale=case_scale(case), out=outputs["o"])}
 
     def reference(self, case, inputs, compute_dtype):
         op = case["op"]
@@ -243,7 +258,7 @@ class Mustafar(Family):
             return {"scores": scores_reference(inputs["q"], k, compute_dtype)}
         if op == "values":
             return {"o": values_reference(inputs["p"], v, compute_dtype)}
-        return {"o": attention_reference(inputs["q"], k, v, compute_dtype)}
+        return {"o": attention_reference(inputs["q"], k, v, compute_dtype, scale=case_scale(case))}
 
     def vendor_problem(self, case, inputs):
         if case["op"] != "decode":

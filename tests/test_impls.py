@@ -57,7 +57,7 @@ def test_an_entry_point_is_selected_by_name(run_suite, mypkg):
 def test_a_wrong_signature_stops_the_run_before_any_case(run_suite, mypkg):
     run = run_suite("cases/decode.py", "--impl", "decode=mypkg.mykernel:wrong", env=mypkg)
     assert run.returncode == 4 and not run.records
-    assert "cannot be called as decode(q, k, v, *, return_lse=..., out=..., lse=...)" in run.output
+    assert "cannot be called as decode(q, k, v, *, scale=..., return_lse=..., out=..., lse=...)" in run.output
 
 
 def test_two_implementations_side_by_side_each_case_once_per_implementation(run_suite):
@@ -84,6 +84,10 @@ def test_every_registered_implementation_fits_its_interface(family):
 def test_interface_check_names_the_expected_call():
     with pytest.raises(BadImplementation, match=r"block_sparse\(q, k, v, sabi, \*, block_shape=..."):
         check_impl(families()["block_sparse"], "mine", lambda q, k, v: None)
+    with pytest.raises(BadImplementation, match="unexpected keyword argument 'scale'"):
+        check_impl(families()["paged_decode"], "mine",
+                   lambda q, kv_cache, kv_page_indptr, kv_page_indices, kv_last_page_len, *, layout, return_lse,
+                   out, lse: None)
     with pytest.raises(BadImplementation, match="missing compress, decompress, keys, values, decode"):
         check_impl(families()["mustafar"], "mine", object())
 
@@ -99,6 +103,11 @@ def test_interfaces_print_shapes_dtypes_and_the_scale():
     for family in families():
         assert out.count(f"\n{family}") + out.startswith(family) >= 1, family
     assert "[B, Hq, S, D]" in out and "1/sqrt(D)" in out and "kv_page_indptr [B + 1]" in out
+    # kernels.md, "Softmax scale": every family's call takes it (Mustafar's decode; keys unscaled).
+    for line in out.splitlines():
+        if line.startswith(tuple(f"{f}(" for f in families() if f != "probes")):
+            assert "scale=..." in line, line
+    assert "decode(q, keys, values, scale=None" in out
 
 
 def test_option_parsing_and_unknown_names():
