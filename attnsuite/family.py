@@ -53,6 +53,11 @@ class Family(ABC):
     def reference(self, case: Case, inputs: Tensors, compute_dtype: torch.dtype) -> Tensors:
         """The same outputs computed by the plain PyTorch reference in ``compute_dtype``."""
 
+    def score_bound(self, case: Case, inputs: Tensors) -> float | None:
+        """An upper bound on |score| of the softmax behind output ``o`` (attnsuite/tolerance.py:
+        the error fp32 scores of that size cost), or None when ``o`` is no softmax output."""
+        return None
+
     def launches_kernel(self, case: Case) -> bool:
         """False for cases whose operation is plain PyTorch: compile-only skips them."""
         return True

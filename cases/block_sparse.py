@@ -23,7 +23,7 @@ from attnsuite.sparsity import (BLOCK_SIZES, PAD, block_index, frame_exceeds_bud
 from kernels.block_sparse import block_sparse
 from references.block_sparse import block_sparse_reference
 
-from ._attention import attention_outputs, lse_if, qkv
+from ._attention import attention_outputs, lse_if, qkv, score_bound
 from ._dims import (CONTIG, DENSE_VIEWS, EXTREMES, RANDN, VALUES, case_scale, dense_values, dense_views,
                     dims_label, draw_dtype, draw_head_dim, draw_length, draw_vals, draw_view, effective_scale,
                     index_view)
@@ -229,6 +229,9 @@ class BlockSparse(Family):
                                         block_shape=(case["bq"], case["bkv"]), scale=case_scale(case),
                                         compute_dtype=compute_dtype)
         return lse_if(case, o, lse)
+
+    def score_bound(self, case, inputs):
+        return score_bound(inputs["q"], inputs["k"], effective_scale(case, case["D"]))
 
     def vendor_problem(self, case, inputs):
         return {"q": inputs["q"], "k": inputs["k"], "v": inputs["v"], "causal": False,

@@ -9,7 +9,7 @@ from attnsuite.baselines.impls import sdpa_decode
 from kernels.decode import decode
 from references.attention import decode_reference
 
-from ._attention import attention_outputs, heads, lse_if, qkv
+from ._attention import attention_outputs, heads, lse_if, qkv, score_bound
 from ._dims import (CONTIG, DENSE_VIEWS, EXTREMES, RANDN, SPLIT_LENGTHS, TILE_RESIDUES, VALUES, case_scale,
                     dense_values, dense_views, dims_label, draw_dtype, draw_head_dim, draw_heads, draw_length,
                     draw_vals, draw_view, effective_scale)
@@ -114,6 +114,9 @@ class Decode(Family):
         o, lse = decode_reference(inputs["q"], inputs["k"], inputs["v"], scale=case_scale(case),
                                   compute_dtype=compute_dtype)
         return lse_if(case, o, lse)
+
+    def score_bound(self, case, inputs):
+        return score_bound(inputs["q"], inputs["k"], effective_scale(case, case["D"]))
 
     def vendor_problem(self, case, inputs):
         return {"q": inputs["q"], "k": inputs["k"], "v": inputs["v"], "causal": False}

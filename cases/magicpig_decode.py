@@ -2,6 +2,8 @@
 LSH sampling correction ``-log(u)``, clamp form (see references/magicpig.py)."""
 from __future__ import annotations
 
+import math
+
 import torch
 
 from attnsuite.case import make_cases, unique
@@ -12,8 +14,9 @@ from references.magicpig import magicpig_decode_reference
 from references.paged import sparse_paged_decode_reference
 
 from . import sparse_paged_decode as spd
-from ._attention import attention_outputs, lse_if
-from ._dims import CONTIG, EXTREMES, SPLIT_LENGTHS, TILE_RESIDUES, VALUES, case_scale, index_view
+from ._attention import attention_outputs, lse_if, score_bound
+from ._dims import (CONTIG, EXTREMES, SPLIT_LENGTHS, TILE_RESIDUES, VALUES, case_scale, effective_scale,
+                    index_view)
 from ._paged import PAGED_VIEWS
 from ._sparse import STALE_SELECTIONS, SparseDecodeBench
 
@@ -65,6 +68,17 @@ QUICK = (
     # Softmax scales other than 1/sqrt(D), with the distributions that stress the exponent.
     + [case(lsh="int", lengths=(150, 60), Hq=4, Hkv=2, keep=0.5, vals=vl, scale=sc)
        for sc, vl in (("mla", "large"), ("hot", "late"), ("one", "pm80"))]
+    # Found by the fuzz profile (magicpig_decode[fuzz31337.191-...] and [fuzz31337.369-...], on two
+    # H100s): q scaled by 64 and keys parallel to it make scores of ~65536, where the fp16
+    # baseline is NaN and the split-KV merge (LSEs of ~9e4 in fp32) errs by ~1e-3; the tolerance
+    # allows what fp32 scores of that size cost (attnsuite/tolerance.py). Then the same inputs
+    # over lists long enough to split in the interpreter too (L_max > 512).
+    + [case(lsh="int", cos="pm1", layout="NHD", P=256, placement="shuffled", lengths=(846, 860, 0), Hq=2, Hkv=2,
+            D=64, keep=0.5, order="sorted", dup=True, view="rowpad", vals="large"),
+       case(lsh="int", cos="pm1", layout="NHD", P=64, placement="ordered", lengths=(0, 433, 768), Hq=2, Hkv=2,
+            D=128, keep=0.43, order="shuffled", pad="stale", view="rowpad", vals="large"),
+       case(lsh="int", cos="pm1", layout="NHD", P=256, lengths=(1100, 40), Hq=2, Hkv=2, keep=1.0, dup=True,
+            vals="large")]
     # Long reductions in low precision: one row over thousands of selected tokens.
     + [case(lsh="huge", dtype=dt, P=48, lengths=(3000,), Hq=2, Hkv=1, keep=1.0, dup=True, vals="cancel")
        for dt in ("fp16", "bf16")]
@@ -99,8 +113,12 @@ def _lsh_params(gen, case, B, Hq):
 
 
 def _align_keys_with_queries(inputs, case):
-    """Make every selected key parallel (even slots) or anti-parallel (odd slots) to its query;
-    needs G == 1 so each KV head has one query."""
+    """Make every selected key parallel (even token positions) or anti-parallel (odd ones) to its
+    query; needs G == 1 so each KV head has one query. By the token, not by its slot in the list:
+    a token listed twice (duplicates) is written twice with the same value, since which of two
+    different values an indexed assignment keeps is undefined (torch's CPU kernel splits the
+    writes across threads: the fuzz case magicpig_decode[fuzz31337.191-...] got other inputs
+    alone than inside a run, whose workers use fewer threads)."""
     q, cache, ind, nnz = inputs["q"], inputs["kv_cache"], inputs["sparse_ind"], inputs["sparse_nnz"]
     view = spd._paged.token_view(cache, case["layout"])  # [pages, 2, Hkv, P, D]
     B, Hq, L_max = ind.shape
@@ -111,7 +129,7 @@ def _align_keys_with_queries(inputs, case):
     h = torch.arange(Hq)[None, :, None].expand(B, Hq, L_max)[valid]
     t = ind[valid].long()
     page = inputs["kv_page_indices"][inputs["kv_page_indptr"][b].long() + t // P].long()
-    sign = torch.where(slot.expand(B, Hq, L_max)[valid] % 2 == 0, 2.0, -0.5).to(q.dtype)
+    sign = torch.where(t % 2 == 0, 2.0, -0.5).to(q.dtype)
     view[page, 0, h, t % P] = q[b, h] * sign[:, None]
 
 
@@ -169,6 +187,11 @@ class MagicPigDecode(SparseDecodeBench, Family):
                                                layout=case["layout"], scale=case_scale(case),
                                                compute_dtype=compute_dtype)
         return lse_if(case, o, lse)
+
+    def score_bound(self, case, inputs):
+        # The correction -log(u) is at most -log(1e-10) (u's floor).
+        keys = spd._paged.token_view(inputs["kv_cache"], case["layout"])[:, 0]
+        return score_bound(inputs["q"], keys, effective_scale(case, case["D"]), -math.log(1e-10))
 
 
 FAMILY = MagicPigDecode()

@@ -30,7 +30,7 @@ from kernels.mustafar_format import Compressed, compress, decompress
 from references.mustafar import (approximation, attention_reference, compressed_reference,
                                  kept_from_bitmaps, on_buffers, scores_reference, values_reference)
 
-from ._attention import randn
+from ._attention import randn, score_bound
 from ._dims import (CONTIG, EXTREMES, RANDN, SHIFTS, VALUES, cancel_values, case_scale, dense_values,
                     dims_label, draw_vals, effective_scale, embed, fused_rows, large_queries, late_mask,
                     offset_values, scale_late, second_half, seq_slice, shift_scores)
@@ -282,6 +282,11 @@ class Mustafar(Family):
             pg, v = inputs["p"].view(B, Hkv, G, S), inputs["v"]
             return {"dense_pv": (lambda: pg @ v, "torch fp16 p @ V on the dense cache")}
         return {}
+
+    def score_bound(self, case, inputs):
+        if case["op"] != "decode":
+            return None  # keys: raw scores; values: p @ V; compress: no softmax
+        return score_bound(inputs["q"], inputs["k"], effective_scale(case, case["D"]))
 
     def launches_kernel(self, case):
         return case["op"] != "compress"  # the compressor is vectorized torch

@@ -11,7 +11,7 @@ from references.attention import decode_reference
 from references.paged import paged_decode_reference
 
 from . import _paged
-from ._attention import attention_outputs, dense_stand_in, lse_if, qkv, randn
+from ._attention import attention_outputs, dense_stand_in, lse_if, qkv, randn, score_bound
 from ._dims import (CONTIG, EXTREMES, RANDN, VALUES, case_scale, dims_label, draw_dtype, draw_head_dim,
                     draw_heads, draw_vals, draw_view, effective_scale, paged_values)
 from ._paged import PAGED_VIEWS, draw_page_table, paged_views
@@ -169,6 +169,10 @@ class PagedDecode(Family):
                                         layout=case["layout"], scale=case_scale(case),
                                         compute_dtype=compute_dtype)
         return lse_if(case, o, lse)
+
+    def score_bound(self, case, inputs):
+        keys = _paged.token_view(inputs["kv_cache"], case["layout"])[:, 0]
+        return score_bound(inputs["q"], keys, effective_scale(case, case["D"]))
 
     def vendor_problem(self, case, inputs):
         return dense_stand_in(inputs["q"], case["Hkv"], max(case["lengths"]),

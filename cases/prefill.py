@@ -9,7 +9,7 @@ from attnsuite.baselines.impls import npu_fusion_attention_prefill, sdpa_prefill
 from kernels.prefill import prefill
 from references.attention import prefill_reference
 
-from ._attention import attention_outputs, heads, lse_if, qkv
+from ._attention import attention_outputs, heads, lse_if, qkv, score_bound
 from ._dims import (CONTIG, DENSE_VIEWS, EXTREMES, LONG_RESIDUES, RANDN, TILE_RESIDUES, VALUES, case_scale,
                     dense_values, dense_views, dims_label, draw_dtype, draw_head_dim, draw_heads, draw_length,
                     draw_vals, draw_view, effective_scale)
@@ -135,6 +135,9 @@ class Prefill(Family):
         o, lse = prefill_reference(inputs["q"], inputs["k"], inputs["v"], causal=case["causal"],
                                    scale=case_scale(case), compute_dtype=compute_dtype)
         return lse_if(case, o, lse)
+
+    def score_bound(self, case, inputs):
+        return score_bound(inputs["q"], inputs["k"], effective_scale(case, case["D"]))
 
     def vendor_problem(self, case, inputs):
         return {"q": inputs["q"], "k": inputs["k"], "v": inputs["v"], "causal": case["causal"]}

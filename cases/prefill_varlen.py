@@ -17,7 +17,7 @@ from kernels.prefill_varlen import prefill_packed, prefill_padded
 from references.attention import prefill_reference
 from references.varlen import (padded_to_packed, prefill_packed_reference, prefill_padded_reference)
 
-from ._attention import attention_outputs, lse_if, qkv
+from ._attention import attention_outputs, lse_if, qkv, score_bound
 from ._dims import (CONTIG, DENSE_VIEWS, EXTREMES, LONG_RESIDUES, RANDN, TILE_RESIDUES, VALUES, case_scale,
                     dense_values, dense_views, dims_label, draw_dtype, draw_head_dim, draw_heads, draw_length,
                     draw_vals, draw_view, effective_scale, fused_rows, row_pad)
@@ -216,6 +216,9 @@ class PrefillVarlen(Family):
         o, lse = prefill_packed_reference(inputs["q"], inputs["k"], inputs["v"], inputs["cu_seqlens"],
                                           causal=causal, scale=case_scale(case), compute_dtype=compute_dtype)
         return lse_if(case, o, lse)
+    def score_bound(self, case, inputs):
+        return score_bound(inputs["q"], inputs["k"], effective_scale(case, case["D"]))
+
     def vendor_problem(self, case, inputs):
         """SDPA over the padded batch [B, H, max length, D] (padding computed, not skipped)."""
         B, S, D = len(case["lengths"]), case["S"], case["D"]

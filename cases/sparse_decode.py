@@ -9,7 +9,7 @@ from kernels.sparse_decode import sparse_decode
 from references.attention import decode_reference
 from references.sparse import sparse_decode_reference
 
-from ._attention import attention_outputs, heads, lse_if, qkv
+from ._attention import attention_outputs, heads, lse_if, qkv, score_bound
 from ._dims import (CONTIG, DENSE_VIEWS, EXTREMES, RANDN, SPLIT_LENGTHS, TILE_RESIDUES, VALUES, case_scale,
                     dense_values, dense_views, dims_label, draw_dtype, draw_head_dim, draw_heads, draw_length,
                     draw_vals, draw_view, effective_scale, listed_last)
@@ -135,6 +135,10 @@ class SparseDecode(SparseDecodeBench, Family):
                                              inputs["sparse_nnz"], scale=case_scale(case),
                                              compute_dtype=compute_dtype)
         return lse_if(case, o, lse)
+
+
+    def score_bound(self, case, inputs):
+        return score_bound(inputs["q"], inputs["k"], effective_scale(case, case["D"]))
 
 
 FAMILY = SparseDecode()

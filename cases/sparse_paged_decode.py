@@ -11,7 +11,7 @@ from kernels.sparse_paged_decode import sparse_paged_decode
 from references.paged import paged_decode_reference, sparse_paged_decode_reference
 
 from . import _paged
-from ._attention import attention_outputs, lse_if, randn
+from ._attention import attention_outputs, lse_if, randn, score_bound
 from ._dims import (CONTIG, EXTREMES, RANDN, SPLIT_LENGTHS, TILE_RESIDUES, VALUES, case_scale, dims_label,
                     draw_dtype, draw_head_dim, draw_heads, draw_vals, draw_view, effective_scale, listed_last,
                     paged_values)
@@ -173,6 +173,11 @@ class SparsePagedDecode(SparseDecodeBench, Family):
             o, lse = sparse_paged_decode_reference(*paged_args(inputs), layout=case["layout"],
                                                    scale=case_scale(case), compute_dtype=compute_dtype)
         return lse_if(case, o, lse)
+
+
+    def score_bound(self, case, inputs):
+        keys = _paged.token_view(inputs["kv_cache"], case["layout"])[:, 0]
+        return score_bound(inputs["q"], keys, effective_scale(case, case["D"]))
 
 
 FAMILY = SparsePagedDecode()
