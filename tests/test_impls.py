@@ -22,7 +22,34 @@ def decode(q, k, v, *, scale=None, return_lse=False, out=None, lse=None):
 
 def wrong(q, k):
     return q
+
+
+def _torch_decode(q, k, v, scale, return_lse, out, lse, bf16_scale=None):
+    import torch
+    G = q.shape[1] // k.shape[1]
+    kk, vv = k.repeat_interleave(G, 1).float(), v.repeat_interleave(G, 1).float()
+    scale = q.shape[-1] ** -0.5 if scale is None else scale
+    if bf16_scale is not None and q.dtype == torch.bfloat16:
+        scale = bf16_scale                                  # the bug: its bf16 path only
+    s = (q.float() @ kk.transpose(-1, -2)) * scale
+    p = torch.softmax(s, -1)
+    o = p @ vv
+    out.copy_(o)
+    if return_lse:
+        lse.copy_(torch.logsumexp(s, -1))
+    return out, lse if return_lse else None
+
+
+def torch_decode(q, k, v, *, scale=None, return_lse=False, out=None, lse=None):
+    """Plain torch, fp32: no Triton kernel at all."""
+    return _torch_decode(q, k, v, scale, return_lse, out, lse)
+
+
+def torch_decode_bf16_unscaled(q, k, v, *, scale=None, return_lse=False, out=None, lse=None):
+    """Plain torch whose bf16 path forgets the softmax scale."""
+    return _torch_decode(q, k, v, scale, return_lse, out, lse, bf16_scale=1.0)
 '''
+BF16_CASES = "cases/decode.py::decode[bf16-B2-Hq8-Hkv2-S300-D64-lse]"
 
 
 @pytest.fixture
@@ -127,3 +154,36 @@ def test_ledger_entries_can_be_limited_to_implementations():
     assert entry.applies(case, "cpu", versions, impl="triton")
     assert entry.applies(case, "cpu", versions, impl="mypkg.mykernel:decode")
     assert not entry.applies(case, "cpu", versions, impl="sdpa")
+
+
+def test_the_interpreter_bf16_entry_judges_only_cases_that_ran_a_triton_kernel(run_suite, mypkg):
+    """interp_bf16_dot explains a failure only where the interpreter ran a Triton kernel: our
+    kernel's bf16 case stays a known failure, a torch implementation's bf16 path is judged."""
+    ours = run_suite(BF16_CASES, "--impl", "decode=mypkg.mykernel:decode", env=mypkg)
+    assert [r["outcome"] for r in ours.records] == ["xfail"], ours.output[-2000:]
+    right = run_suite(BF16_CASES, "--impl", "decode=mypkg.mykernel:torch_decode", env=mypkg)
+    assert [r["outcome"] for r in right.records] == ["pass"], right.output[-2000:]
+    wrong = run_suite(BF16_CASES, "--impl", "decode=mypkg.mykernel:torch_decode_bf16_unscaled", env=mypkg)
+    assert [r["outcome"] for r in wrong.records] == ["fail"], wrong.output[-2000:]
+    assert wrong.returncode == 1
+
+
+def test_interpreted_launches_are_counted():
+    import os
+    import subprocess
+    import sys
+
+    code = ("import torch\n"
+            "from attnsuite import interpreted\n"
+            "from kernels.decode import decode\n"
+            "q = torch.randn(1, 2, 1, 64, dtype=torch.float16); k = torch.randn(1, 1, 40, 64, dtype=torch.float16)\n"
+            "with interpreted.counting() as n:\n"
+            "    decode(q, k, k)\n"
+            "with interpreted.counting() as m:\n"
+            "    torch.softmax(q.float(), -1)\n"
+            "print(n[0], m[0])\n")
+    env = {**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": str(ROOT)}
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True,
+                         timeout=300)
+    launched, none = out.stdout.split()
+    assert int(launched) >= 1 and int(none) == 0, out.stderr[-2000:]
