@@ -2,13 +2,17 @@
 (kernels/mustafar_format.py), each a case axis ``op``:
 
 * ``compress``: the compressor's round trip ``decompress(compress(x))`` for keys and values
-  against pruning / 2-bit quantisation written on the dense tensor (references/mustafar.py);
+  against pruning / 2-bit quantisation written on the dense tensor (references/mustafar.py), and
+  its buffers read with the format of kernels.md section 9 (``references.mustafar.decode_buffers``)
+  against the same (``k_format``, ``v_format``): the format is an interchange format, so a
+  compressor and kernels that agree only with each other (a private bit order) fail;
 * ``keys``: unscaled scores ``q . k`` over compressed keys -> [B, Hq, S_c] fp32;
 * ``values``: ``p @ V`` over compressed values -> [B, Hq, D] fp32;
 * ``decode``: ``softmax(scale * scores) @ V`` -> [B, Hq, D] fp16, built from the two kernels.
 
-Conformance compares each kernel with the same math on the cache its buffers describe (exact
-decode). Separately, ``FAMILY.quality`` reports how far the compressed result is from dense
+The compute operations run on buffers written by the reference compressor
+(``references.mustafar.encode_buffers``, not the implementation's own), and conformance compares
+each kernel with the same math on the cache those buffers describe (exact decode). Separately, ``FAMILY.quality`` reports how far the compressed result is from dense
 attention on the unpruned cache, and the compression ratio: figures, never pass/fail.
 
 ``init="edge"`` plants tiles whose kept values are all zero or that keep nothing (channels set to
@@ -27,8 +31,10 @@ from attnsuite.family import Family
 from attnsuite.interfaces import SCALE_NOTE, Interface
 from kernels import mustafar as kernels_mustafar
 from kernels.mustafar_format import Compressed, compress, decompress
-from references.mustafar import (approximation, attention_reference, compressed_reference,
-                                 kept_from_bitmaps, on_buffers, scores_reference, values_reference)
+from attnsuite.result import CaseFailure
+from references.mustafar import (approximation, attention_reference, compressed_reference, decode_buffers,
+                                 encode_buffers, kept_from_bitmaps, on_buffers, scores_reference,
+                                 values_reference)
 
 from ._attention import randn, score_bound
 from ._dims import (CONTIG, EXTREMES, RANDN, SHIFTS, VALUES, cancel_values, case_scale, dense_values,
@@ -135,6 +141,23 @@ def chosen_mask(packed, shape, kind):
         return None
 
 
+def format_decode(packed, kind: str, bits: int, shape) -> torch.Tensor:
+    """The dense cache an implementation's compressed buffers describe, read with the format of
+    kernels.md section 9 (the reference decoder), whatever the implementation's own decompress
+    reads; a contract failure when the object does not carry the format's buffers."""
+    names = ("bitmaps", "offsets", "packed") + (("scale", "zero") if bits == 2 else ())
+    buffers = {n: getattr(packed, n, None) for n in names}
+    missing = [n for n, t in buffers.items() if not isinstance(t, torch.Tensor)]
+    if missing:
+        raise CaseFailure("contract", f"compressed buffers: the compressor's result has no {', '.join(missing)} "
+                                      "tensor(s) of the interchange format (kernels.md section 9)")
+    try:
+        return decode_buffers(kind, bits, tuple(shape), **buffers)
+    except (IndexError, RuntimeError) as exc:
+        raise CaseFailure("numeric", f"compressed buffers do not decode with the format of kernels.md section 9 "
+                                     f"({type(exc).__name__}: {exc})") from exc
+
+
 def plant_edge_tiles(k: torch.Tensor, v: torch.Tensor) -> None:
     """In place, on the first 64 tokens. Keys: channels 0-3 zero (tiles that keep nothing once
     pruned, or keep zeros at s = 0), 4-7 large (every token keeps them: full tiles), 8 constant
@@ -202,9 +225,10 @@ class Mustafar(Family):
             q = fused_rows(q, q.new_full((B, 2 * Hkv, D), float("nan")))[0]
             k, v = seq_slice(k, v)
         inputs = {"q": q, "k": k, "v": v}
-        # The compress op builds its own buffers; these give its compression ratio.
-        inputs.update(compress(k, case["s"], kind="key", bits=case["bits"]).tensors("kc_"))
-        inputs.update(compress(v, case["s"], kind="value", bits=case["bits"]).tensors("vc_"))
+        # Buffers of the reference compressor: what the compute ops read (the compress op builds
+        # its own; these give its compression ratio).
+        inputs.update({"kc_" + n: t for n, t in encode_buffers(k, case["s"], "key", case["bits"]).items()})
+        inputs.update({"vc_" + n: t for n, t in encode_buffers(v, case["s"], "value", case["bits"]).items()})
         if case["op"] == "values":
             p = torch.softmax(2 * torch.randn((B, Hq, S), generator=gen), -1).to(case.dtype)
             if case.params.get("view", CONTIG) == "slice":
@@ -217,7 +241,9 @@ class Mustafar(Family):
         S = inputs["k"].shape[2]
         if case["op"] == "compress":
             dt = torch.float16 if case["bits"] == 16 else torch.float32
-            return {"k": (tuple(inputs["k"].shape), dt), "v": (tuple(inputs["v"].shape), dt)}
+            return {"k": (tuple(inputs["k"].shape), dt), "v": (tuple(inputs["v"].shape), dt),
+                    "k_format": (tuple(inputs["k"].shape), torch.float32),
+                    "v_format": (tuple(inputs["v"].shape), torch.float32)}
         if case["op"] == "keys":
             return {"scores": ((B, Hq, S), torch.float32)}
         return {"o": ((B, Hq, D), torch.float32 if case["op"] == "values" else case.dtype)}
@@ -233,6 +259,7 @@ class Mustafar(Family):
             for name, kind in (("k", "key"), ("v", "value")):
                 packed = impl("compress", inputs[name], s, kind=kind, bits=bits)
                 outputs[name].copy_(impl("decompress", packed))
+                outputs[name + "_format"].copy_(format_decode(packed, kind, bits, inputs[name].shape))
                 # Ties at the pruning threshold may go either way (kernels.md, "Pruning ties"):
                 # the reference follows the implementation's choice where that choice is legal.
                 inputs[CHOSEN + name] = chosen_mask(packed, inputs[name].shape, kind)
@@ -247,9 +274,10 @@ class Mustafar(Family):
     def reference(self, case, inputs, compute_dtype):
         op = case["op"]
         if op == "compress":
-            return {name: compressed_reference(inputs[name], case["s"], kind, case["bits"],
-                                               inputs.get(CHOSEN + name)).to(compute_dtype)
-                    for name, kind in (("k", "key"), ("v", "value"))}
+            ref = {name: compressed_reference(inputs[name], case["s"], kind, case["bits"],
+                                              inputs.get(CHOSEN + name)).to(compute_dtype)
+                   for name, kind in (("k", "key"), ("v", "value"))}
+            return {**ref, "k_format": ref["k"], "v_format": ref["v"]}
         k = on_buffers(self._buffers(case, inputs, "key").tensors(), "key", case["bits"], inputs["k"].shape,
                        compute_dtype)
         v = on_buffers(self._buffers(case, inputs, "value").tensors(), "value", case["bits"],
