@@ -38,12 +38,13 @@ LARGE_SCALE = 64.0
 #: offset: V + V_OFFSET; cancel: see ``cancel_values``; late: see LATE_SCALE; large: see LARGE_SCALE.
 VALUES = ("offset", "cancel", "late", "large")
 #: Score ranges at the edges of the exponent (see ``shift_scores``): neg100, every score of every
-#: row near -100 (a running max clamped at 0, or started at 0, underflows every exp to 0); pm80,
+#: row far below 0, centred at -104 so that row maxima sit around -100 (a running max clamped at 0,
+#: or started at 0, takes exp of scores past fp32's smallest subnormal, e^-103, and gets 0); pm80,
 #: rows alternately near -80 and +80 in one launch (a max shared by several rows leaves the low
 #: rows with exp(-160) == 0). zeros: zero vectors (see ``ZERO_EVERY``).
 EXTREMES = ("neg100", "pm80", "zeros")
 #: Score levels of the extreme distributions: (sign of even rows, sign of odd rows) x SHIFT.
-SHIFTS = {"neg100": (100.0, (-1.0, -1.0)), "pm80": (80.0, (-1.0, 1.0))}
+SHIFTS = {"neg100": (104.0, (-1.0, -1.0)), "pm80": (80.0, (-1.0, 1.0))}
 #: zeros: the keys (and values) of every ZERO_EVERY-th token, from ZERO_FIRST, are all-zero (cache
 #: slots filled with zeros), and the query of the first row (batch 0, head 0) is all-zero: a
 #: cosine without its epsilon (MagicPIG) or a normalisation by a norm divides 0 by 0.
@@ -138,21 +139,31 @@ def listed_last(vals: str, ind: torch.Tensor, nnz: torch.Tensor, lengths) -> tor
     return ind
 
 
-def shift_scores(vals: str, q: torch.Tensor, k: torch.Tensor, scale: float) -> tuple:
+def shift_scores(vals: str, q: torch.Tensor, k: torch.Tensor, scale: float, low_extra: float = 0.0) -> tuple:
     """(q, k) with every score ``scale * q.k`` moved to about -SHIFT (or +SHIFT on the odd rows of
-    ``pm80``): q rows [B, H, ..., D] get +-a along the unit diagonal e, keys [..., D] get -b along
-    it, a = b = sqrt(SHIFT / scale), so each score gains -+SHIFT plus noise of a few units (the
-    spread within a row stays that of zero-mean noise: softmax is not one-hot). Row r = b * H + h."""
+    ``pm80``), row r = b * H + h of q [B, H, ..., D]; keys [..., D]. Along the unit diagonal e the
+    keys get -a e and the query rows +-(SHIFT / (a scale)) e, a = sqrt(SHIFT / scale); the noise is
+    first made orthogonal to e and scaled by 1 / sqrt(scale sqrt(D)), so whatever the scale each
+    score is -+SHIFT plus zero-mean noise of standard deviation ~1 (softmax not one-hot, no cross
+    terms). ``low_extra`` moves the rows that go down by that much more (MagicPIG adds up to
+    -log(1e-10) = 23 to the scores of keys anti-parallel to the query)."""
     shift, signs = SHIFTS[vals]
     D = q.shape[-1]
-    a = math.sqrt(shift / scale)
     e = torch.full((D,), 1.0 / math.sqrt(D))
+    f = 1.0 / math.sqrt(scale * math.sqrt(D))
+    a = math.sqrt(shift / scale)
     B, H = q.shape[0], q.shape[1]
     row = torch.arange(B * H).view(B, H)
-    sign = torch.where(row % 2 == 0, -signs[0], -signs[1]).to(torch.float32)
-    sign = sign.view(B, H, *([1] * (q.dim() - 2)))
-    q = (q.float() + sign * a * e).to(q.dtype)
-    k = (k.float() - a * e).to(k.dtype)
+    down = torch.where(row % 2 == 0, signs[0], signs[1]) < 0          # rows whose scores go to -SHIFT
+    level = torch.where(down, shift + low_extra, -shift).to(torch.float32)
+    coef = (level / (a * scale)).view(B, H, *([1] * (q.dim() - 2)))   # q.e: score = -coef * a * scale
+
+    def noise(x):
+        x = x.float()
+        return f * (x - (x @ e)[..., None] * e)
+
+    q = (noise(q) + coef * e).to(q.dtype)
+    k = (noise(k) - a * e).to(k.dtype)
     return q, k
 
 
@@ -192,10 +203,10 @@ def dense_values(vals: str, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
 
 
 def paged_values(vals: str, q: torch.Tensor, cache: torch.Tensor, layout: str, positions: torch.Tensor,
-                 lengths: torch.Tensor, scale: float | None = None) -> tuple:
+                 lengths: torch.Tensor, scale: float | None = None, low_extra: float = 0.0) -> tuple:
     """(q [B, Hq, D], paged cache) moved to distribution ``vals``; ``positions`` / ``lengths``
     [pages, P] give each slot's logical position and its sequence's length (-1 / 0: no token);
-    ``scale`` the case's softmax scale (default 1/sqrt(D)), for the score shifts."""
+    ``scale`` the case's softmax scale (default 1/sqrt(D)), and ``low_extra``, for the score shifts."""
     if vals == RANDN:
         return q, cache
     if vals == "large":
@@ -203,7 +214,8 @@ def paged_values(vals: str, q: torch.Tensor, cache: torch.Tensor, layout: str, p
     cache = cache.clone()
     hnd = cache if layout == "HND" else cache.transpose(2, 3)          # [pages, 2, Hkv, P, D]
     if vals in SHIFTS:
-        q, hnd[:, 0] = shift_scores(vals, q, hnd[:, 0], 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale)
+        q, hnd[:, 0] = shift_scores(vals, q, hnd[:, 0], 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale,
+                                    low_extra)
     elif vals == "zeros":
         zero = (positions >= 0) & (positions % ZERO_EVERY == ZERO_FIRST)  # [pages, P]
         hnd.masked_fill_(zero[:, None, None, :, None], 0)

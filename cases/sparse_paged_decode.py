@@ -90,7 +90,8 @@ BENCH = [case(dtype=dt, P=256, placement="scattered", pool=1024, lengths=BENCH_L
 KEPT_SWEEP = [dict(c, keep=k) for c in BENCH[:1] for k in (0.01, 0.1, 0.2, 0.5, 1.0)]
 
 
-def make_sparse_paged_inputs(case, gen, views: bool = True) -> dict:
+def make_sparse_paged_inputs(case, gen, views: bool = True, low_extra: float = 0.0) -> dict:
+    """The inputs of a sparse paged case (MagicPIG's too: ``low_extra``, see _dims.shift_scores)."""
     lengths, P = case["lengths"], case["P"]
     indptr, indices, last, num_pages = _paged.page_table(gen, lengths, P, case["placement"], case["pool"])
     cache = _paged.paged_cache(gen, lengths, P, case["Hkv"], case["D"], case.dtype, case["layout"],
@@ -101,7 +102,7 @@ def make_sparse_paged_inputs(case, gen, views: bool = True) -> dict:
     if vals != RANDN:
         positions, lens = _paged.slot_positions(indptr, indices, lengths, P, num_pages)
         q, cache = paged_values(vals, q, cache, case["layout"], positions, lens,
-                                    scale=effective_scale(case, case["D"]))
+                                    scale=effective_scale(case, case["D"]), low_extra=low_extra)
         ind = listed_last(vals, ind, nnz, torch.tensor(lengths).view(-1, 1, 1))
     inputs = {"q": q, "kv_cache": cache, "kv_page_indptr": indptr, "kv_page_indices": indices,
               "kv_last_page_len": last, "sparse_ind": ind, "sparse_nnz": nnz}
