@@ -103,12 +103,14 @@ QUICK = (
     # GQA groups that are not powers of two (query heads of one group contiguous), every op.
     + [case(op, bits=b, s=0.5, Hq=hq, Hkv=hkv, S=128)
        for op, b, hq, hkv in (("keys", 2, 6, 2), ("values", 16, 5, 1), ("decode", 2, 7, 1), ("decode", 16, 6, 1))]
-    # Decode: score ranges at the edges of the exponent, zero vectors (zero keys and values
-    # keep nothing once pruned), and softmax scales other than 1/sqrt(D).
-    + [case("decode", bits=b, s=0.5, B=2, Hq=2, S=128, vals=vl) for b, vl in zip((2, 16, 2), EXTREMES)]
+    # Decode: score ranges at the edges of the exponent (unpruned: pruning would drop part of the
+    # shift), zero vectors (zero keys and values keep nothing once pruned), and softmax scales
+    # other than 1/sqrt(D).
+    + [case("decode", bits=b, s=s, B=2, Hq=2, S=128, vals=vl)
+       for b, s, vl in zip((16, 2, 2), (0.0, 0.0, 0.5), EXTREMES)]
     + [case("keys", bits=2, s=0.5, Hq=2, S=128, vals="zeros")]
-    + [case("decode", bits=b, s=0.5, Hq=2, S=128, vals=vl, scale=sc)
-       for b, sc, vl in ((2, "mla", "large"), (16, "hot", "late"), (2, "one", "pm80"))]
+    + [case("decode", bits=b, s=sp, Hq=2, S=128, vals=vl, scale=sc)
+       for b, sp, sc, vl in ((2, 0.5, "mla", "large"), (16, 0.5, "hot", "late"), (2, 0.0, "one", "pm80"))]
 )
 
 FULL = (

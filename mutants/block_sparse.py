@@ -13,7 +13,8 @@ import torch
 
 from attnsuite.sparsity import PAD, mask_to_index
 
-from ._common import CLASS_BUGS, SOFTMAX_BUGS, documented, ignoring_out, online_attention, reading_views_as_contiguous
+from ._common import (CLASS_BUGS, SOFTMAX_BUGS, documented, ignoring_out, online_attention,
+                      reading_views_as_contiguous)
 
 FAMILY = "block_sparse"
 LOG2E = 1.4426950408889634

@@ -10,8 +10,8 @@ import torch
 
 from kernels.decode import decode as _decode
 
-from ._common import (CLASS_BUGS, packing_groups_as_pow2, SOFTMAX_BUGS, default_scale, documented, finish, heads_for_queries, ignoring_out,
-                      online_attention, reading_views_as_contiguous)
+from ._common import (CLASS_BUGS, SOFTMAX_BUGS, default_scale, documented, finish, heads_for_queries,
+                      ignoring_out, online_attention, packing_groups_as_pow2, reading_views_as_contiguous)
 
 FAMILY = "decode"
 

@@ -24,7 +24,7 @@ from cases.mustafar import TRITON, MustafarOps
 from kernels.mustafar_format import (Compressed, bitmaps_from_mask, compress, decompress,
                                      mask_from_bitmaps, pack, pack_codes, unpack_codes)
 
-from ._common import SOFTMAX_BUGS, kv_heads_pow2, online_attention, read_as_contiguous
+from ._common import (SOFTMAX_BUGS, kv_heads_pow2, online_attention, read_as_contiguous)
 
 FAMILY = "mustafar"
 TILE = 64

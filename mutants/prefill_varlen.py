@@ -12,8 +12,8 @@ import torch
 
 from kernels.prefill_varlen import prefill_packed, prefill_padded
 
-from ._common import (CLASS_BUGS, packing_groups_as_pow2, SOFTMAX_BUGS, documented, finish, ignoring_out, online_attention,
-                      reading_views_as_contiguous)
+from ._common import (CLASS_BUGS, SOFTMAX_BUGS, documented, finish, ignoring_out, online_attention,
+                      packing_groups_as_pow2, reading_views_as_contiguous)
 
 FAMILY = "prefill_varlen"
 

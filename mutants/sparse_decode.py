@@ -14,7 +14,8 @@ from typing import Optional
 
 import torch
 
-from ._common import (CLASS_BUGS, packing_groups_as_pow2, SOFTMAX_BUGS, documented, ignoring_out, online_attention, reading_views_as_contiguous)
+from ._common import (CLASS_BUGS, SOFTMAX_BUGS, documented, ignoring_out, online_attention,
+                      packing_groups_as_pow2, reading_views_as_contiguous)
 
 FAMILY = "sparse_decode"
 LOG2E = 1.4426950408889634

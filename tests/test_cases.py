@@ -229,10 +229,12 @@ def test_quick_has_extreme_score_ranges_zero_vectors_and_every_scale(name):
 
 def _row_lse(family, case):
     inputs = family.make_inputs(case, case.generator())
-    if case.family == "mustafar":
-        from references.mustafar import scores_reference
+    if case.family == "mustafar":  # the cache the compressed keys describe
         from cases._dims import effective_scale
-        s = scores_reference(inputs["q"], inputs["k"], torch.float64) * effective_scale(case, case["D"])
+        from references.mustafar import on_buffers, scores_reference
+        k = on_buffers({n[3:]: t for n, t in inputs.items() if n.startswith("kc_")}, "key", case["bits"],
+                       inputs["k"].shape, torch.float64)
+        s = scores_reference(inputs["q"], k, torch.float64) * effective_scale(case, case["D"])
         return torch.logsumexp(s, -1).flatten()
     lse = family.reference(case, inputs, torch.float64)["lse"].flatten()
     return lse[torch.isfinite(lse)]
