@@ -12,8 +12,9 @@
 
 The compute operations run on buffers written by the reference compressor
 (``references.mustafar.encode_buffers``, not the implementation's own), and conformance compares
-each kernel with the same math on the cache those buffers describe (exact decode). Separately, ``FAMILY.quality`` reports how far the compressed result is from dense
-attention on the unpruned cache, and the compression ratio: figures, never pass/fail.
+each kernel with the same math on the cache those buffers describe (exact decode). Separately,
+``FAMILY.quality`` reports how far the compressed result is from dense attention on the unpruned
+cache, and the compression ratio: figures, never pass/fail.
 
 ``init="edge"`` plants tiles whose kept values are all zero or that keep nothing (channels set to
 0), tiles that keep every element (large channels), and flat tiles (min == max, scale 1): see
