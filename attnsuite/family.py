@@ -37,6 +37,13 @@ class Family(ABC):
         input space, for ``--profile fuzz``; None: the family has no fuzz generator."""
         return None
 
+    def fuzz_classes(self, params: dict, rng) -> dict:
+        """``params`` (a ``fuzz`` draw) moved, now and then, into the input classes that need a
+        value of a parameter the draw itself never takes (a scale, a score range, a GQA group or
+        page size that is not a power of two). Drawn from the same ``rng`` after ``fuzz``, so
+        the draw's own parameters do not change."""
+        return params
+
     @abstractmethod
     def make_inputs(self, case: Case, gen: torch.Generator) -> Tensors:
         """Inputs on the CPU, drawn from ``gen`` only (the harness seeds it from the case id)."""

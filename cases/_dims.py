@@ -401,6 +401,24 @@ def draw_vals(rng) -> str:
     return RANDN if rng.random() < 0.4 else rng.choice(VALUES)
 
 
+def draw_classes(rng, params: dict, *, gqa: bool = False, pages: bool = False) -> dict:
+    """``params`` with, each now and then, a GQA group that is not a power of two (``gqa``), a page
+    size of 12 or 48 (``pages``), an extreme score range or zero vectors, and a softmax scale
+    other than the default. Every call takes the same draws, whatever it keeps."""
+    p = dict(params)
+    group, page, extreme, scale = (rng.random() for _ in range(4))
+    G, P, vals, sc = rng.choice((3, 5, 6, 7)), rng.choice((12, 48)), rng.choice(EXTREMES), rng.choice(tuple(SCALES))
+    if gqa and group < 0.15:
+        p["Hq"] = p["Hkv"] * G
+    if pages and page < 0.15:
+        p["P"] = P
+    if "vals" in p and extreme < 0.1:
+        p["vals"] = vals
+    if scale < 0.15:
+        p["scale"] = sc
+    return p
+
+
 def draw_view(rng, kinds) -> str:
     return CONTIG if rng.random() < 0.4 else rng.choice(tuple(kinds))
 

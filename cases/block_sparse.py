@@ -25,8 +25,8 @@ from references.block_sparse import block_sparse_reference
 
 from ._attention import attention_outputs, lse_if, qkv, score_bound
 from ._dims import (CONTIG, DENSE_VIEWS, EXTREMES, RANDN, VALUES, case_scale, dense_values, dense_views,
-                    dims_label, draw_dtype, draw_head_dim, draw_length, draw_vals, draw_view, effective_scale,
-                    index_view)
+                    dims_label, draw_classes, draw_dtype, draw_head_dim, draw_length, draw_vals, draw_view,
+                    effective_scale, index_view)
 
 #: Sparsity patterns besides the spec's generator (``uniform``: every row keeps the same count):
 #: rows listing different numbers of blocks (kernels.md, "Block-sparse rows"), row 0 never the
@@ -184,6 +184,9 @@ class BlockSparse(Family):
         if skip_reason(params):  # the spec's skip rule: stay in the legal space
             params.update(s=0.0, frame=0)
         return params
+
+    def fuzz_classes(self, params, rng):
+        return draw_classes(rng, params)
 
     def make_inputs(self, case, gen):
         B, H, S, D = case["B"], case["H"], case["S"], case["D"]

@@ -15,8 +15,8 @@ from references.paged import sparse_paged_decode_reference
 
 from . import sparse_paged_decode as spd
 from ._attention import attention_outputs, lse_if, score_bound
-from ._dims import (CONTIG, EXTREMES, SPLIT_LENGTHS, TILE_RESIDUES, VALUES, case_scale, effective_scale,
-                    index_view)
+from ._dims import (CONTIG, EXTREMES, SPLIT_LENGTHS, TILE_RESIDUES, VALUES, case_scale, draw_classes,
+                    effective_scale, index_view)
 from ._paged import PAGED_VIEWS
 from ._sparse import STALE_SELECTIONS, SparseDecodeBench
 
@@ -156,6 +156,10 @@ class MagicPigDecode(SparseDecodeBench, Family):
         if cos:  # keys aligned with their query: one query head per KV head
             params["Hq"] = params["Hkv"]
         return dict(params, lsh=rng.choice(("int", "int", "float", "huge")), cos=cos)
+
+    def fuzz_classes(self, params, rng):
+        # Keys aligned with their query (cos pm1) need one query head per KV head.
+        return draw_classes(rng, params, gqa=params.get("cos") is None, pages=True)
 
     def make_inputs(self, case, gen):
         # Rows shifted down meet their keys anti-parallel: the correction adds up to -log(1e-10).

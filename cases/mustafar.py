@@ -39,8 +39,8 @@ from references.mustafar import (approximation, attention_reference, compressed_
 
 from ._attention import randn, score_bound
 from ._dims import (CONTIG, EXTREMES, RANDN, SHIFTS, VALUES, cancel_values, case_scale, dense_values,
-                    dims_label, draw_vals, effective_scale, embed, fused_rows, large_queries, late_mask,
-                    offset_values, scale_late, second_half, seq_slice, shift_scores)
+                    dims_label, draw_classes, draw_vals, effective_scale, embed, fused_rows, large_queries,
+                    late_mask, offset_values, scale_late, second_half, seq_slice, shift_scores)
 
 #: One view kind: q from a fused projection, p rows of a longer buffer, and the caches the
 #: compressor reads windows of a longer cache.
@@ -204,6 +204,9 @@ class Mustafar(Family):
                     B=rng.randint(1, 2), Hq=Hkv * rng.choice((1, 2, 4)), Hkv=Hkv, S=64 * rng.randint(1, 8), D=D,
                     init="edge" if D == 128 and rng.random() < 0.2 else "randn",
                     view=rng.choice((CONTIG, "slice")), vals=draw_vals(rng))
+
+    def fuzz_classes(self, params, rng):
+        return draw_classes(rng, params, gqa=True)
 
     def make_inputs(self, case, gen):
         B, Hq, Hkv, S, D = (case[x] for x in ("B", "Hq", "Hkv", "S", "D"))

@@ -11,8 +11,8 @@ from references.attention import prefill_reference
 
 from ._attention import attention_outputs, heads, lse_if, qkv, score_bound
 from ._dims import (CONTIG, DENSE_VIEWS, EXTREMES, LONG_RESIDUES, RANDN, TILE_RESIDUES, VALUES, case_scale,
-                    dense_values, dense_views, dims_label, draw_dtype, draw_head_dim, draw_heads, draw_length,
-                    draw_vals, draw_view, effective_scale)
+                    dense_values, dense_views, dims_label, draw_classes, draw_dtype, draw_head_dim,
+                    draw_heads, draw_length, draw_vals, draw_view, effective_scale)
 
 
 def label(p) -> str:
@@ -112,6 +112,9 @@ class Prefill(Family):
         return dict(dtype=draw_dtype(rng), B=rng.randint(1, 2), Hq=Hq, Hkv=Hkv,
                     S=draw_length(rng, 300 if D < 256 else 140), D=D, causal=rng.random() < 0.5,
                     lse=rng.random() < 0.7, view=draw_view(rng, DENSE_VIEWS), vals=draw_vals(rng))
+
+    def fuzz_classes(self, params, rng):
+        return draw_classes(rng, params, gqa=True)
 
     def make_inputs(self, case, gen):
         inputs = qkv(gen, case["B"], case["Hq"], case["Hkv"], case["S"], case["S"], case["D"], case.dtype)

@@ -19,8 +19,8 @@ from references.varlen import (padded_to_packed, prefill_packed_reference, prefi
 
 from ._attention import attention_outputs, lse_if, qkv, score_bound
 from ._dims import (CONTIG, DENSE_VIEWS, EXTREMES, LONG_RESIDUES, RANDN, TILE_RESIDUES, VALUES, case_scale,
-                    dense_values, dense_views, dims_label, draw_dtype, draw_head_dim, draw_heads, draw_length,
-                    draw_vals, draw_view, effective_scale, fused_rows, row_pad)
+                    dense_values, dense_views, dims_label, draw_classes, draw_dtype, draw_head_dim,
+                    draw_heads, draw_length, draw_vals, draw_view, effective_scale, fused_rows, row_pad)
 
 #: Views of the packed layout: q/k/v head slices of one fused [T, Hq + 2 Hkv, D] projection, and
 #: rows wider than D. The padded layout takes the dense families' views.
@@ -160,6 +160,9 @@ class PrefillVarlen(Family):
         return dict(dtype=draw_dtype(rng), layout=layout, lengths=lengths, S=S, Hq=Hq, Hkv=Hkv, D=D,
                     causal=rng.random() < 0.5, lse=rng.random() < 0.7, vs=None,
                     view=draw_view(rng, views_of(layout)), vals=draw_vals(rng))
+
+    def fuzz_classes(self, params, rng):
+        return draw_classes(rng, params, gqa=True)
 
     def make_inputs(self, case, gen):
         lengths = case["lengths"]

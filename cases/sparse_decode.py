@@ -11,8 +11,8 @@ from references.sparse import sparse_decode_reference
 
 from ._attention import attention_outputs, heads, lse_if, qkv, score_bound
 from ._dims import (CONTIG, DENSE_VIEWS, EXTREMES, RANDN, SPLIT_LENGTHS, TILE_RESIDUES, VALUES, case_scale,
-                    dense_values, dense_views, dims_label, draw_dtype, draw_head_dim, draw_heads, draw_length,
-                    draw_vals, draw_view, effective_scale, listed_last)
+                    dense_values, dense_views, dims_label, draw_classes, draw_dtype, draw_head_dim,
+                    draw_heads, draw_length, draw_vals, draw_view, effective_scale, listed_last)
 from ._sparse import (QUICK_SELECTIONS, SELECTION, STALE_SELECTIONS, SparseDecodeBench, draw_selection,
                       index_views, select_tokens, selection_label)
 
@@ -105,6 +105,9 @@ class SparseDecode(SparseDecodeBench, Family):
         return dict(dtype=draw_dtype(rng), B=rng.randint(1, 2), Hq=Hq, Hkv=Hkv, S=draw_length(rng, 1200),
                     D=draw_head_dim(rng), lse=rng.random() < 0.7, vs=None, view=draw_view(rng, DENSE_VIEWS),
                     vals=draw_vals(rng), **draw_selection(rng))
+
+    def fuzz_classes(self, params, rng):
+        return draw_classes(rng, params, gqa=True)
 
     def make_inputs(self, case, gen):
         inputs = qkv(gen, case["B"], case["Hq"], case["Hkv"], 1, case["S"], case["D"], case.dtype)

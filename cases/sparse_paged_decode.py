@@ -13,8 +13,8 @@ from references.paged import paged_decode_reference, sparse_paged_decode_referen
 from . import _paged
 from ._attention import attention_outputs, lse_if, randn, score_bound
 from ._dims import (CONTIG, EXTREMES, RANDN, SPLIT_LENGTHS, TILE_RESIDUES, VALUES, case_scale, dims_label,
-                    draw_dtype, draw_head_dim, draw_heads, draw_vals, draw_view, effective_scale, listed_last,
-                    paged_values)
+                    draw_classes, draw_dtype, draw_head_dim, draw_heads, draw_vals, draw_view,
+                    effective_scale, listed_last, paged_values)
 from ._paged import PAGED_VIEWS, draw_page_table, paged_views
 from ._sparse import (QUICK_SELECTIONS, SELECTION, STALE_SELECTIONS, SparseDecodeBench, draw_selection,
                       index_views, select_tokens, selection_label)
@@ -151,6 +151,9 @@ class SparsePagedDecode(SparseDecodeBench, Family):
 
     def fuzz(self, rng):
         return draw_case(rng)
+
+    def fuzz_classes(self, params, rng):
+        return draw_classes(rng, params, gqa=True, pages=True)
 
     def make_inputs(self, case, gen):
         return make_sparse_paged_inputs(case, gen)
