@@ -98,7 +98,19 @@ class CaseItem(pytest.Item):
             skip(reason)
         outcome = suite(self.config).run(param)
         self.stash[OUTCOME] = outcome
+        if not explainable(param.known, outcome):
+            self._drop_xfail()
         raise_for(outcome, param)
+
+    def _drop_xfail(self) -> None:
+        """The ledger's entry cannot explain this case's result (an interpreter failure where no
+        kernel was interpreted): judge it as a plain case, so a pass is a pass (not an XPASS)
+        and a failure a failure. pytest re-reads the xfail marks after the call when its stash
+        entry is None (``_pytest.skipping``), so the mark goes too."""
+        from _pytest.skipping import xfailed_key
+
+        self.own_markers[:] = [m for m in self.own_markers if m.name != "xfail"]
+        self.stash[xfailed_key] = None
 
     def reportinfo(self):
         return self.path, 0, f"{self.param.case.id} [{self.param.impl}]"
@@ -116,6 +128,12 @@ def skip(reason: str) -> None:
     raise pytest.skip.Exception(reason, _use_item_location=True)
 
 
+def explainable(known: KnownFailure | None, outcome: CaseOutcome) -> bool:
+    """Whether the ledger entry of a case can explain what happened in it at all."""
+    return known is not None and not (known.only_after_interpreted_launch
+                                      and outcome.interpreted_launches == 0)
+
+
 def raise_for(outcome: CaseOutcome, param: CaseParam) -> None:
     """Turn a frozen outcome into pytest's vocabulary (the record keeps the outcome itself)."""
     if outcome.status == "unsupported":
@@ -124,6 +142,7 @@ def raise_for(outcome: CaseOutcome, param: CaseParam) -> None:
         skip(f"out of device memory ({outcome.stage}): {outcome.message} -- not a kernel failure")
     if outcome.status == "fail":
         known = param.known
-        if known is not None and known.explains(outcome.stage, outcome.message):
+        if known is not None and known.explains(outcome.stage, outcome.message,
+                                                outcome.interpreted_launches):
             raise KnownFailureHit(known, outcome.stage, outcome.message)
         raise CaseFailure(outcome.stage, f"{outcome.stage}: {outcome.message}")

@@ -37,6 +37,13 @@ class Family(ABC):
         input space, for ``--profile fuzz``; None: the family has no fuzz generator."""
         return None
 
+    def fuzz_classes(self, params: dict, rng) -> dict:
+        """``params`` (a ``fuzz`` draw) moved, now and then, into the input classes that need a
+        value of a parameter the draw itself never takes (a scale, a score range, a GQA group or
+        page size that is not a power of two). Drawn from the same ``rng`` after ``fuzz``, so
+        the draw's own parameters do not change."""
+        return params
+
     @abstractmethod
     def make_inputs(self, case: Case, gen: torch.Generator) -> Tensors:
         """Inputs on the CPU, drawn from ``gen`` only (the harness seeds it from the case id)."""
@@ -52,6 +59,11 @@ class Family(ABC):
     @abstractmethod
     def reference(self, case: Case, inputs: Tensors, compute_dtype: torch.dtype) -> Tensors:
         """The same outputs computed by the plain PyTorch reference in ``compute_dtype``."""
+
+    def score_bound(self, case: Case, inputs: Tensors) -> float | None:
+        """An upper bound on |score| of the softmax behind output ``o`` (attnsuite/tolerance.py:
+        the error fp32 scores of that size cost), or None when ``o`` is no softmax output."""
+        return None
 
     def launches_kernel(self, case: Case) -> bool:
         """False for cases whose operation is plain PyTorch: compile-only skips them."""

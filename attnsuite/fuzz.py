@@ -26,9 +26,11 @@ def fuzz_cases(family, seed: int, count: int) -> list[Case]:
     """``count`` cases of ``family`` for ``seed`` (none when the family has no generator)."""
     cases = []
     for i in range(count):
-        params = family.fuzz(rng_for(family.name, seed, i))
+        rng = rng_for(family.name, seed, i)
+        params = family.fuzz(rng)
         if params is None:
             return []
+        params = family.fuzz_classes(params, rng)
         label = f"fuzz{seed}.{i}-{family.label(params)}"
         cases.append(Case(family.name, label, dict(params), "fuzz", frozenset({TAG})))
     return cases

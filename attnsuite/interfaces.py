@@ -6,7 +6,8 @@ an implementation is registered, so a wrong signature fails before any case.
 Conventions shared by all families: tensors arrive on the device, in the layouts of
 ``../shared/spec/kernels.md``, possibly as strided views (innermost stride 1); ``out`` (and ``lse``
 when ``return_lse``) are preallocated, NaN-filled buffers the implementation must fill and
-return (or views of them); ``lse`` is fp32 natural-log. ``scale`` is ``1/sqrt(D)`` unless given.
+return (or views of them); ``lse`` is fp32 natural-log. ``scale`` (the softmax scale) is always
+passed as a keyword: ``None`` means ``1/sqrt(D)``, and the catalogs pass other scales too.
 Raise ``Unsupported("why")`` for a case the implementation does not handle (e.g. no LSE, a view
 it cannot take): the case is skipped with that reason.
 """
@@ -47,6 +48,12 @@ class Interface:
 
 #: Keywords every attention family takes for its outputs.
 OUT_KEYWORDS = ("return_lse", "out", "lse")
+#: The softmax scale keyword (kernels.md, "Softmax scale") and the output keywords: what every
+#: attention family's call passes besides its own arguments.
+ATTENTION_KEYWORDS = ("scale", *OUT_KEYWORDS)
+#: The interface note every family with a softmax shares.
+SCALE_NOTE = ("scale: float or None (None: 1/sqrt(D)); the catalogs also pass 1/sqrt(1.5 D) (MLA's "
+              "1/sqrt(192) at D = 128), 4/sqrt(D) and 1.0")
 
 
 class BadImplementation(TypeError):

@@ -59,6 +59,10 @@ class KnownFailure:
     #: hit the failure. For the others it applies to (an out-of-tree kernel that may or may not
     #: use the construct) a pass is simply a pass. Default: strict for every implementation.
     strict_impls: tuple[str, ...] = ("*",)
+    #: A failure of the interpreter itself: it explains a failure only of a case in which the
+    #: implementation ran some Triton kernel under the interpreter (attnsuite/interpreted.py); a
+    #: torch or vendor implementation's failure on the same case is its own.
+    only_after_interpreted_launch: bool = False
 
     def strict_for(self, impl: str | None) -> bool:
         return impl is None or any(fnmatch.fnmatchcase(impl, g) for g in self.strict_impls)
@@ -76,7 +80,11 @@ class KnownFailure:
             return False
         return all(k not in case.params or case.params[k] in allowed for k, allowed in self.where.items())
 
-    def explains(self, stage: str, message: str) -> bool:
+    def explains(self, stage: str, message: str, interpreted_launches: int | None = None) -> bool:
+        """Whether a failure (stage, message) is this one; ``interpreted_launches``: how many
+        Triton kernels the interpreter ran in the case (None: not counted)."""
+        if self.only_after_interpreted_launch and interpreted_launches == 0:
+            return False
         return stage == self.stage and re.search(self.match, message) is not None
 
     def describe(self) -> dict[str, Any]:

@@ -14,7 +14,8 @@ crash or a hang); it survives when every case passes. A control runs every case:
 or be declared unsupported (``attnsuite.interfaces.Unsupported``); a failure the known-failure
 ledger explains for that case (a fault of the device, such as the interpreter's bf16 dot) is
 reported apart and does not count. Cases with a ledger entry are left out for mutants: they
-cannot judge one.
+cannot judge one; except entries about the interpreter (``only_after_interpreted_launch``), which
+explain a failure only where a Triton kernel ran: a torch mutant is judged on those cases too.
 
 Each (catalog, family) runs in one worker process that imports the kernels once, draws each
 case's inputs and references once for all the implementations, and calls the runner in process
@@ -226,7 +227,7 @@ def worker(catalog_name: str, family_name: str | None, device_kind: str, profile
         started = time.process_time()
         for case in cases:
             known = lookup(ledger, case, device_kind, impl=spec)
-            if known is not None and kind == "mutant":
+            if known is not None and kind == "mutant" and not known.only_after_interpreted_launch:
                 continue
             _emit(event="case", kind=kind, name=name, case=case.id, family=family_name)
             outcome = run_case(shared, case, device, impl)
@@ -235,10 +236,14 @@ def worker(catalog_name: str, family_name: str | None, device_kind: str, profile
                 verdict.unsupported += 1
             elif outcome.status == "fail":
                 entry = (case.id, outcome.stage, outcome.message[:500])
+                explained = known is not None and known.explains(outcome.stage, outcome.message,
+                                                                 outcome.interpreted_launches)
                 if kind == "mutant":
+                    if explained:  # the device's own failure (an interpreted bf16 dot) judges nothing
+                        continue
                     verdict.ok, verdict.case, verdict.stage, verdict.message = True, *entry
                     break
-                if known is not None and known.explains(outcome.stage, outcome.message):
+                if explained:
                     verdict.known.append(entry)
                 else:
                     verdict.failures.append(entry)

@@ -51,6 +51,9 @@ class CaseResult:
     quality: dict | None = None
     #: Benchmarks: attnsuite.bench.run.run_bench's payload.
     bench: dict | None = None
+    #: Triton kernels the interpreter ran in the implementation's calls (None: no interpreter);
+    #: a ledger entry about the interpreter explains no failure of a case that ran none.
+    interpreted_launches: int | None = None
 
     def freeze(self, status: str, stage: str | None = None, message: str = "") -> "CaseOutcome":
         return CaseOutcome(status=status, stage=stage, message=message, **asdict(self))
@@ -70,6 +73,7 @@ class CaseOutcome:
     compile: Mapping[str, Any] = field(default_factory=dict)
     quality: Mapping[str, Any] | None = None
     bench: Mapping[str, Any] | None = None
+    interpreted_launches: int | None = None
 
     def __post_init__(self):
         if self.status not in STATUSES:

@@ -42,3 +42,15 @@ def dense_stand_in(q, heads: int, n_keys: int, note: str) -> dict:
     B, _, _, D = q4.shape
     k = torch.randn((B, heads, max(int(n_keys), 1), D), dtype=q.dtype, device=q.device)
     return {"q": q4.contiguous(), "k": k, "v": torch.randn_like(k), "causal": False, "note": note}
+
+
+def score_bound(q: torch.Tensor, keys: torch.Tensor, scale: float, correction: float = 0.0) -> float:
+    """An upper bound on |score| = |scale * q . k| + correction over every query row of ``q`` and
+    key row of ``keys`` ([..., D]; rows holding NaN, cache slots no token owns, left out):
+    Cauchy-Schwarz, scale * max |q| * max |k| (attnsuite/tolerance.py, ``score_bound``)."""
+    def largest_norm(t: torch.Tensor) -> float:
+        rows = t.reshape(-1, t.shape[-1]).double()
+        rows = rows[torch.isfinite(rows).all(-1)]
+        return float(torch.linalg.vector_norm(rows, dim=-1).max()) if rows.numel() else 0.0
+
+    return abs(scale) * largest_norm(q) * largest_norm(keys) + correction

@@ -15,6 +15,8 @@ from the same dimensions (``draw_*``).
 """
 from __future__ import annotations
 
+import math
+
 import torch
 
 CONTIG = "contig"
@@ -35,6 +37,45 @@ LATE_FRACTION = 0.75
 LARGE_SCALE = 64.0
 #: offset: V + V_OFFSET; cancel: see ``cancel_values``; late: see LATE_SCALE; large: see LARGE_SCALE.
 VALUES = ("offset", "cancel", "late", "large")
+#: Score ranges at the edges of the exponent (see ``shift_scores``): neg100, every score of every
+#: row far below 0, centred at -104 so that row maxima sit around -100 (a running max clamped at 0,
+#: or started at 0, takes exp of scores past fp32's smallest subnormal, e^-103, and gets 0); pm80,
+#: rows alternately near -80 and +80 in one launch (a max shared by several rows leaves the low
+#: rows with exp(-160) == 0). zeros: zero vectors (see ``ZERO_EVERY``).
+EXTREMES = ("neg100", "pm80", "zeros")
+#: Score levels of the extreme distributions: (sign of even rows, sign of odd rows) x SHIFT.
+SHIFTS = {"neg100": (104.0, (-1.0, -1.0)), "pm80": (80.0, (-1.0, 1.0))}
+#: zeros: the keys (and values) of every ZERO_EVERY-th token, from ZERO_FIRST, are all-zero (cache
+#: slots filled with zeros), and the query of the first row (batch 0, head 0) is all-zero: a
+#: cosine without its epsilon (MagicPIG) or a normalisation by a norm divides 0 by 0.
+ZERO_EVERY, ZERO_FIRST = 5, 2
+
+# --- softmax scale -----------------------------------------------------------------------------
+
+#: Softmax scales other than the default 1/sqrt(D) (kernels.md, "Softmax scale"), by name: mla,
+#: below the default (1/sqrt(192) at D = 128: MLA's query-key dim over its value dim); hot, above
+#: it (a temperature folded into the scale); one, 1.0 (no scaling at all).
+SCALES = {"mla": lambda D: 1.0 / math.sqrt(1.5 * D), "hot": lambda D: 4.0 / math.sqrt(D),
+          "one": lambda D: 1.0}
+
+
+def case_scale(params, D: int | None = None):
+    """The scale a case passes (None: the default, which implementations resolve to 1/sqrt(D)).
+    ``params``: a Case or its parameter dict; ``D`` defaults to the case's ``D``."""
+    p = getattr(params, "params", params)
+    name = p.get("scale")
+    if name is None:
+        return None
+    return SCALES[name](p["D"] if D is None else D)
+
+
+def effective_scale(params, D: int) -> float:
+    s = case_scale(params, D)
+    return 1.0 / math.sqrt(D) if s is None else s
+
+
+def scale_label(p) -> str:
+    return f"-scale_{p['scale']}" if p.get("scale") else ""
 
 
 def values_label(p) -> str:
@@ -49,7 +90,7 @@ def view_label(p) -> str:
 
 def dims_label(p) -> str:
     """The label suffix of the shared dimensions (empty at their defaults)."""
-    return view_label(p) + values_label(p)
+    return view_label(p) + values_label(p) + scale_label(p)
 
 
 def offset_values(v: torch.Tensor) -> torch.Tensor:
@@ -98,12 +139,55 @@ def listed_last(vals: str, ind: torch.Tensor, nnz: torch.Tensor, lengths) -> tor
     return ind
 
 
+def shift_scores(vals: str, q: torch.Tensor, k: torch.Tensor, scale: float, low_extra: float = 0.0) -> tuple:
+    """(q, k) with every score ``scale * q.k`` moved to about -SHIFT (or +SHIFT on the odd rows of
+    ``pm80``), row r = b * H + h of q [B, H, ..., D]; keys [..., D]. Along the unit diagonal e the
+    keys get -a e and the query rows +-(SHIFT / (a scale)) e, a = sqrt(SHIFT / scale); the noise is
+    first made orthogonal to e and scaled by 1 / sqrt(scale sqrt(D)), so whatever the scale each
+    score is -+SHIFT plus zero-mean noise of standard deviation ~1 (softmax not one-hot, no cross
+    terms). ``low_extra`` moves the rows that go down by that much more (MagicPIG adds up to
+    -log(1e-10) = 23 to the scores of keys anti-parallel to the query)."""
+    shift, signs = SHIFTS[vals]
+    D = q.shape[-1]
+    e = torch.full((D,), 1.0 / math.sqrt(D))
+    f = 1.0 / math.sqrt(scale * math.sqrt(D))
+    a = math.sqrt(shift / scale)
+    B, H = q.shape[0], q.shape[1]
+    row = torch.arange(B * H).view(B, H)
+    down = torch.where(row % 2 == 0, signs[0], signs[1]) < 0          # rows whose scores go to -SHIFT
+    level = torch.where(down, shift + low_extra, -shift).to(torch.float32)
+    coef = (level / (a * scale)).view(B, H, *([1] * (q.dim() - 2)))   # q.e: score = -coef * a * scale
+
+    def noise(x):
+        x = x.float()
+        return f * (x - (x @ e)[..., None] * e)
+
+    q = (noise(q) + coef * e).to(q.dtype)
+    k = (noise(k) - a * e).to(k.dtype)
+    return q, k
+
+
+def zero_query(q: torch.Tensor) -> torch.Tensor:
+    q = q.clone()
+    q[0, 0] = 0
+    return q
+
+
 def dense_values(vals: str, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
-                 lengths: torch.Tensor | None = None) -> tuple:
+                 lengths: torch.Tensor | None = None, scale: float | None = None) -> tuple:
     """(q, k, v) of [B, H, S, D] tensors drawn as zero-mean noise, moved to distribution ``vals``.
-    ``lengths`` [B] (default S): where each batch's keys end, for ``late`` and ``cancel``."""
+    ``lengths`` [B] (default S): where each batch's keys end, for ``late`` and ``cancel``;
+    ``scale`` the case's softmax scale (default 1/sqrt(D)), for the score shifts."""
     if vals == RANDN:
         return q, k, v
+    if vals in SHIFTS:
+        q, k = shift_scores(vals, q, k, 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale)
+        return q, k, v
+    if vals == "zeros":
+        k, v = k.clone(), v.clone()
+        k[..., ZERO_FIRST::ZERO_EVERY, :] = 0
+        v[..., ZERO_FIRST::ZERO_EVERY, :] = 0
+        return zero_query(q), k, v
     if vals == "offset":
         return q, k, offset_values(v)
     if vals == "large":
@@ -119,16 +203,24 @@ def dense_values(vals: str, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
 
 
 def paged_values(vals: str, q: torch.Tensor, cache: torch.Tensor, layout: str, positions: torch.Tensor,
-                 lengths: torch.Tensor) -> tuple:
+                 lengths: torch.Tensor, scale: float | None = None, low_extra: float = 0.0) -> tuple:
     """(q [B, Hq, D], paged cache) moved to distribution ``vals``; ``positions`` / ``lengths``
-    [pages, P] give each slot's logical position and its sequence's length (-1 / 0: no token)."""
+    [pages, P] give each slot's logical position and its sequence's length (-1 / 0: no token);
+    ``scale`` the case's softmax scale (default 1/sqrt(D)), and ``low_extra``, for the score shifts."""
     if vals == RANDN:
         return q, cache
     if vals == "large":
         return large_queries(q), cache
     cache = cache.clone()
     hnd = cache if layout == "HND" else cache.transpose(2, 3)          # [pages, 2, Hkv, P, D]
-    if vals == "offset":
+    if vals in SHIFTS:
+        q, hnd[:, 0] = shift_scores(vals, q, hnd[:, 0], 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale,
+                                    low_extra)
+    elif vals == "zeros":
+        zero = (positions >= 0) & (positions % ZERO_EVERY == ZERO_FIRST)  # [pages, P]
+        hnd.masked_fill_(zero[:, None, None, :, None], 0)
+        q = zero_query(q)
+    elif vals == "offset":
         hnd[:, 1] = offset_values(hnd[:, 1])
     elif vals == "cancel":
         hnd[:, 1] = cancel_values(hnd[:, 1], second_half(positions, lengths)[:, None, :])
@@ -307,6 +399,24 @@ def draw_head_dim(rng) -> int:
 
 def draw_vals(rng) -> str:
     return RANDN if rng.random() < 0.4 else rng.choice(VALUES)
+
+
+def draw_classes(rng, params: dict, *, gqa: bool = False, pages: bool = False) -> dict:
+    """``params`` with, each now and then, a GQA group that is not a power of two (``gqa``), a page
+    size of 12 or 48 (``pages``), an extreme score range or zero vectors, and a softmax scale
+    other than the default. Every call takes the same draws, whatever it keeps."""
+    p = dict(params)
+    group, page, extreme, scale = (rng.random() for _ in range(4))
+    G, P, vals, sc = rng.choice((3, 5, 6, 7)), rng.choice((12, 48)), rng.choice(EXTREMES), rng.choice(tuple(SCALES))
+    if gqa and group < 0.15:
+        p["Hq"] = p["Hkv"] * G
+    if pages and page < 0.15:
+        p["P"] = P
+    if "vals" in p and extreme < 0.1:
+        p["vals"] = vals
+    if scale < 0.15:
+        p["scale"] = sc
+    return p
 
 
 def draw_view(rng, kinds) -> str:

@@ -16,16 +16,17 @@ import torch
 
 from attnsuite.case import make_cases, unique
 from attnsuite.family import Family
-from attnsuite.interfaces import OUT_KEYWORDS, Interface
+from attnsuite.interfaces import ATTENTION_KEYWORDS, SCALE_NOTE, Interface
 from attnsuite.result import CaseFailure
 from attnsuite.sparsity import (BLOCK_SIZES, PAD, block_index, frame_exceeds_budget, frame_from_tokens,
                                 grid_shape, mask_to_index)
 from kernels.block_sparse import block_sparse
 from references.block_sparse import block_sparse_reference
 
-from ._attention import attention_outputs, lse_if, qkv
-from ._dims import (CONTIG, DENSE_VIEWS, RANDN, VALUES, dense_values, dense_views, dims_label, draw_dtype,
-                    draw_head_dim, draw_length, draw_vals, draw_view, index_view)
+from ._attention import attention_outputs, lse_if, qkv, score_bound
+from ._dims import (CONTIG, DENSE_VIEWS, EXTREMES, RANDN, VALUES, case_scale, dense_values, dense_views,
+                    dims_label, draw_classes, draw_dtype, draw_head_dim, draw_length, draw_vals, draw_view,
+                    effective_scale, index_view)
 
 #: Sparsity patterns besides the spec's generator (``uniform``: every row keeps the same count):
 #: rows listing different numbers of blocks (kernels.md, "Block-sparse rows"), row 0 never the
@@ -43,9 +44,9 @@ def label(p) -> str:
 
 
 def case(dtype="fp16", B=1, H=1, S=600, D=64, bq=128, bkv=128, s=0.5, frame=0, lse=True, init="randn",
-         pattern="uniform", view=CONTIG, vals=RANDN):
+         pattern="uniform", view=CONTIG, vals=RANDN, scale=None):
     return dict(dtype=dtype, B=B, H=H, S=S, D=D, bq=bq, bkv=bkv, s=s, frame=frame, lse=lse, init=init,
-                pattern=pattern, view=view, vals=vals)
+                pattern=pattern, view=view, vals=vals, scale=scale)
 
 
 def pattern_index(pattern: str, S: int, block_shape, gen, batch_heads) -> torch.Tensor:
@@ -109,6 +110,12 @@ QUICK = (
     + [case(B=2, H=1, S=300, s=0.5, view=vw) for vw in DENSE_VIEWS]
     # Value distributions (the late keys are in the last KV blocks a row lists).
     + [case(B=1, H=1, S=400, s=0.0, vals=vl) for vl in VALUES]
+    # Score ranges at the edges of the exponent and zero vectors (cases/_dims.py, EXTREMES):
+    # pm80's rows alternate across the two heads of one launch.
+    + [case(B=1, H=2, S=200, s=0.0, vals=vl) for vl in EXTREMES]
+    # Softmax scales other than 1/sqrt(D), with the distributions that stress the exponent.
+    + [case(B=1, H=2, S=200, s=0.0, vals=vl, scale=sc) for sc, vl in (("mla", "large"), ("hot", "late"),
+                                                                      ("one", "pm80"))]
 )
 
 FULL = (
@@ -145,13 +152,13 @@ BLOCK_GRID = [case(dtype="bf16", B=1, H=3, S=16384, D=128, bq=bq, bkv=bkv, s=s, 
 class BlockSparse(Family):
     name = "block_sparse"
     interface = Interface(
-        ("q", "k", "v", "sabi"), ("block_shape", *OUT_KEYWORDS),
+        ("q", "k", "v", "sabi"), ("block_shape", *ATTENTION_KEYWORDS),
         "(o [B, H, S, D], lse [B, H, S] fp32, or an empty fp32 tensor when no LSE is asked)",
         arguments=("q, k, v  [B, H, S, D]  fp16 | bf16, non-causal",
                    "sabi [B, H, ceil(S/BQ), ceil(S/BKV)] int32: KV-block columns per query block-row, ascending, "
                    "right-padded with 65535; rows may list different numbers of blocks (>= 1)",
                    "block_shape (BQ, BKV), each in {128, 256, 512, 1024}"),
-        notes="scale 1/sqrt(D)")
+        notes=SCALE_NOTE)
     cases = unique(make_cases(name, label, QUICK)
                    + make_cases(name, label, FULL, profile="full")
                    + make_cases(name, label, BENCH, profile="full", tags=["bench"])
@@ -178,6 +185,9 @@ class BlockSparse(Family):
             params.update(s=0.0, frame=0)
         return params
 
+    def fuzz_classes(self, params, rng):
+        return draw_classes(rng, params)
+
     def make_inputs(self, case, gen):
         B, H, S, D = case["B"], case["H"], case["S"], case["D"]
         if case["init"] == "zeros":
@@ -194,7 +204,8 @@ class BlockSparse(Family):
         else:
             sabi = pattern_index(pattern, S, shape, gen, (B, H))
         view = case.params.get("view", CONTIG)
-        q, k, v = dense_values(case.params.get("vals", RANDN), inputs["q"], inputs["k"], inputs["v"])
+        q, k, v = dense_values(case.params.get("vals", RANDN), inputs["q"], inputs["k"], inputs["v"],
+                               scale=effective_scale(case, D))
         q, k, v = dense_views(view, q, k, v)
         if view != CONTIG:
             sabi = index_view(sabi, 0)
@@ -206,7 +217,7 @@ class BlockSparse(Family):
 
     def call(self, impl, case, inputs, outputs):
         o, lse = impl(inputs["q"], inputs["k"], inputs["v"], inputs["sabi"],
-                      block_shape=(case["bq"], case["bkv"]), return_lse=case["lse"],
+                      block_shape=(case["bq"], case["bkv"]), scale=case_scale(case), return_lse=case["lse"],
                       out=outputs["o"], lse=outputs.get("lse"))
         if not case["lse"] and not (isinstance(lse, torch.Tensor) and lse.numel() == 0
                                     and lse.dtype == torch.float32):
@@ -218,9 +229,12 @@ class BlockSparse(Family):
 
     def reference(self, case, inputs, compute_dtype):
         o, lse = block_sparse_reference(inputs["q"], inputs["k"], inputs["v"], inputs["sabi"],
-                                        block_shape=(case["bq"], case["bkv"]),
+                                        block_shape=(case["bq"], case["bkv"]), scale=case_scale(case),
                                         compute_dtype=compute_dtype)
         return lse_if(case, o, lse)
+
+    def score_bound(self, case, inputs):
+        return score_bound(inputs["q"], inputs["k"], effective_scale(case, case["D"]))
 
     def vendor_problem(self, case, inputs):
         return {"q": inputs["q"], "k": inputs["k"], "v": inputs["v"], "causal": False,

@@ -4,15 +4,15 @@ from __future__ import annotations
 
 from attnsuite.case import grid, make_cases, unique
 from attnsuite.family import Family
-from attnsuite.interfaces import OUT_KEYWORDS, Interface
+from attnsuite.interfaces import ATTENTION_KEYWORDS, SCALE_NOTE, Interface
 from attnsuite.baselines.impls import sdpa_decode
 from kernels.decode import decode
 from references.attention import decode_reference
 
-from ._attention import attention_outputs, heads, lse_if, qkv
-from ._dims import (CONTIG, DENSE_VIEWS, RANDN, SPLIT_LENGTHS, TILE_RESIDUES, VALUES, dense_values,
-                    dense_views, dims_label, draw_dtype, draw_head_dim, draw_heads, draw_length,
-                    draw_vals, draw_view)
+from ._attention import attention_outputs, heads, lse_if, qkv, score_bound
+from ._dims import (CONTIG, DENSE_VIEWS, EXTREMES, RANDN, SPLIT_LENGTHS, TILE_RESIDUES, VALUES, case_scale,
+                    dense_values, dense_views, dims_label, draw_classes, draw_dtype, draw_head_dim,
+                    draw_heads, draw_length, draw_vals, draw_view, effective_scale)
 
 
 def label(p) -> str:
@@ -38,6 +38,16 @@ QUICK = (
     + [dict(dtype="fp16", B=2, Hq=4, Hkv=2, S=600, D=64, lse=True, view="kvslice")]
     # Value distributions over several tiles and splits.
     + [dict(dtype="fp16", B=1, Hq=4, Hkv=2, S=600, D=64, lse=True, vals=vl) for vl in VALUES]
+    # GQA groups that are not powers of two (packing a group's heads into one tile); G = 7 past
+    # the split threshold.
+    + [dict(dtype="fp16", B=b, Hq=hq, Hkv=hkv, S=s, D=64, lse=True)
+       for b, hq, hkv, s in ((2, 6, 2, 65), (1, 5, 1, 33), (1, 12, 2, 17), (1, 7, 1, 600))]
+    # Score ranges at the edges of the exponent and zero vectors (cases/_dims.py, EXTREMES),
+    # over two splits.
+    + [dict(dtype="fp16", B=2, Hq=4, Hkv=2, S=600, D=64, lse=True, vals=vl) for vl in EXTREMES]
+    # Softmax scales other than 1/sqrt(D), with the distributions that stress the exponent.
+    + [dict(dtype="fp16", B=1, Hq=4, Hkv=2, S=s, D=d, lse=True, vals=vl, scale=sc)
+       for sc, vl, s, d in (("mla", "large", 130, 128), ("hot", "late", 600, 64), ("one", "pm80", 65, 64))]
 )
 
 FULL = [
@@ -63,10 +73,10 @@ CONTEXT_SWEEP = [dict(dtype="fp16", B=1, Hq=32, Hkv=8, S=2**e, D=128, lse=False)
 class Decode(Family):
     name = "decode"
     interface = Interface(
-        ("q", "k", "v"), OUT_KEYWORDS, "(o [B, Hq, 1, D], lse [B, Hq, 1] fp32 or None)",
+        ("q", "k", "v"), ATTENTION_KEYWORDS, "(o [B, Hq, 1, D], lse [B, Hq, 1] fp32 or None)",
         arguments=("q  [B, Hq, 1, D]  fp16 | bf16", "k, v  [B, Hkv, S, D]  q's dtype, possibly views of a "
                    "longer cache (stride(-1) == 1); Hq % Hkv == 0"),
-        notes="scale 1/sqrt(D)")
+        notes=SCALE_NOTE)
     cases = unique(make_cases(name, label, QUICK)
                    + make_cases(name, label, FULL, profile="full")
                    + make_cases(name, label, BENCH, profile="full", tags=["bench"])
@@ -82,11 +92,15 @@ class Decode(Family):
                     D=draw_head_dim(rng), lse=rng.random() < 0.7, view=draw_view(rng, DENSE_VIEWS),
                     vals=draw_vals(rng))
 
+    def fuzz_classes(self, params, rng):
+        return draw_classes(rng, params, gqa=True)
+
     def make_inputs(self, case, gen):
         inputs = qkv(gen, case["B"], case["Hq"], case["Hkv"], 1, case["S"], case["D"], case.dtype)
         if case.params.get("qscale"):  # large logits: q scaled (exactly, a power of two)
             inputs["q"] = inputs["q"] * case["qscale"]
-        q, k, v = dense_values(case.params.get("vals", RANDN), inputs["q"], inputs["k"], inputs["v"])
+        q, k, v = dense_values(case.params.get("vals", RANDN), inputs["q"], inputs["k"], inputs["v"],
+                               scale=effective_scale(case, case["D"]))
         q, k, v = dense_views(case.params.get("view", CONTIG), q, k, v)
         return {"q": q, "k": k, "v": v}
 
@@ -95,13 +109,17 @@ class Decode(Family):
         return attention_outputs(case, (B, Hq, 1, D), (B, Hq, 1))
 
     def call(self, impl, case, inputs, outputs):
-        o, lse = impl(inputs["q"], inputs["k"], inputs["v"], return_lse=case["lse"],
+        o, lse = impl(inputs["q"], inputs["k"], inputs["v"], scale=case_scale(case), return_lse=case["lse"],
                       out=outputs["o"], lse=outputs.get("lse"))
         return lse_if(case, o, lse)
 
     def reference(self, case, inputs, compute_dtype):
-        o, lse = decode_reference(inputs["q"], inputs["k"], inputs["v"], compute_dtype=compute_dtype)
+        o, lse = decode_reference(inputs["q"], inputs["k"], inputs["v"], scale=case_scale(case),
+                                  compute_dtype=compute_dtype)
         return lse_if(case, o, lse)
+
+    def score_bound(self, case, inputs):
+        return score_bound(inputs["q"], inputs["k"], effective_scale(case, case["D"]))
 
     def vendor_problem(self, case, inputs):
         return {"q": inputs["q"], "k": inputs["k"], "v": inputs["v"], "causal": False}

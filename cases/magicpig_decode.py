@@ -2,18 +2,21 @@
 LSH sampling correction ``-log(u)``, clamp form (see references/magicpig.py)."""
 from __future__ import annotations
 
+import math
+
 import torch
 
 from attnsuite.case import make_cases, unique
 from attnsuite.family import Family
-from attnsuite.interfaces import OUT_KEYWORDS, Interface
+from attnsuite.interfaces import ATTENTION_KEYWORDS, SCALE_NOTE, Interface
 from kernels.magicpig_decode import magicpig_decode
 from references.magicpig import magicpig_decode_reference
 from references.paged import sparse_paged_decode_reference
 
 from . import sparse_paged_decode as spd
-from ._attention import attention_outputs, lse_if
-from ._dims import CONTIG, SPLIT_LENGTHS, TILE_RESIDUES, VALUES, index_view
+from ._attention import attention_outputs, lse_if, score_bound
+from ._dims import (CONTIG, EXTREMES, SPLIT_LENGTHS, TILE_RESIDUES, VALUES, case_scale, draw_classes,
+                    effective_scale, index_view)
 from ._paged import PAGED_VIEWS
 from ._sparse import STALE_SELECTIONS, SparseDecodeBench
 
@@ -30,6 +33,14 @@ def label(p) -> str:
 def case(lsh="int", cos=None, **kw):
     return dict(spd.case(**kw), lsh=lsh, cos=cos)
 
+
+FUZZ_FINDS = [
+    case(lsh="int", cos="pm1", layout="NHD", P=256, placement="shuffled", lengths=(846, 860, 0), Hq=2, Hkv=2,
+         D=64, keep=0.5, order="sorted", dup=True, view="rowpad", vals="large"),
+    case(lsh="int", cos="pm1", layout="NHD", P=64, placement="ordered", lengths=(0, 433, 768), Hq=2, Hkv=2,
+         D=128, keep=0.43, order="shuffled", pad="stale", view="rowpad", vals="large"),
+    case(lsh="int", cos="pm1", layout="NHD", P=256, lengths=(1100, 40), Hq=2, Hkv=2, keep=1.0, dup=True,
+         vals="large")]
 
 QUICK = (
     [case(lsh=lsh, keep=k) for lsh in ("int", "float") for k in (0.05, 0.3)]
@@ -53,10 +64,33 @@ QUICK = (
     # Value distributions (late keys listed last).
     + [case(lsh="int", lengths=(640,) if vl == "cancel" else (300, 40), Hq=2, Hkv=1,
             keep=1.0 if vl == "cancel" else 0.8, vals=vl) for vl in VALUES]
+    # Page sizes and GQA groups that are not powers of two.
+    + [case(lsh="int", P=12, lengths=(0, 90, 25), Hq=6, Hkv=2, keep=0.5),
+       case(lsh="float", P=48, layout="NHD", placement="scattered", lengths=(200, 48), Hq=5, Hkv=1, keep=0.5),
+       case(lsh="int", P=16, lengths=(70,), Hq=12, Hkv=2, keep=0.5),
+       case(lsh="float", P=16, lengths=(70,), Hq=7, Hkv=1, keep=0.5)]
+    # Score ranges at the edges of the exponent, and zero vectors: zero keys and a zero query,
+    # whose cosine is 0 only with the norm's epsilon (0 / 0 without it).
+    + [case(lsh="int", lengths=(150, 60), Hq=4, Hkv=2, keep=0.5, vals=vl) for vl in EXTREMES]
+    + [case(lsh="float", lengths=(70,), Hq=2, Hkv=2, keep=1.0, vals="zeros")]
+    # Softmax scales other than 1/sqrt(D), with the distributions that stress the exponent.
+    + [case(lsh="int", lengths=(150, 60), Hq=4, Hkv=2, keep=0.5, vals=vl, scale=sc)
+       for sc, vl in (("mla", "large"), ("hot", "late"), ("one", "pm80"))]
+    # Found by the fuzz profile (magicpig_decode[fuzz31337.191-...] and [fuzz31337.369-...], on two
+    # H100s): q scaled by 64 and keys parallel to it make scores of ~65536, where the fp16
+    # baseline is NaN and the split-KV merge (LSEs of ~9e4 in fp32) errs by ~1e-3; the tolerance
+    # allows what fp32 scores of that size cost (attnsuite/tolerance.py). The first (duplicated
+    # tokens: the inputs that differed alone and in a run) here; the second, and the same inputs
+    # over lists long enough to split in the interpreter too (L_max > 512), in full (FUZZ_FINDS).
+    + [FUZZ_FINDS[0]]
+    # Long reductions in low precision: one row over thousands of selected tokens.
+    + [case(lsh="huge", dtype=dt, P=48, lengths=(2000,), Hq=1, Hkv=1, keep=1.0, dup=True, vals="cancel")
+       for dt in ("fp16", "bf16")]
 )
 
 FULL = (
-    [case(dtype=dt, lsh=lsh, layout=lay, P=P, lengths=lens, Hq=2 * g, Hkv=2, D=d, keep=k,
+    FUZZ_FINDS[1:]
+    + [case(dtype=dt, lsh=lsh, layout=lay, P=P, lengths=lens, Hq=2 * g, Hkv=2, D=d, keep=k,
           placement="scattered")
      for dt in ("fp16", "bf16") for lsh in ("int", "float") for lay in ("HND", "NHD")
      for P, lens in ((16, (1, 3000)), (256, (4000, 700))) for g in (1, 4) for d in (64, 128, 256)
@@ -84,8 +118,12 @@ def _lsh_params(gen, case, B, Hq):
 
 
 def _align_keys_with_queries(inputs, case):
-    """Make every selected key parallel (even slots) or anti-parallel (odd slots) to its query;
-    needs G == 1 so each KV head has one query."""
+    """Make every selected key parallel (even token positions) or anti-parallel (odd ones) to its
+    query; needs G == 1 so each KV head has one query. By the token, not by its slot in the list:
+    a token listed twice (duplicates) is written twice with the same value, since which of two
+    different values an indexed assignment keeps is undefined (torch's CPU kernel splits the
+    writes across threads: the fuzz case magicpig_decode[fuzz31337.191-...] got other inputs
+    alone than inside a run, whose workers use fewer threads)."""
     q, cache, ind, nnz = inputs["q"], inputs["kv_cache"], inputs["sparse_ind"], inputs["sparse_nnz"]
     view = spd._paged.token_view(cache, case["layout"])  # [pages, 2, Hkv, P, D]
     B, Hq, L_max = ind.shape
@@ -96,7 +134,7 @@ def _align_keys_with_queries(inputs, case):
     h = torch.arange(Hq)[None, :, None].expand(B, Hq, L_max)[valid]
     t = ind[valid].long()
     page = inputs["kv_page_indices"][inputs["kv_page_indptr"][b].long() + t // P].long()
-    sign = torch.where(slot.expand(B, Hq, L_max)[valid] % 2 == 0, 2.0, -0.5).to(q.dtype)
+    sign = torch.where(t % 2 == 0, 2.0, -0.5).to(q.dtype)
     view[page, 0, h, t % P] = q[b, h] * sign[:, None]
 
 
@@ -104,11 +142,11 @@ class MagicPigDecode(SparseDecodeBench, Family):
     name = "magicpig_decode"
     interface = Interface(
         ("q", "kv_cache", "kv_page_indptr", "kv_page_indices", "sparse_ind", "sparse_nnz", "K", "L"),
-        ("layout", "kv_last_page_len", *OUT_KEYWORDS), "(o [B, Hq, D], lse [B, Hq] fp32 or None)",
+        ("layout", "kv_last_page_len", *ATTENTION_KEYWORDS), "(o [B, Hq, D], lse [B, Hq] fp32 or None)",
         arguments=("as sparse_paged_decode, plus K, L [B, Hq] fp32 LSH parameters",
                    "score = q.k * scale - log(max(1 - (1-P)^L - L P (1-P)^(L-1), 1e-10)), P = (1 - acos(c)/pi)^K, "
                    "c = clamp(q.k / (|q||k| + 1e-8), -1 + 1e-7, 1 - 1e-7)"),
-        notes="scale 1/sqrt(D)")
+        notes=SCALE_NOTE)
     cases = unique(make_cases(name, label, QUICK)
                    + make_cases(name, label, FULL, profile="full")
                    + make_cases(name, label, BENCH, profile="full", tags=["bench"]))
@@ -124,8 +162,13 @@ class MagicPigDecode(SparseDecodeBench, Family):
             params["Hq"] = params["Hkv"]
         return dict(params, lsh=rng.choice(("int", "int", "float", "huge")), cos=cos)
 
+    def fuzz_classes(self, params, rng):
+        # Keys aligned with their query (cos pm1) need one query head per KV head.
+        return draw_classes(rng, params, gqa=params.get("cos") is None, pages=True)
+
     def make_inputs(self, case, gen):
-        inputs = spd.make_sparse_paged_inputs(case, gen, views=False)
+        # Rows shifted down meet their keys anti-parallel: the correction adds up to -log(1e-10).
+        inputs = spd.make_sparse_paged_inputs(case, gen, views=False, low_extra=-math.log(1e-10))
         B, Hq, _ = inputs["q"].shape
         inputs["K"], inputs["L"] = _lsh_params(gen, case, B, Hq)
         if case["cos"] == "pm1":
@@ -141,18 +184,24 @@ class MagicPigDecode(SparseDecodeBench, Family):
 
     def call(self, impl, case, inputs, outputs):
         o, lse = impl(*spd.paged_args(inputs), inputs["K"], inputs["L"], layout=case["layout"],
-                      kv_last_page_len=inputs["kv_last_page_len"], return_lse=case["lse"],
+                      kv_last_page_len=inputs["kv_last_page_len"], scale=case_scale(case), return_lse=case["lse"],
                       out=outputs["o"], lse=outputs.get("lse"))
         return lse_if(case, o, lse)
 
     def reference(self, case, inputs, compute_dtype):
         if case["vs"] == "sparse_paged_decode":
             o, lse = sparse_paged_decode_reference(*spd.paged_args(inputs), layout=case["layout"],
-                                                   compute_dtype=compute_dtype)
+                                                   scale=case_scale(case), compute_dtype=compute_dtype)
         else:
             o, lse = magicpig_decode_reference(*spd.paged_args(inputs), inputs["K"], inputs["L"],
-                                               layout=case["layout"], compute_dtype=compute_dtype)
+                                               layout=case["layout"], scale=case_scale(case),
+                                               compute_dtype=compute_dtype)
         return lse_if(case, o, lse)
+
+    def score_bound(self, case, inputs):
+        # The correction -log(u) is at most -log(1e-10) (u's floor).
+        keys = spd._paged.token_view(inputs["kv_cache"], case["layout"])[:, 0]
+        return score_bound(inputs["q"], keys, effective_scale(case, case["D"]), -math.log(1e-10))
 
 
 FAMILY = MagicPigDecode()

@@ -2,14 +2,19 @@
 (kernels/mustafar_format.py), each a case axis ``op``:
 
 * ``compress``: the compressor's round trip ``decompress(compress(x))`` for keys and values
-  against pruning / 2-bit quantisation written on the dense tensor (references/mustafar.py);
+  against pruning / 2-bit quantisation written on the dense tensor (references/mustafar.py), and
+  its buffers read with the format of kernels.md section 9 (``references.mustafar.decode_buffers``)
+  against the same (``k_format``, ``v_format``): the format is an interchange format, so a
+  compressor and kernels that agree only with each other (a private bit order) fail;
 * ``keys``: unscaled scores ``q . k`` over compressed keys -> [B, Hq, S_c] fp32;
 * ``values``: ``p @ V`` over compressed values -> [B, Hq, D] fp32;
 * ``decode``: ``softmax(scale * scores) @ V`` -> [B, Hq, D] fp16, built from the two kernels.
 
-Conformance compares each kernel with the same math on the cache its buffers describe (exact
-decode). Separately, ``FAMILY.quality`` reports how far the compressed result is from dense
-attention on the unpruned cache, and the compression ratio: figures, never pass/fail.
+The compute operations run on buffers written by the reference compressor
+(``references.mustafar.encode_buffers``, not the implementation's own), and conformance compares
+each kernel with the same math on the cache those buffers describe (exact decode). Separately,
+``FAMILY.quality`` reports how far the compressed result is from dense attention on the unpruned
+cache, and the compression ratio: figures, never pass/fail.
 
 ``init="edge"`` plants tiles whose kept values are all zero or that keep nothing (channels set to
 0), tiles that keep every element (large channels), and flat tiles (min == max, scale 1): see
@@ -24,15 +29,18 @@ import torch
 
 from attnsuite.case import make_cases, unique
 from attnsuite.family import Family
-from attnsuite.interfaces import Interface
+from attnsuite.interfaces import SCALE_NOTE, Interface
 from kernels import mustafar as kernels_mustafar
 from kernels.mustafar_format import Compressed, compress, decompress
-from references.mustafar import (approximation, attention_reference, compressed_reference,
-                                 kept_from_bitmaps, on_buffers, scores_reference, values_reference)
+from attnsuite.result import CaseFailure
+from references.mustafar import (approximation, attention_reference, compressed_reference, decode_buffers,
+                                 encode_buffers, kept_from_bitmaps, on_buffers, scores_reference,
+                                 values_reference)
 
-from ._attention import randn
-from ._dims import (CONTIG, RANDN, VALUES, cancel_values, dims_label, draw_vals, embed, fused_rows,
-                    large_queries, late_mask, offset_values, scale_late, second_half, seq_slice)
+from ._attention import randn, score_bound
+from ._dims import (CONTIG, EXTREMES, RANDN, SHIFTS, VALUES, cancel_values, case_scale, dense_values,
+                    dims_label, draw_classes, draw_vals, effective_scale, embed, fused_rows, large_queries,
+                    late_mask, offset_values, scale_late, second_half, seq_slice, shift_scores)
 
 #: One view kind: q from a fused projection, p rows of a longer buffer, and the caches the
 #: compressor reads windows of a longer cache.
@@ -65,9 +73,9 @@ def label(p) -> str:
             f"-D{p['D']}{edge}{dims_label(p)}")
 
 
-def case(op, bits=2, s=0.7, B=1, Hq=4, Hkv=1, S=256, D=64, init="randn", view=CONTIG, vals=RANDN):
+def case(op, bits=2, s=0.7, B=1, Hq=4, Hkv=1, S=256, D=64, init="randn", view=CONTIG, vals=RANDN, scale=None):
     return dict(op=op, dtype="fp16", bits=bits, s=s, B=B, Hq=Hq, Hkv=Hkv, S=S, D=D, init=init, view=view,
-                vals=vals)
+                vals=vals, scale=scale)
 
 
 ORIGIN = dict(B=2, Hq=4, Hkv=4, D=128, S=256, s=0.7, bits=2)   # the origin's failing shape
@@ -93,6 +101,17 @@ QUICK = (
        for op, b, vl in (("values", 16, "offset"), ("values", 2, "cancel"), ("decode", 2, "offset"),
                          ("decode", 16, "cancel"), ("decode", 16, "late"), ("decode", 2, "large"))]
     + [case("compress", bits=2, s=0.5, Hq=2, Hkv=2, S=128, vals="offset")]
+    # GQA groups that are not powers of two (query heads of one group contiguous), every op.
+    + [case(op, bits=b, s=0.5, Hq=hq, Hkv=hkv, S=128)
+       for op, b, hq, hkv in (("keys", 2, 6, 2), ("values", 16, 5, 1), ("decode", 2, 7, 1), ("decode", 16, 6, 1))]
+    # Decode: score ranges at the edges of the exponent (unpruned: pruning would drop part of the
+    # shift), zero vectors (zero keys and values keep nothing once pruned), and softmax scales
+    # other than 1/sqrt(D).
+    + [case("decode", bits=b, s=s, B=2, Hq=2, S=128, vals=vl)
+       for b, s, vl in zip((16, 2, 2), (0.0, 0.0, 0.5), EXTREMES)]
+    + [case("keys", bits=2, s=0.5, Hq=2, S=128, vals="zeros")]
+    + [case("decode", bits=b, s=sp, Hq=2, S=128, vals=vl, scale=sc)
+       for b, sp, sc, vl in ((2, 0.5, "mla", "large"), (16, 0.5, "hot", "late"), (2, 0.0, "one", "pm80"))]
 )
 
 FULL = (
@@ -125,6 +144,23 @@ def chosen_mask(packed, shape, kind):
         return None
 
 
+def format_decode(packed, kind: str, bits: int, shape) -> torch.Tensor:
+    """The dense cache an implementation's compressed buffers describe, read with the format of
+    kernels.md section 9 (the reference decoder), whatever the implementation's own decompress
+    reads; a contract failure when the object does not carry the format's buffers."""
+    names = ("bitmaps", "offsets", "packed") + (("scale", "zero") if bits == 2 else ())
+    buffers = {n: getattr(packed, n, None) for n in names}
+    missing = [n for n, t in buffers.items() if not isinstance(t, torch.Tensor)]
+    if missing:
+        raise CaseFailure("contract", f"compressed buffers: the compressor's result has no {', '.join(missing)} "
+                                      "tensor(s) of the interchange format (kernels.md section 9)")
+    try:
+        return decode_buffers(kind, bits, tuple(shape), **buffers)
+    except (IndexError, RuntimeError) as exc:
+        raise CaseFailure("numeric", f"compressed buffers do not decode with the format of kernels.md section 9 "
+                                     f"({type(exc).__name__}: {exc})") from exc
+
+
 def plant_edge_tiles(k: torch.Tensor, v: torch.Tensor) -> None:
     """In place, on the first 64 tokens. Keys: channels 0-3 zero (tiles that keep nothing once
     pruned, or keep zeros at s = 0), 4-7 large (every token keeps them: full tiles), 8 constant
@@ -148,9 +184,10 @@ class Mustafar(Family):
                    "(kernels/mustafar_format.py); decompress(Compressed) -> dense x with pruned entries 0",
                    "keys(q [B, Hq, D], keys: Compressed, out=[B, Hq, S_c] fp32) -> unscaled q . k",
                    "values(p [B, Hq, S_c], values: Compressed, out=[B, Hq, D] fp32) -> p @ V",
-                   "decode(q, keys, values, out=[B, Hq, D] q's dtype) -> softmax(scale * q . k) @ V; "
+                   "decode(q, keys, values, scale=None, out=[B, Hq, D] q's dtype) -> softmax(scale * q . k) @ V; "
                    "GQA: query heads of one group are contiguous"),
-        notes="S_c is any multiple of 64; ties at the pruning threshold may be broken either way")
+        notes="S_c is any multiple of 64; ties at the pruning threshold may be broken either way; keys are "
+              "unscaled, decode's " + SCALE_NOTE)
     cases = unique(make_cases(name, label, QUICK)
                    + make_cases(name, label, FULL, profile="full")
                    + make_cases(name, label, BENCH, profile="full", tags=["bench"]))
@@ -168,6 +205,9 @@ class Mustafar(Family):
                     init="edge" if D == 128 and rng.random() < 0.2 else "randn",
                     view=rng.choice((CONTIG, "slice")), vals=draw_vals(rng))
 
+    def fuzz_classes(self, params, rng):
+        return draw_classes(rng, params, gqa=True)
+
     def make_inputs(self, case, gen):
         B, Hq, Hkv, S, D = (case[x] for x in ("B", "Hq", "Hkv", "S", "D"))
         q = randn(gen, (B, Hq, D), case.dtype)
@@ -183,13 +223,18 @@ class Mustafar(Family):
             q = large_queries(q)
         elif vals == "late":
             k = scale_late(k, late_mask(torch.arange(S), torch.tensor(S)))
+        elif vals in SHIFTS:
+            q, k = shift_scores(vals, q, k, effective_scale(case, D))
+        elif vals == "zeros":
+            q, k, v = dense_values(vals, q, k, v)
         if case.params.get("view", CONTIG) == "slice":
             q = fused_rows(q, q.new_full((B, 2 * Hkv, D), float("nan")))[0]
             k, v = seq_slice(k, v)
         inputs = {"q": q, "k": k, "v": v}
-        # The compress op builds its own buffers; these give its compression ratio.
-        inputs.update(compress(k, case["s"], kind="key", bits=case["bits"]).tensors("kc_"))
-        inputs.update(compress(v, case["s"], kind="value", bits=case["bits"]).tensors("vc_"))
+        # Buffers of the reference compressor: what the compute ops read (the compress op builds
+        # its own; these give its compression ratio).
+        inputs.update({"kc_" + n: t for n, t in encode_buffers(k, case["s"], "key", case["bits"]).items()})
+        inputs.update({"vc_" + n: t for n, t in encode_buffers(v, case["s"], "value", case["bits"]).items()})
         if case["op"] == "values":
             p = torch.softmax(2 * torch.randn((B, Hq, S), generator=gen), -1).to(case.dtype)
             if case.params.get("view", CONTIG) == "slice":
@@ -202,7 +247,9 @@ class Mustafar(Family):
         S = inputs["k"].shape[2]
         if case["op"] == "compress":
             dt = torch.float16 if case["bits"] == 16 else torch.float32
-            return {"k": (tuple(inputs["k"].shape), dt), "v": (tuple(inputs["v"].shape), dt)}
+            return {"k": (tuple(inputs["k"].shape), dt), "v": (tuple(inputs["v"].shape), dt),
+                    "k_format": (tuple(inputs["k"].shape), torch.float32),
+                    "v_format": (tuple(inputs["v"].shape), torch.float32)}
         if case["op"] == "keys":
             return {"scores": ((B, Hq, S), torch.float32)}
         return {"o": ((B, Hq, D), torch.float32 if case["op"] == "values" else case.dtype)}
@@ -218,6 +265,7 @@ class Mustafar(Family):
             for name, kind in (("k", "key"), ("v", "value")):
                 packed = impl("compress", inputs[name], s, kind=kind, bits=bits)
                 outputs[name].copy_(impl("decompress", packed))
+                outputs[name + "_format"].copy_(format_decode(packed, kind, bits, inputs[name].shape))
                 # Ties at the pruning threshold may go either way (kernels.md, "Pruning ties"):
                 # the reference follows the implementation's choice where that choice is legal.
                 inputs[CHOSEN + name] = chosen_mask(packed, inputs[name].shape, kind)
@@ -227,14 +275,15 @@ class Mustafar(Family):
             return {"scores": impl("keys", inputs["q"], kc, out=outputs["scores"])}
         if op == "values":
             return {"o": impl("values", inputs["p"], vc, out=outputs["o"])}
-        return {"o": impl("decode", inputs["q"], kc, vc, out=outputs["o"])}
+        return {"o": impl("decode", inputs["q"], kc, vc, scale=case_scale(case), out=outputs["o"])}
 
     def reference(self, case, inputs, compute_dtype):
         op = case["op"]
         if op == "compress":
-            return {name: compressed_reference(inputs[name], case["s"], kind, case["bits"],
-                                               inputs.get(CHOSEN + name)).to(compute_dtype)
-                    for name, kind in (("k", "key"), ("v", "value"))}
+            ref = {name: compressed_reference(inputs[name], case["s"], kind, case["bits"],
+                                              inputs.get(CHOSEN + name)).to(compute_dtype)
+                   for name, kind in (("k", "key"), ("v", "value"))}
+            return {**ref, "k_format": ref["k"], "v_format": ref["v"]}
         k = on_buffers(self._buffers(case, inputs, "key").tensors(), "key", case["bits"], inputs["k"].shape,
                        compute_dtype)
         v = on_buffers(self._buffers(case, inputs, "value").tensors(), "value", case["bits"],
@@ -243,7 +292,7 @@ class Mustafar(Family):
             return {"scores": scores_reference(inputs["q"], k, compute_dtype)}
         if op == "values":
             return {"o": values_reference(inputs["p"], v, compute_dtype)}
-        return {"o": attention_reference(inputs["q"], k, v, compute_dtype)}
+        return {"o": attention_reference(inputs["q"], k, v, compute_dtype, scale=case_scale(case))}
 
     def vendor_problem(self, case, inputs):
         if case["op"] != "decode":
@@ -267,6 +316,11 @@ class Mustafar(Family):
             pg, v = inputs["p"].view(B, Hkv, G, S), inputs["v"]
             return {"dense_pv": (lambda: pg @ v, "torch fp16 p @ V on the dense cache")}
         return {}
+
+    def score_bound(self, case, inputs):
+        if case["op"] != "decode":
+            return None  # keys: raw scores; values: p @ V; compress: no softmax
+        return score_bound(inputs["q"], inputs["k"], effective_scale(case, case["D"]))
 
     def launches_kernel(self, case):
         return case["op"] != "compress"  # the compressor is vectorized torch

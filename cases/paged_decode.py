@@ -4,16 +4,16 @@ from __future__ import annotations
 
 from attnsuite.case import make_cases, unique
 from attnsuite.family import Family
-from attnsuite.interfaces import OUT_KEYWORDS, Interface
+from attnsuite.interfaces import ATTENTION_KEYWORDS, SCALE_NOTE, Interface
 from kernels.decode import decode as contiguous_decode
 from kernels.paged_decode import paged_decode
 from references.attention import decode_reference
 from references.paged import paged_decode_reference
 
 from . import _paged
-from ._attention import attention_outputs, dense_stand_in, lse_if, qkv, randn
-from ._dims import (CONTIG, RANDN, VALUES, dims_label, draw_dtype, draw_head_dim, draw_heads, draw_vals,
-                    draw_view, paged_values)
+from ._attention import attention_outputs, dense_stand_in, lse_if, qkv, randn, score_bound
+from ._dims import (CONTIG, EXTREMES, RANDN, VALUES, case_scale, dims_label, draw_classes, draw_dtype,
+                    draw_head_dim, draw_heads, draw_vals, draw_view, effective_scale, paged_values)
 from ._paged import PAGED_VIEWS, draw_page_table, paged_views
 
 
@@ -26,9 +26,9 @@ def label(p) -> str:
 
 
 def case(dtype="fp16", layout="HND", P=16, placement="shuffled", lengths=(1, 16, 40), Hq=8, Hkv=2, D=64,
-         lse=True, vs=None, pool=None, view=CONTIG, vals=RANDN):
+         lse=True, vs=None, pool=None, view=CONTIG, vals=RANDN, scale=None):
     return dict(dtype=dtype, layout=layout, P=P, placement=placement, lengths=tuple(lengths), Hq=Hq,
-                Hkv=Hkv, D=D, lse=lse, vs=vs, pool=pool, view=view, vals=vals)
+                Hkv=Hkv, D=D, lse=lse, vs=vs, pool=pool, view=view, vals=vals, scale=scale)
 
 
 QUICK = (
@@ -56,6 +56,20 @@ QUICK = (
     # Value distributions; the late keys are each sequence's last quarter.
     # (cancel: one long sequence, many tiles, every output near 0)
     + [case(P=64, lengths=(640,) if vl == "cancel" else (300, 90), Hq=4, Hkv=2, vals=vl) for vl in VALUES]
+    # Page sizes that are not powers of two (a page / slot computed with shifts and masks passes
+    # every power-of-two case), with a zero-page sequence, a short last page and many pages;
+    # GQA groups that are not powers of two.
+    + [case(P=12, lengths=(0, 25, 100), Hq=6, Hkv=2), case(P=48, layout="NHD", placement="scattered",
+                                                          lengths=(200, 48), Hq=5, Hkv=1),
+       case(P=16, lengths=(40, 17), Hq=12, Hkv=2), case(P=64, layout="NHD", lengths=(130,), Hq=7, Hkv=1)]
+    # Score ranges at the edges of the exponent and zero vectors (cases/_dims.py, EXTREMES).
+    + [case(P=16, lengths=(100, 37), Hq=4, Hkv=2, vals=vl) for vl in EXTREMES]
+    # Softmax scales other than 1/sqrt(D), with the distributions that stress the exponent.
+    + [case(P=16, lengths=(100, 37), Hq=4, Hkv=2, vals=vl, scale=sc)
+       for sc, vl in (("mla", "large"), ("hot", "late"), ("one", "pm80"))]
+    # Long reductions in low precision: one row over thousands of tokens whose running sum
+    # climbs far from the output (an accumulator kept in the input dtype shows).
+    + [case(dtype=dt, P=48, lengths=(2000,), Hq=2, Hkv=1, vals="cancel") for dt in ("fp16", "bf16")]
 )
 
 FULL = (
@@ -89,7 +103,7 @@ VS_DECODE_BENCH = [case(P=P, lengths=(L,) * B, Hq=Hq, Hkv=Hkv, D=D, lse=False, v
 class PagedDecode(Family):
     name = "paged_decode"
     interface = Interface(
-        ("q", "kv_cache", "kv_page_indptr", "kv_page_indices", "kv_last_page_len"), ("layout", *OUT_KEYWORDS),
+        ("q", "kv_cache", "kv_page_indptr", "kv_page_indices", "kv_last_page_len"), ("layout", *ATTENTION_KEYWORDS),
         "(o [B, Hq, D], lse [B, Hq] fp32 or None)",
         arguments=("q  [B, Hq, D]  fp16 | bf16",
                    "kv_cache  [pages, 2, Hkv, P, D] (layout='HND') or [pages, 2, P, Hkv, D] ('NHD'); 0 = K, 1 = V; "
@@ -97,7 +111,7 @@ class PagedDecode(Family):
                    "kv_page_indptr [B + 1], kv_page_indices [indptr[B]], kv_last_page_len [B] (1..P; 0 for a "
                    "sequence with no page)  int32",
                    "a sequence with no page gives o = 0, lse = -inf"),
-        notes="scale 1/sqrt(D); L_b = P * (pages_b - 1) + last_b")
+        notes=SCALE_NOTE + "; L_b = P * (pages_b - 1) + last_b")
     cases = unique(make_cases(name, label, QUICK)
                    + make_cases(name, label, FULL, profile="full")
                    + make_cases(name, label, BENCH, profile="full", tags=["bench"])
@@ -106,6 +120,9 @@ class PagedDecode(Family):
 
     def label(self, params):
         return label(params)
+
+    def fuzz_classes(self, params, rng):
+        return draw_classes(rng, params, gqa=True, pages=True)
 
     def make_inputs(self, case, gen):
         lengths, P = case["lengths"], case["P"]
@@ -122,7 +139,8 @@ class PagedDecode(Family):
         vals = case.params.get("vals", RANDN)
         if vals != RANDN:
             positions, lens = _paged.slot_positions(indptr, indices, lengths, P, num_pages)
-            q, cache = paged_values(vals, q, cache, case["layout"], positions, lens)
+            q, cache = paged_values(vals, q, cache, case["layout"], positions, lens,
+                                    scale=effective_scale(case, case["D"]))
         q, cache = paged_views(case.params.get("view", CONTIG), q, cache, case["layout"])
         return {"q": q, "kv_cache": cache, "kv_page_indptr": indptr, "kv_page_indices": indices,
                 "kv_last_page_len": last}
@@ -140,19 +158,24 @@ class PagedDecode(Family):
 
     def call(self, impl, case, inputs, outputs):
         o, lse = impl(inputs["q"], inputs["kv_cache"], inputs["kv_page_indptr"], inputs["kv_page_indices"],
-                      inputs["kv_last_page_len"], layout=case["layout"], return_lse=case["lse"],
+                      inputs["kv_last_page_len"], layout=case["layout"], scale=case_scale(case), return_lse=case["lse"],
                       out=outputs["o"], lse=outputs.get("lse"))
         return lse_if(case, o, lse)
 
     def reference(self, case, inputs, compute_dtype):
         if case["vs"] == "decode":
             o, lse = decode_reference(inputs["q"][:, :, None], inputs["k_dense"], inputs["v_dense"],
-                                      compute_dtype=compute_dtype)
+                                      scale=case_scale(case), compute_dtype=compute_dtype)
             return lse_if(case, o[:, :, 0], lse[:, :, 0])
         o, lse = paged_decode_reference(inputs["q"], inputs["kv_cache"], inputs["kv_page_indptr"],
                                         inputs["kv_page_indices"], inputs["kv_last_page_len"],
-                                        layout=case["layout"], compute_dtype=compute_dtype)
+                                        layout=case["layout"], scale=case_scale(case),
+                                        compute_dtype=compute_dtype)
         return lse_if(case, o, lse)
+
+    def score_bound(self, case, inputs):
+        keys = _paged.token_view(inputs["kv_cache"], case["layout"])[:, 0]
+        return score_bound(inputs["q"], keys, effective_scale(case, case["D"]))
 
     def vendor_problem(self, case, inputs):
         return dense_stand_in(inputs["q"], case["Hkv"], max(case["lengths"]),

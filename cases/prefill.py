@@ -4,15 +4,15 @@ from __future__ import annotations
 
 from attnsuite.case import grid, make_cases, unique
 from attnsuite.family import Family
-from attnsuite.interfaces import OUT_KEYWORDS, Interface
+from attnsuite.interfaces import ATTENTION_KEYWORDS, SCALE_NOTE, Interface
 from attnsuite.baselines.impls import npu_fusion_attention_prefill, sdpa_prefill
 from kernels.prefill import prefill
 from references.attention import prefill_reference
 
-from ._attention import attention_outputs, heads, lse_if, qkv
-from ._dims import (CONTIG, DENSE_VIEWS, LONG_RESIDUES, RANDN, TILE_RESIDUES, VALUES, dense_values,
-                    dense_views, dims_label, draw_dtype, draw_head_dim, draw_heads, draw_length,
-                    draw_vals, draw_view)
+from ._attention import attention_outputs, heads, lse_if, qkv, score_bound
+from ._dims import (CONTIG, DENSE_VIEWS, EXTREMES, LONG_RESIDUES, RANDN, TILE_RESIDUES, VALUES, case_scale,
+                    dense_values, dense_views, dims_label, draw_classes, draw_dtype, draw_head_dim,
+                    draw_heads, draw_length, draw_vals, draw_view, effective_scale)
 
 
 def label(p) -> str:
@@ -20,6 +20,11 @@ def label(p) -> str:
     lse = "-lse" if p["lse"] else ""
     qs = f"-qs{p['qscale']}" if p.get("qscale") else ""
     return f"{p['dtype']}-{heads(p['B'], p['Hq'], p['Hkv'])}-S{p['S']}-D{p['D']}-{mask}{lse}{qs}{dims_label(p)}"
+
+
+#: (scale, value distribution, S, causal) of the scaled cases: MLA's scale with large logits, a
+#: temperature with late keys, no scaling with rows near -80 and +80.
+SCALED = (("mla", "large", 65, True), ("hot", "late", 130, False), ("one", "pm80", 33, True))
 
 
 def _gqa(B, Hkv, G):
@@ -50,6 +55,15 @@ QUICK = (
     # cancel: every row sees both halves (non-causal) over ten 64-key tiles.
     + [dict(dtype="fp16", **_gqa(1, 1, g), S=s, D=64, causal=c, lse=True, vals=vl)
        for vl, g, s, c in zip(VALUES, (2, 1, 2, 2), (300, 640, 300, 300), (True, False, True, False))]
+    # GQA groups that are not powers of two (real models: 28/4, 12/2), ragged lengths.
+    + [dict(dtype="fp16", **_gqa(1, h, g), S=s, D=64, causal=c, lse=True)
+       for h, g, s, c in ((2, 3, 33, True), (1, 5, 17, False), (2, 6, 20, True), (1, 7, 40, False))]
+    # Score ranges at the edges of the exponent and zero vectors (cases/_dims.py, EXTREMES).
+    + [dict(dtype="fp16", **_gqa(2, 1, 2), S=65, D=64, causal=c, lse=True, vals=vl)
+       for vl, c in zip(EXTREMES, (True, False, True))]
+    # Softmax scales other than 1/sqrt(D), with the distributions that stress the exponent.
+    + [dict(dtype="fp16", **_gqa(1, 1, 2), S=s, D=64, causal=c, lse=True, vals=vl, scale=sc)
+       for sc, vl, s, c in SCALED]
 )
 
 FULL = [
@@ -79,11 +93,11 @@ BENCH = [dict(dtype=dt, **_gqa(8, 16, 4), S=1024, D=64, causal=True, lse=lse)
 class Prefill(Family):
     name = "prefill"
     interface = Interface(
-        ("q", "k", "v"), ("causal", *OUT_KEYWORDS), "(o [B, Hq, S, D], lse [B, Hq, S] fp32 or None)",
+        ("q", "k", "v"), ("causal", *ATTENTION_KEYWORDS), "(o [B, Hq, S, D], lse [B, Hq, S] fp32 or None)",
         arguments=("q  [B, Hq, S, D]  fp16 | bf16  (BNSD)", "k, v  [B, Hkv, S, D]  q's dtype; Hq % Hkv == 0, "
                    "query head h reads KV head h // (Hq // Hkv)", "causal  bool: key j is masked for query i when j > i",
                    "out  [B, Hq, S, D] q's dtype; lse  [B, Hq, S] fp32 (when return_lse)"),
-        notes="scale 1/sqrt(D); D in {64, 128, 256} in the catalog")
+        notes=f"{SCALE_NOTE}; D in {{64, 128, 256}} in the catalog")
     cases = unique(make_cases(name, label, QUICK)
                    + make_cases(name, label, FULL, profile="full")
                    + make_cases(name, label, BENCH, profile="full", tags=["bench"]))
@@ -99,11 +113,15 @@ class Prefill(Family):
                     S=draw_length(rng, 300 if D < 256 else 140), D=D, causal=rng.random() < 0.5,
                     lse=rng.random() < 0.7, view=draw_view(rng, DENSE_VIEWS), vals=draw_vals(rng))
 
+    def fuzz_classes(self, params, rng):
+        return draw_classes(rng, params, gqa=True)
+
     def make_inputs(self, case, gen):
         inputs = qkv(gen, case["B"], case["Hq"], case["Hkv"], case["S"], case["S"], case["D"], case.dtype)
         if case.params.get("qscale"):  # large logits: q scaled (exactly, a power of two)
             inputs["q"] = inputs["q"] * case["qscale"]
-        q, k, v = dense_values(case.params.get("vals", RANDN), inputs["q"], inputs["k"], inputs["v"])
+        q, k, v = dense_values(case.params.get("vals", RANDN), inputs["q"], inputs["k"], inputs["v"],
+                               scale=effective_scale(case, case["D"]))
         q, k, v = dense_views(case.params.get("view", CONTIG), q, k, v)
         return {"q": q, "k": k, "v": v}
 
@@ -112,14 +130,17 @@ class Prefill(Family):
         return attention_outputs(case, (B, Hq, S, D), (B, Hq, S))
 
     def call(self, impl, case, inputs, outputs):
-        o, lse = impl(inputs["q"], inputs["k"], inputs["v"], causal=case["causal"],
+        o, lse = impl(inputs["q"], inputs["k"], inputs["v"], causal=case["causal"], scale=case_scale(case),
                       return_lse=case["lse"], out=outputs["o"], lse=outputs.get("lse"))
         return lse_if(case, o, lse)
 
     def reference(self, case, inputs, compute_dtype):
         o, lse = prefill_reference(inputs["q"], inputs["k"], inputs["v"], causal=case["causal"],
-                                   compute_dtype=compute_dtype)
+                                   scale=case_scale(case), compute_dtype=compute_dtype)
         return lse_if(case, o, lse)
+
+    def score_bound(self, case, inputs):
+        return score_bound(inputs["q"], inputs["k"], effective_scale(case, case["D"]))
 
     def vendor_problem(self, case, inputs):
         return {"q": inputs["q"], "k": inputs["k"], "v": inputs["v"], "causal": case["causal"]}

@@ -12,15 +12,15 @@ import torch
 
 from attnsuite.case import grid, make_cases, unique
 from attnsuite.family import Family
-from attnsuite.interfaces import OUT_KEYWORDS, Interface
+from attnsuite.interfaces import ATTENTION_KEYWORDS, SCALE_NOTE, Interface
 from kernels.prefill_varlen import prefill_packed, prefill_padded
 from references.attention import prefill_reference
 from references.varlen import (padded_to_packed, prefill_packed_reference, prefill_padded_reference)
 
-from ._attention import attention_outputs, lse_if, qkv
-from ._dims import (CONTIG, DENSE_VIEWS, LONG_RESIDUES, RANDN, TILE_RESIDUES, VALUES, dense_values,
-                    dense_views, dims_label, draw_dtype, draw_head_dim, draw_heads, draw_length,
-                    draw_vals, draw_view, fused_rows, row_pad)
+from ._attention import attention_outputs, lse_if, qkv, score_bound
+from ._dims import (CONTIG, DENSE_VIEWS, EXTREMES, LONG_RESIDUES, RANDN, TILE_RESIDUES, VALUES, case_scale,
+                    dense_values, dense_views, dims_label, draw_classes, draw_dtype, draw_head_dim,
+                    draw_heads, draw_length, draw_vals, draw_view, effective_scale, fused_rows, row_pad)
 
 #: Views of the packed layout: q/k/v head slices of one fused [T, Hq + 2 Hkv, D] projection, and
 #: rows wider than D. The padded layout takes the dense families' views.
@@ -36,10 +36,10 @@ def label(p) -> str:
 
 
 def case(layout="padded", lengths=(1, 64, 17), dtype="fp16", Hkv=2, G=4, D=64, causal=True, lse=True,
-         S=None, vs=None, view=CONTIG, vals=RANDN):
+         S=None, vs=None, view=CONTIG, vals=RANDN, scale=None):
     lengths = tuple(int(n) for n in lengths)
     return dict(dtype=dtype, layout=layout, lengths=lengths, S=S or max(lengths), Hq=Hkv * G, Hkv=Hkv,
-                D=D, causal=causal, lse=lse, vs=vs, view=view, vals=vals)
+                D=D, causal=causal, lse=lse, vs=vs, view=view, vals=vals, scale=scale)
 
 
 def views_of(layout):
@@ -77,6 +77,17 @@ QUICK = (
     + [case(layout=lay, lengths=lens, Hkv=1, G=1, causal=c, vals=vl)
        for vl, lay, lens, c in zip(VALUES, ("padded", "packed", "padded", "packed"),
                                    ((300, 40), (640, 500), (300, 40), (300, 40)), (True, False, False, True))]
+    # GQA groups that are not powers of two, both layouts.
+    + [case(layout=lay, lengths=(33, 7), Hkv=h, G=g, causal=c)
+       for lay, h, g, c in (("padded", 2, 3, True), ("packed", 1, 5, False), ("packed", 2, 6, True),
+                            ("padded", 1, 7, False))]
+    # Score ranges at the edges of the exponent and zero vectors; padded rows past each length.
+    + [case(layout=lay, lengths=(70, 20), S=S, Hkv=1, G=2, causal=c, vals=vl)
+       for vl, lay, S, c in zip(EXTREMES, ("padded", "packed", "padded"), (80, None, 75), (True, False, False))]
+    # Softmax scales other than 1/sqrt(D), with the distributions that stress the exponent.
+    + [case(layout=lay, lengths=(65, 30), Hkv=1, G=2, causal=c, vals=vl, scale=sc)
+       for sc, vl, lay, c in (("mla", "large", "packed", True), ("hot", "late", "padded", False),
+                              ("one", "pm80", "packed", True))]
 )
 
 _SWEEP_LENGTHS = (1, 300, 1000, 77)
@@ -125,13 +136,13 @@ def prefill_varlen(q, k, v, seq, *, check_indices=True, **kw):
 class PrefillVarlen(Family):
     name = "prefill_varlen"
     interface = Interface(
-        ("q", "k", "v", "seq"), ("causal", *OUT_KEYWORDS), "(o, lse fp32 or None)",
+        ("q", "k", "v", "seq"), ("causal", *ATTENTION_KEYWORDS), "(o, lse fp32 or None)",
         arguments=("padded: q [B, Hq, S, D], k/v [B, Hkv, S, D], seq = lengths [B] int32 (1 <= len <= S); "
                    "query rows >= len are written as zeros, keys >= len are masked",
                    "packed: q [T, Hq, D], k/v [T, Hkv, D] (possibly views of one fused QKV tensor), "
                    "seq = cu_seqlens [B + 1] int32 (exclusive prefix sums); causal within each sequence",
                    "out like q; lse [B, Hq, S] (padded) or [T, Hq] (packed) fp32"),
-        notes="scale 1/sqrt(D); fp16 | bf16")
+        notes=f"{SCALE_NOTE}; fp16 | bf16")
     cases = unique(make_cases(name, label, QUICK)
                    + make_cases(name, label, FULL, profile="full")
                    + make_cases(name, label, BENCH, profile="full", tags=["bench"]))
@@ -154,12 +165,16 @@ class PrefillVarlen(Family):
                     causal=rng.random() < 0.5, lse=rng.random() < 0.7, vs=None,
                     view=draw_view(rng, views_of(layout)), vals=draw_vals(rng))
 
+    def fuzz_classes(self, params, rng):
+        return draw_classes(rng, params, gqa=True)
+
     def make_inputs(self, case, gen):
         lengths = case["lengths"]
         dense = qkv(gen, len(lengths), case["Hq"], case["Hkv"], case["S"], case["S"], case["D"], case.dtype)
         lens = torch.tensor(lengths, dtype=torch.int32)
         view = case.params.get("view", CONTIG)
-        q, k, v = dense_values(case.params.get("vals", RANDN), dense["q"], dense["k"], dense["v"], lens)
+        q, k, v = dense_values(case.params.get("vals", RANDN), dense["q"], dense["k"], dense["v"], lens,
+                               scale=effective_scale(case, case["D"]))
         dense = {"q": q, "k": k, "v": v}
         if case["layout"] == "padded":
             q, k, v = dense_views(view, q, k, v)
@@ -185,29 +200,32 @@ class PrefillVarlen(Family):
     def call(self, impl, case, inputs, outputs):
         seq = inputs["lengths"] if case["layout"] == "padded" else inputs["cu_seqlens"]
         o, lse = impl(inputs["q"], inputs["k"], inputs["v"], seq, causal=case["causal"],
-                      return_lse=case["lse"], out=outputs["o"], lse=outputs.get("lse"))
+                      scale=case_scale(case), return_lse=case["lse"], out=outputs["o"], lse=outputs.get("lse"))
         return lse_if(case, o, lse)
 
     def reference(self, case, inputs, compute_dtype):
         causal, layout, vs = case["causal"], case["layout"], case["vs"]
         if layout == "padded":
             if vs == "prefill":
-                o, lse = prefill_reference(inputs["q"], inputs["k"], inputs["v"], causal=causal,
+                o, lse = prefill_reference(inputs["q"], inputs["k"], inputs["v"], causal=causal, scale=case_scale(case),
                                            compute_dtype=compute_dtype)
             else:
                 o, lse = prefill_padded_reference(inputs["q"], inputs["k"], inputs["v"], inputs["lengths"],
-                                                  causal=causal, compute_dtype=compute_dtype)
+                                                  causal=causal, scale=case_scale(case), compute_dtype=compute_dtype)
             return lse_if(case, o, lse)
         if vs:
             ref = prefill_reference if vs == "prefill" else prefill_padded_reference
             extra = () if vs == "prefill" else (inputs["lengths"],)
             o, lse = ref(inputs["q_padded"], inputs["k_padded"], inputs["v_padded"], *extra, causal=causal,
-                         compute_dtype=compute_dtype)
+                         scale=case_scale(case), compute_dtype=compute_dtype)
             lengths = case["lengths"]
             return lse_if(case, padded_to_packed(o, lengths), padded_to_packed(lse[..., None], lengths)[..., 0])
         o, lse = prefill_packed_reference(inputs["q"], inputs["k"], inputs["v"], inputs["cu_seqlens"],
-                                          causal=causal, compute_dtype=compute_dtype)
+                                          causal=causal, scale=case_scale(case), compute_dtype=compute_dtype)
         return lse_if(case, o, lse)
+    def score_bound(self, case, inputs):
+        return score_bound(inputs["q"], inputs["k"], effective_scale(case, case["D"]))
+
     def vendor_problem(self, case, inputs):
         """SDPA over the padded batch [B, H, max length, D] (padding computed, not skipped)."""
         B, S, D = len(case["lengths"]), case["S"], case["D"]

@@ -4,15 +4,15 @@ from __future__ import annotations
 
 from attnsuite.case import make_cases, unique
 from attnsuite.family import Family
-from attnsuite.interfaces import OUT_KEYWORDS, Interface
+from attnsuite.interfaces import ATTENTION_KEYWORDS, SCALE_NOTE, Interface
 from kernels.sparse_decode import sparse_decode
 from references.attention import decode_reference
 from references.sparse import sparse_decode_reference
 
-from ._attention import attention_outputs, heads, lse_if, qkv
-from ._dims import (CONTIG, DENSE_VIEWS, RANDN, SPLIT_LENGTHS, TILE_RESIDUES, VALUES, dense_values,
-                    dense_views, dims_label, draw_dtype, draw_head_dim, draw_heads, draw_length, draw_vals,
-                    draw_view, listed_last)
+from ._attention import attention_outputs, heads, lse_if, qkv, score_bound
+from ._dims import (CONTIG, DENSE_VIEWS, EXTREMES, RANDN, SPLIT_LENGTHS, TILE_RESIDUES, VALUES, case_scale,
+                    dense_values, dense_views, dims_label, draw_classes, draw_dtype, draw_head_dim,
+                    draw_heads, draw_length, draw_vals, draw_view, effective_scale, listed_last)
 from ._sparse import (QUICK_SELECTIONS, SELECTION, STALE_SELECTIONS, SparseDecodeBench, draw_selection,
                       index_views, select_tokens, selection_label)
 
@@ -23,8 +23,9 @@ def label(p) -> str:
             f"{selection_label(p)}{'-lse' if p['lse'] else ''}{vs}{dims_label(p)}")
 
 
-def case(dtype="fp16", B=2, Hq=8, Hkv=2, S=200, D=64, lse=True, vs=None, view=CONTIG, vals=RANDN, **selection):
-    return dict(dtype=dtype, B=B, Hq=Hq, Hkv=Hkv, S=S, D=D, lse=lse, vs=vs, view=view, vals=vals,
+def case(dtype="fp16", B=2, Hq=8, Hkv=2, S=200, D=64, lse=True, vs=None, view=CONTIG, vals=RANDN, scale=None,
+         **selection):
+    return dict(dtype=dtype, B=B, Hq=Hq, Hkv=Hkv, S=S, D=D, lse=lse, vs=vs, view=view, vals=vals, scale=scale,
                 **{**SELECTION, **selection})
 
 
@@ -43,6 +44,16 @@ QUICK = (
     + [case(Hq=4, keep=0.3, view=vw) for vw in DENSE_VIEWS]
     # Value distributions over several tiles of each list (late keys listed last).
     + [case(B=1, Hq=4, Hkv=2, S=600, keep=1.0 if vl == "cancel" else 0.5, vals=vl) for vl in VALUES]
+    # GQA groups that are not powers of two.
+    + [case(B=b, Hq=hq, Hkv=hkv, S=70, keep=0.5) for b, hq, hkv in ((2, 6, 2), (1, 5, 1), (1, 12, 2), (1, 7, 1))]
+    # Score ranges at the edges of the exponent and zero vectors (cases/_dims.py, EXTREMES).
+    + [case(B=2, Hq=4, Hkv=2, S=150, keep=0.5, vals=vl) for vl in EXTREMES]
+    # Softmax scales other than 1/sqrt(D), with the distributions that stress the exponent.
+    + [case(B=1, Hq=4, Hkv=2, S=150, keep=0.5, vals=vl, scale=sc)
+       for sc, vl in (("mla", "large"), ("hot", "late"), ("one", "pm80"))]
+    # Long reductions in low precision: one row over thousands of selected tokens (with
+    # duplicates) whose running sum climbs far from the output.
+    + [case(dtype=dt, B=1, Hq=2, Hkv=1, S=2000, keep=1.0, dup=True, vals="cancel") for dt in ("fp16", "bf16")]
 )
 
 FULL = (
@@ -73,12 +84,13 @@ KEPT_SWEEP = [dict(BENCH[0], keep=k) for k in (0.01, 0.05, 0.1, 0.2, 0.5, 1.0)]
 class SparseDecode(SparseDecodeBench, Family):
     name = "sparse_decode"
     interface = Interface(
-        ("q", "k", "v", "sparse_ind", "sparse_nnz"), OUT_KEYWORDS, "(o [B, Hq, 1, D], lse [B, Hq, 1] fp32 or None)",
+        ("q", "k", "v", "sparse_ind", "sparse_nnz"), ATTENTION_KEYWORDS,
+        "(o [B, Hq, 1, D], lse [B, Hq, 1] fp32 or None)",
         arguments=("q [B, Hq, 1, D], k/v [B, Hkv, S, D] as decode",
                    "sparse_ind [B, Hq, L_max] int32: token positions per query head, any order, duplicates count",
                    "sparse_nnz [B, Hq] int32: leading valid entries; entries past nnz are ignored whatever they hold; "
                    "nnz == 0 gives o = 0, lse = -inf"),
-        notes="scale 1/sqrt(D)")
+        notes=SCALE_NOTE)
     cases = unique(make_cases(name, label, QUICK)
                    + make_cases(name, label, FULL, profile="full")
                    + make_cases(name, label, BENCH, profile="full", tags=["bench"])
@@ -94,11 +106,14 @@ class SparseDecode(SparseDecodeBench, Family):
                     D=draw_head_dim(rng), lse=rng.random() < 0.7, vs=None, view=draw_view(rng, DENSE_VIEWS),
                     vals=draw_vals(rng), **draw_selection(rng))
 
+    def fuzz_classes(self, params, rng):
+        return draw_classes(rng, params, gqa=True)
+
     def make_inputs(self, case, gen):
         inputs = qkv(gen, case["B"], case["Hq"], case["Hkv"], 1, case["S"], case["D"], case.dtype)
         ind, nnz = select_tokens(gen, case, [case["S"]] * case["B"])
         vals = case.params.get("vals", RANDN)
-        q, k, v = dense_values(vals, inputs["q"], inputs["k"], inputs["v"])
+        q, k, v = dense_values(vals, inputs["q"], inputs["k"], inputs["v"], scale=effective_scale(case, case["D"]))
         ind = listed_last(vals, ind, nnz, case["S"])
         view = case.params.get("view", CONTIG)
         q, k, v = dense_views(view, q, k, v)
@@ -111,16 +126,22 @@ class SparseDecode(SparseDecodeBench, Family):
 
     def call(self, impl, case, inputs, outputs):
         o, lse = impl(inputs["q"], inputs["k"], inputs["v"], inputs["sparse_ind"], inputs["sparse_nnz"],
-                      return_lse=case["lse"], out=outputs["o"], lse=outputs.get("lse"))
+                      scale=case_scale(case), return_lse=case["lse"], out=outputs["o"], lse=outputs.get("lse"))
         return lse_if(case, o, lse)
 
     def reference(self, case, inputs, compute_dtype):
         if case["vs"] == "decode":
-            o, lse = decode_reference(inputs["q"], inputs["k"], inputs["v"], compute_dtype=compute_dtype)
+            o, lse = decode_reference(inputs["q"], inputs["k"], inputs["v"], scale=case_scale(case),
+                                      compute_dtype=compute_dtype)
         else:
             o, lse = sparse_decode_reference(inputs["q"], inputs["k"], inputs["v"], inputs["sparse_ind"],
-                                             inputs["sparse_nnz"], compute_dtype=compute_dtype)
+                                             inputs["sparse_nnz"], scale=case_scale(case),
+                                             compute_dtype=compute_dtype)
         return lse_if(case, o, lse)
+
+
+    def score_bound(self, case, inputs):
+        return score_bound(inputs["q"], inputs["k"], effective_scale(case, case["D"]))
 
 
 FAMILY = SparseDecode()

@@ -6,14 +6,15 @@ import torch
 
 from attnsuite.case import make_cases, unique
 from attnsuite.family import Family
-from attnsuite.interfaces import OUT_KEYWORDS, Interface
+from attnsuite.interfaces import ATTENTION_KEYWORDS, SCALE_NOTE, Interface
 from kernels.sparse_paged_decode import sparse_paged_decode
 from references.paged import paged_decode_reference, sparse_paged_decode_reference
 
 from . import _paged
-from ._attention import attention_outputs, lse_if, randn
-from ._dims import (CONTIG, RANDN, SPLIT_LENGTHS, TILE_RESIDUES, VALUES, dims_label, draw_dtype, draw_head_dim,
-                    draw_heads, draw_vals, draw_view, listed_last, paged_values)
+from ._attention import attention_outputs, lse_if, randn, score_bound
+from ._dims import (CONTIG, EXTREMES, RANDN, SPLIT_LENGTHS, TILE_RESIDUES, VALUES, case_scale, dims_label,
+                    draw_classes, draw_dtype, draw_head_dim, draw_heads, draw_vals, draw_view,
+                    effective_scale, listed_last, paged_values)
 from ._paged import PAGED_VIEWS, draw_page_table, paged_views
 from ._sparse import (QUICK_SELECTIONS, SELECTION, STALE_SELECTIONS, SparseDecodeBench, draw_selection,
                       index_views, select_tokens, selection_label)
@@ -27,9 +28,9 @@ def label(p) -> str:
 
 
 def case(dtype="fp16", layout="HND", P=16, placement="shuffled", lengths=(90, 200), Hq=8, Hkv=2, D=64,
-         lse=True, vs=None, pool=None, view=CONTIG, vals=RANDN, **selection):
+         lse=True, vs=None, pool=None, view=CONTIG, vals=RANDN, scale=None, **selection):
     return dict(dtype=dtype, layout=layout, P=P, placement=placement, lengths=tuple(lengths), Hq=Hq, Hkv=Hkv,
-                D=D, lse=lse, vs=vs, pool=pool, view=view, vals=vals, **{**SELECTION, **selection})
+                D=D, lse=lse, vs=vs, pool=pool, view=view, vals=vals, scale=scale, **{**SELECTION, **selection})
 
 
 QUICK = (
@@ -53,6 +54,20 @@ QUICK = (
     # (cancel: every token of one long sequence, so every output sits near 0)
     + [case(lengths=(640,) if vl == "cancel" else (600, 90), Hq=4, Hkv=2, keep=1.0 if vl == "cancel" else 0.5,
             vals=vl) for vl in VALUES]
+    # Page sizes that are not powers of two (logical position -> page / slot by division, not
+    # shifts), with GQA groups that are not powers of two; two more groups on pages of 16.
+    + [case(P=12, lengths=(0, 90, 25), Hq=6, Hkv=2, keep=0.5), case(P=48, layout="NHD", placement="scattered",
+                                                                   lengths=(200, 48), Hq=5, Hkv=1, keep=0.5),
+       case(P=16, lengths=(70,), Hq=12, Hkv=2, keep=0.5), case(P=16, lengths=(70,), Hq=7, Hkv=1, keep=0.5)]
+    # Score ranges at the edges of the exponent and zero vectors (cases/_dims.py, EXTREMES).
+    + [case(lengths=(150, 60), Hq=4, Hkv=2, keep=0.5, vals=vl) for vl in EXTREMES]
+    # Softmax scales other than 1/sqrt(D), with the distributions that stress the exponent.
+    + [case(lengths=(150, 60), Hq=4, Hkv=2, keep=0.5, vals=vl, scale=sc)
+       for sc, vl in (("mla", "large"), ("hot", "late"), ("one", "pm80"))]
+    # Long reductions in low precision: one row over thousands of selected tokens (duplicates
+    # included) whose running sum climbs far from the output.
+    + [case(dtype=dt, P=48, lengths=(2000,), Hq=2, Hkv=1, keep=1.0, dup=True, vals="cancel")
+       for dt in ("fp16", "bf16")]
 )
 
 FULL = (
@@ -75,7 +90,8 @@ BENCH = [case(dtype=dt, P=256, placement="scattered", pool=1024, lengths=BENCH_L
 KEPT_SWEEP = [dict(c, keep=k) for c in BENCH[:1] for k in (0.01, 0.1, 0.2, 0.5, 1.0)]
 
 
-def make_sparse_paged_inputs(case, gen, views: bool = True) -> dict:
+def make_sparse_paged_inputs(case, gen, views: bool = True, low_extra: float = 0.0) -> dict:
+    """The inputs of a sparse paged case (MagicPIG's too: ``low_extra``, see _dims.shift_scores)."""
     lengths, P = case["lengths"], case["P"]
     indptr, indices, last, num_pages = _paged.page_table(gen, lengths, P, case["placement"], case["pool"])
     cache = _paged.paged_cache(gen, lengths, P, case["Hkv"], case["D"], case.dtype, case["layout"],
@@ -85,7 +101,8 @@ def make_sparse_paged_inputs(case, gen, views: bool = True) -> dict:
     vals = case.params.get("vals", RANDN)
     if vals != RANDN:
         positions, lens = _paged.slot_positions(indptr, indices, lengths, P, num_pages)
-        q, cache = paged_values(vals, q, cache, case["layout"], positions, lens)
+        q, cache = paged_values(vals, q, cache, case["layout"], positions, lens,
+                                    scale=effective_scale(case, case["D"]), low_extra=low_extra)
         ind = listed_last(vals, ind, nnz, torch.tensor(lengths).view(-1, 1, 1))
     inputs = {"q": q, "kv_cache": cache, "kv_page_indptr": indptr, "kv_page_indices": indices,
               "kv_last_page_len": last, "sparse_ind": ind, "sparse_nnz": nnz}
@@ -118,11 +135,11 @@ class SparsePagedDecode(SparseDecodeBench, Family):
     name = "sparse_paged_decode"
     interface = Interface(
         ("q", "kv_cache", "kv_page_indptr", "kv_page_indices", "sparse_ind", "sparse_nnz"),
-        ("layout", "kv_last_page_len", *OUT_KEYWORDS), "(o [B, Hq, D], lse [B, Hq] fp32 or None)",
+        ("layout", "kv_last_page_len", *ATTENTION_KEYWORDS), "(o [B, Hq, D], lse [B, Hq] fp32 or None)",
         arguments=("q [B, Hq, D]; kv_cache and page table as paged_decode",
                    "sparse_ind [B, Hq, L_max] int32: logical token positions of sequence b (page "
                    "indices[indptr[b] + t // P], slot t % P); sparse_nnz [B, Hq] int32 as sparse_decode"),
-        notes="scale 1/sqrt(D)")
+        notes=SCALE_NOTE)
     cases = unique(make_cases(name, label, QUICK)
                    + make_cases(name, label, FULL, profile="full")
                    + make_cases(name, label, BENCH, profile="full", tags=["bench"])
@@ -135,6 +152,9 @@ class SparsePagedDecode(SparseDecodeBench, Family):
     def fuzz(self, rng):
         return draw_case(rng)
 
+    def fuzz_classes(self, params, rng):
+        return draw_classes(rng, params, gqa=True, pages=True)
+
     def make_inputs(self, case, gen):
         return make_sparse_paged_inputs(case, gen)
 
@@ -144,18 +164,24 @@ class SparsePagedDecode(SparseDecodeBench, Family):
 
     def call(self, impl, case, inputs, outputs):
         o, lse = impl(*paged_args(inputs), layout=case["layout"], kv_last_page_len=inputs["kv_last_page_len"],
-                      return_lse=case["lse"], out=outputs["o"], lse=outputs.get("lse"))
+                      scale=case_scale(case), return_lse=case["lse"], out=outputs["o"], lse=outputs.get("lse"))
         return lse_if(case, o, lse)
 
     def reference(self, case, inputs, compute_dtype):
         if case["vs"] == "paged_decode":
             o, lse = paged_decode_reference(inputs["q"], inputs["kv_cache"], inputs["kv_page_indptr"],
                                             inputs["kv_page_indices"], inputs["kv_last_page_len"],
-                                            layout=case["layout"], compute_dtype=compute_dtype)
+                                            layout=case["layout"], scale=case_scale(case),
+                                            compute_dtype=compute_dtype)
         else:
             o, lse = sparse_paged_decode_reference(*paged_args(inputs), layout=case["layout"],
-                                                   compute_dtype=compute_dtype)
+                                                   scale=case_scale(case), compute_dtype=compute_dtype)
         return lse_if(case, o, lse)
+
+
+    def score_bound(self, case, inputs):
+        keys = _paged.token_view(inputs["kv_cache"], case["layout"])[:, 0]
+        return score_bound(inputs["q"], keys, effective_scale(case, case["D"]))
 
 
 FAMILY = SparsePagedDecode()

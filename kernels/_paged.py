@@ -139,7 +139,8 @@ def check_index_values(fn: str, num_pages: int, page_size: int, kv_page_indptr: 
     count of any sequence (the paged planner sizes its split by it).
 
     Page table: indptr[0] == 0, non-decreasing, indptr[B] == len(indices); page ids in
-    [0, num_pages); last_page_len in [1, page_size] for sequences with >= 1 page. Sparse lists
+    [0, num_pages); last_page_len in [1, page_size] for sequences with >= 1 page and 0 for a
+    sequence with none (kernels.md, "Bad input"). Sparse lists
     (if given): 0 <= nnz <= L_max; the first nnz entries of row (b, h) in [0, L_b) (or
     [0, page_size * pages_b) without last_page_len); entries past nnz are not looked at.
     ``extra_stats`` are further 0-d tensors read in the same sync; ``extra_ok(values)`` judges
@@ -156,6 +157,7 @@ def check_index_values(fn: str, num_pages: int, page_size: int, kv_page_indptr: 
         stats += list(torch.aminmax(kv_page_indices))
     if kv_last_page_len is not None:
         stats += list(torch.aminmax(torch.where(n_pages > 0, kv_last_page_len, 1)))
+        stats.append(torch.where(n_pages > 0, 0, kv_last_page_len).abs().max())
     L_max = 0 if sparse_ind is None else sparse_ind.shape[2]
     if sparse_ind is not None:
         stats += list(torch.aminmax(sparse_nnz))
@@ -173,8 +175,8 @@ def check_index_values(fn: str, num_pages: int, page_size: int, kv_page_indptr: 
         i_min, i_max = next(v), next(v)
         ok = ok and i_min >= 0 and i_max < num_pages
     if kv_last_page_len is not None:
-        l_min, l_max = next(v), next(v)
-        ok = ok and l_min >= 1 and l_max <= page_size
+        l_min, l_max, l_empty = next(v), next(v), next(v)
+        ok = ok and l_min >= 1 and l_max <= page_size and l_empty == 0
     if sparse_ind is not None:
         z_min, z_max = next(v), next(v)
         ok = ok and z_min >= 0 and z_max <= L_max
@@ -202,6 +204,8 @@ def check_index_values(fn: str, num_pages: int, page_size: int, kv_page_indptr: 
     if kv_last_page_len is not None:
         check_values_in_range(fn, "kv_last_page_len", kv_last_page_len, 1, page_size,
                               where=n_pages > 0, closed=True)
+        check_values_in_range(fn, "kv_last_page_len", kv_last_page_len, 0, 0, where=n_pages == 0,
+                              closed=True, what="values of sequences with no page")
     if sparse_ind is not None:
         check_values_in_range(fn, "sparse_nnz", sparse_nnz, 0, L_max, closed=True,
                               what="values (0 <= nnz <= L_max)")

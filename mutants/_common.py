@@ -38,7 +38,8 @@ def heads_for_queries(kv: torch.Tensor, Hq: int, axis: int = 1) -> torch.Tensor:
 # --- the online softmax, as a tiled kernel computes it ---------------------------------------------
 
 def online_attention(q, k, v, scale: float, visible=None, *, bias=None, block: int = 64, acc_dtype=torch.float32,
-                     p_dtype=None, stale_max: bool = False, exp_without_max: bool = False):
+                     p_dtype=None, stale_max: bool = False, exp_without_max: bool = False,
+                     max_floor: float | None = None, shared_max: bool = False, default_scale_only: bool = False):
     """Attention over key blocks of ``block`` with a running max, as a tiled kernel does it.
 
     q [..., M, D]; k, v [..., N, D] (heads already matched); ``visible`` bool broadcastable to
@@ -47,8 +48,14 @@ def online_attention(q, k, v, scale: float, visible=None, *, bias=None, block: i
     ``acc_dtype`` the output accumulator's dtype (rounded after every block); ``p_dtype`` the
     dtype probabilities are cast to before the P @ V product (a kernel feeding tl.dot in the
     input dtype); ``stale_max`` keeps the first block's max; ``exp_without_max`` takes exp of
-    the raw scores (in fp32)."""
+    the raw scores (in fp32); ``max_floor`` starts the running max there instead of -inf (a max
+    clamped at 0); ``shared_max`` keeps one running max for every row of the call; ``acc_dtype``
+    "input" is q's dtype; ``default_scale_only`` uses 1/sqrt(D) whatever ``scale`` says."""
     M, N, D = q.shape[-2], k.shape[-2], q.shape[-1]
+    if acc_dtype == "input":
+        acc_dtype = q.dtype
+    if default_scale_only:
+        scale = 1.0 / math.sqrt(D)
     lead = torch.broadcast_shapes(q.shape[:-2], k.shape[:-2])
     qf = q.float()
     m = torch.full((*lead, M), float("-inf"), device=q.device)
@@ -67,6 +74,10 @@ def online_attention(q, k, v, scale: float, visible=None, *, bias=None, block: i
             m_new = torch.where(torch.isfinite(m), m, s.amax(-1))
         else:
             m_new = torch.maximum(m, s.amax(-1))
+        if max_floor is not None:
+            m_new = m_new.clamp_min(max_floor)
+        if shared_max:
+            m_new = m_new.amax().expand_as(m_new)
         base = torch.where(torch.isfinite(m_new), m_new, torch.zeros_like(m_new))
         p = torch.exp(s - base[..., None])
         alpha = torch.exp(torch.where(torch.isfinite(m), m, base) - base) * torch.isfinite(m)
@@ -93,7 +104,41 @@ SOFTMAX_BUGS = {
                           dict(stale_max=True, p_dtype=torch.float16)),
     "exp_without_max_fp32": ("Softmax without subtracting the row max, in fp32: exp overflows once a score "
                              "passes ~88.7.", dict(exp_without_max=True)),
+    "max_clamped_at_zero": ("Running max started at 0 instead of -inf (a max clamped at 0): rows whose scores "
+                            "are all far below 0 underflow exp to 0.", dict(max_floor=0.0)),
+    "max_shared_across_rows": ("One running max for every row of the launch instead of one per row: a row "
+                               "~160 below another underflows exp to 0.", dict(shared_max=True)),
+    "ignores_scale": ("Ignores the scale argument: always softmax(q.k / sqrt(D)).", dict(default_scale_only=True)),
+    "input_dtype_accumulator": ("Output accumulator kept in the input dtype across key tiles (bf16 for bf16 "
+                                "inputs), rounded after every tile.", dict(acc_dtype="input")),
 }
+#: The bugs of issue 26's input classes (scales, extreme score ranges, long low-precision sums).
+CLASS_BUGS = ("max_clamped_at_zero", "max_shared_across_rows", "ignores_scale", "input_dtype_accumulator")
+
+
+# --- power-of-two arithmetic: right for every power-of-two page size and GQA group -------------
+
+def log2_floor(n: int) -> int:
+    return max(int(n).bit_length() - 1, 0)
+
+
+def kv_heads_pow2(Hq: int, Hkv: int, device=None) -> torch.Tensor:
+    """The KV head of each query head as ``h >> log2(G)`` (a group packing that assumes G is a
+    power of two), clamped into [0, Hkv): h // G for G = 1, 2, 4, 8; wrong for G = 3, 5, 6, 7."""
+    h = torch.arange(Hq, device=device)
+    return (h >> log2_floor(Hq // Hkv)).clamp(max=Hkv - 1)
+
+
+def heads_for_queries_pow2(kv: torch.Tensor, Hq: int, axis: int = 1) -> torch.Tensor:
+    """``heads_for_queries`` with the power-of-two group packing of ``kv_heads_pow2``."""
+    return kv.index_select(axis, kv_heads_pow2(Hq, kv.shape[axis], kv.device))
+
+
+def page_and_slot_pow2(t: torch.Tensor, page_size: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """(page, slot) of logical positions ``t`` by shift and mask (``t >> log2 P``, ``t & (P - 1)``
+    with P rounded down to a power of two): right for P = 1, 16, 64, 256; wrong for 12 or 48."""
+    shift = log2_floor(page_size)
+    return t >> shift, t & ((1 << shift) - 1)
 
 
 # --- memory layout ----------------------------------------------------------------------------
@@ -124,6 +169,19 @@ def reading_views_as_contiguous(fn, *names: str):
         return fn(*args, **kw)
 
     return run
+
+
+def packing_groups_as_pow2(fn, name: str):
+    """``fn(q, k, v, ...)`` (heads on axis 1 of each) fed K/V whose heads are the ones a group
+    packing that assumes a power-of-two G reads (``kv_heads_pow2``): one KV head per query head,
+    query head h given KV head h >> log2(G). Right for G = 1, 2, 4, 8."""
+    @functools.wraps(fn)
+    def run(q, k, v, *args, **kw):
+        Hq = q.shape[1]
+        return fn(q, heads_for_queries_pow2(k, Hq), heads_for_queries_pow2(v, Hq), *args, **kw)
+
+    return documented(run, name, "Query head h reads KV head h >> log2(G): a group packing that assumes the "
+                                 "GQA group size G is a power of two.")
 
 
 def ignoring_out(fn):

@@ -13,7 +13,8 @@ import torch
 
 from attnsuite.sparsity import PAD, mask_to_index
 
-from ._common import SOFTMAX_BUGS, documented, ignoring_out, online_attention, reading_views_as_contiguous
+from ._common import (CLASS_BUGS, SOFTMAX_BUGS, documented, ignoring_out, online_attention,
+                      reading_views_as_contiguous)
 
 FAMILY = "block_sparse"
 LOG2E = 1.4426950408889634
@@ -195,7 +196,8 @@ MUTANTS = {f.__name__: f for f in (
     block_sparse_rows_use_row0_count, block_sparse_reads_views_as_contiguous, block_sparse_ignores_out,
     block_sparse_drops_partial_last_block, block_sparse_pad_as_block, block_sparse_row_from_bkv,
     block_sparse_lse_base2, block_sparse_batch0_index, block_sparse_plus_diagonal,
-    block_sparse_grid_floor)}
+    block_sparse_grid_floor,
+    *(_softmax_bug(b) for b in CLASS_BUGS))}
 
 
 # --- controls: correct implementations written from kernels.md, not from the project's code ------

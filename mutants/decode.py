@@ -10,8 +10,8 @@ import torch
 
 from kernels.decode import decode as _decode
 
-from ._common import (SOFTMAX_BUGS, default_scale, documented, finish, heads_for_queries, ignoring_out,
-                      online_attention, reading_views_as_contiguous)
+from ._common import (CLASS_BUGS, SOFTMAX_BUGS, default_scale, documented, finish, heads_for_queries,
+                      ignoring_out, online_attention, packing_groups_as_pow2, reading_views_as_contiguous)
 
 FAMILY = "decode"
 
@@ -165,7 +165,8 @@ MUTANTS = {f.__name__: f for f in (
     decode_split_merge_unweighted,
     decode_softmax_no_max,
     decode_output_through_bf16,
-)}
+    *(_softmax_bug(b) for b in CLASS_BUGS),
+    packing_groups_as_pow2(_decode, "decode_pow2_group_packing"))}
 
 
 # --- controls: correct implementations written from kernels.md, not from the project's code ------

@@ -15,18 +15,18 @@ import math
 
 import torch
 
-from ._common import SOFTMAX_BUGS, documented, ignoring_out, reading_views_as_contiguous
+from ._common import (CLASS_BUGS, SOFTMAX_BUGS, documented, ignoring_out, reading_views_as_contiguous)
 from .sparse_decode import _write
 from .sparse_paged_decode import _kw, _paged_decode, counts_attention
 
 FAMILY = "magicpig_decode"
 
 
-def _collision(qd, kd, dots, K, L, *, normalise_k=True, cos_scale=1.0, floor=True):
+def _collision(qd, kd, dots, K, L, *, normalise_k=True, cos_scale=1.0, floor=True, norm_eps=1e-8):
     """u [B, Hq, N] (float64) for K, L [B, Hq]."""
     qn = qd.norm(dim=-1)[..., None]                                      # [B, Hq, 1]
     kn = kd.norm(dim=-1) if normalise_k else torch.ones_like(dots)       # [B, Hq, N]
-    c = (dots * cos_scale / (qn * kn + 1e-8)).clamp(-1 + 1e-7, 1 - 1e-7)
+    c = (dots * cos_scale / (qn * kn + norm_eps)).clamp(-1 + 1e-7, 1 - 1e-7)
     p = (1 - torch.acos(c) / math.pi).clamp(0, 1)
     Kx, Lx = K.double()[..., None], L.double()[..., None]
     P = torch.pow(p, Kx)
@@ -36,7 +36,7 @@ def _collision(qd, kd, dots, K, L, *, normalise_k=True, cos_scale=1.0, floor=Tru
 
 def _magicpig(q, kv_cache, indptr, indices, sparse_ind, sparse_nnz, K, L, *, layout, kv_last_page_len,
               scale, return_lse, out, lse, log_form="clamp", sign=-1.0, lsh_per_kv_head=False,
-              past_nnz=False, online=None, **collision_kw):
+              past_nnz=False, online=None, paged=None, **collision_kw):
     D = q.shape[-1]
     s = 1.0 / math.sqrt(D) if scale is None else float(scale)
     if lsh_per_kv_head:
@@ -55,7 +55,7 @@ def _magicpig(q, kv_cache, indptr, indices, sparse_ind, sparse_nnz, K, L, *, lay
 
     return _paged_decode(q, kv_cache, indptr, indices, sparse_ind, sparse_nnz,
                          **_kw(layout, kv_last_page_len, scale, return_lse, out, lse),
-                         correction=correction, lsh=(K, L), past_nnz=past_nnz, online=online)
+                         correction=correction, lsh=(K, L), past_nnz=past_nnz, online=online, **(paged or {}))
 
 
 # --- the mutants --------------------------------------------------------------------------------
@@ -112,6 +112,33 @@ def magicpig_decode_scaled_cos(q, kv_cache, kv_page_indptr, kv_page_indices, spa
                      **_kw(layout, kv_last_page_len, scale, return_lse, out, lse), scaled_cos=True)
 
 
+def magicpig_decode_cosine_without_epsilon(q, kv_cache, kv_page_indptr, kv_page_indices, sparse_ind, sparse_nnz, K,
+                                           L, *, layout="HND", kv_last_page_len=None, scale=None,
+                                           return_lse=False, out=None, lse=None, num_splits=None,
+                                           check_indices=True):
+    """The cosine without the norm's epsilon: c = q.k / (|q| |k|), 0 / 0 = NaN for a zero key or query."""
+    return _magicpig(q, kv_cache, kv_page_indptr, kv_page_indices, sparse_ind, sparse_nnz, K, L,
+                     **_kw(layout, kv_last_page_len, scale, return_lse, out, lse), norm_eps=0.0)
+
+
+def magicpig_decode_pow2_page_arithmetic(q, kv_cache, kv_page_indptr, kv_page_indices, sparse_ind, sparse_nnz, K,
+                                         L, *, layout="HND", kv_last_page_len=None, scale=None,
+                                         return_lse=False, out=None, lse=None, num_splits=None,
+                                         check_indices=True):
+    """Page and slot of a position by shift and mask: right only for power-of-two page sizes."""
+    return _magicpig(q, kv_cache, kv_page_indptr, kv_page_indices, sparse_ind, sparse_nnz, K, L,
+                     **_kw(layout, kv_last_page_len, scale, return_lse, out, lse), paged=dict(pow2_pages=True))
+
+
+def magicpig_decode_pow2_group_packing(q, kv_cache, kv_page_indptr, kv_page_indices, sparse_ind, sparse_nnz, K,
+                                       L, *, layout="HND", kv_last_page_len=None, scale=None,
+                                       return_lse=False, out=None, lse=None, num_splits=None,
+                                       check_indices=True):
+    """Query head h reads KV head h >> log2(G): a group packing that assumes G is a power of two."""
+    return _magicpig(q, kv_cache, kv_page_indptr, kv_page_indices, sparse_ind, sparse_nnz, K, L,
+                     **_kw(layout, kv_last_page_len, scale, return_lse, out, lse), paged=dict(pow2_groups=True))
+
+
 def magicpig_decode_lsh_per_kv_head(q, kv_cache, kv_page_indptr, kv_page_indices, sparse_ind, sparse_nnz, K, L, *,
                                     layout="HND", kv_last_page_len=None, scale=None, return_lse=False,
                                     out=None, lse=None, num_splits=None, check_indices=True):
@@ -163,13 +190,16 @@ magicpig_decode_ignores_out = documented(
 
 
 MUTANTS = {f.__name__: f for f in (
-    # No fp16-accumulator mutant here: the LSH correction makes the reference's own fp16 error (the
-    # tolerance's baseline) larger than what an fp16 accumulator adds, so no legal input tells the two apart.
-    _softmax_bug("stale_running_max"), _softmax_bug("exp_without_max_fp32"),
+    # The accumulator mutants are told apart by the long list with u == 1 (K1-L1e4, 3000 tokens whose
+    # running sum climbs far from the output): elsewhere the LSH correction makes the reference's own
+    # fp16 error (the tolerance's baseline) larger than what a low-precision accumulator adds.
+    _softmax_bug("fp16_accumulator"), _softmax_bug("stale_running_max"), _softmax_bug("exp_without_max_fp32"),
     magicpig_decode_reads_past_nnz, magicpig_decode_reads_views_as_contiguous, magicpig_decode_ignores_out,
     magicpig_decode_swaps_k_and_l, magicpig_decode_log_u_plus_eps, magicpig_decode_correction_sign,
     magicpig_decode_no_u_floor, magicpig_decode_unnormalised_key, magicpig_decode_scaled_cos,
-    magicpig_decode_lsh_per_kv_head)}
+    magicpig_decode_lsh_per_kv_head, magicpig_decode_cosine_without_epsilon,
+    magicpig_decode_pow2_page_arithmetic, magicpig_decode_pow2_group_packing,
+    *(_softmax_bug(b) for b in CLASS_BUGS))}
 
 
 # --- controls: correct implementations written from kernels.md, not from the project's code ------

@@ -24,7 +24,7 @@ from cases.mustafar import TRITON, MustafarOps
 from kernels.mustafar_format import (Compressed, bitmaps_from_mask, compress, decompress,
                                      mask_from_bitmaps, pack, pack_codes, unpack_codes)
 
-from ._common import online_attention, read_as_contiguous
+from ._common import (SOFTMAX_BUGS, kv_heads_pow2, online_attention, read_as_contiguous)
 
 FAMILY = "mustafar"
 TILE = 64
@@ -93,24 +93,27 @@ def _decompress_values_as_keys(c: Compressed) -> torch.Tensor:
     return decompress(dataclasses.replace(c, kind="key"))
 
 
-def _per_head(dense: torch.Tensor, Hq: int, modulo: bool) -> torch.Tensor:
-    """[B, Hkv, S, D] -> [B, Hq, S, D]: head h reads KV head h // G (or h % Hkv when ``modulo``)."""
+def _per_head(dense: torch.Tensor, Hq: int, modulo: bool, pow2: bool = False) -> torch.Tensor:
+    """[B, Hkv, S, D] -> [B, Hq, S, D]: head h reads KV head h // G (or h % Hkv when ``modulo``, or
+    h >> log2(G) when ``pow2``)."""
     Hkv = dense.shape[1]
     h = torch.arange(Hq, device=dense.device)
+    if pow2:
+        return dense[:, kv_heads_pow2(Hq, Hkv, dense.device)]
     return dense[:, (h % Hkv) if modulo else (h // (Hq // Hkv))]
 
 
-def _torch_ops(*, read_k=decompress, read_v=decompress, head_modulo_keys=False, unscaled=False):
+def _torch_ops(*, read_k=decompress, read_v=decompress, head_modulo_keys=False, unscaled=False, pow2_heads=False):
     """MustafarOps with torch keys / values / decode (the project's compressor pair)."""
     def keys(q, kc, *, out=None):
-        k = _per_head(read_k(kc).double(), q.shape[1], head_modulo_keys)
+        k = _per_head(read_k(kc).double(), q.shape[1], head_modulo_keys, pow2_heads)
         scores = (k @ q.double()[..., None])[..., 0]
         if out is None:
             out = torch.empty(scores.shape, dtype=torch.float32, device=q.device)
         return out.copy_(scores)
 
     def values(p, vc, *, out=None):
-        v = _per_head(read_v(vc).double(), p.shape[1], False)
+        v = _per_head(read_v(vc).double(), p.shape[1], False, pow2_heads)
         o = (p.double()[..., None, :] @ v)[..., 0, :]
         if out is None:
             out = torch.empty(o.shape, dtype=torch.float32, device=p.device)
@@ -154,6 +157,36 @@ mustafar_keys_gqa_modulo = _torch_ops(head_modulo_keys=True)
 mustafar_decode_unscaled = dataclasses.replace(TRITON, decode=_decode_unscaled)
 #: Each tile's packed data read from one word / value past offsets[i] (off by one).
 mustafar_offsets_off_by_one = _torch_ops(read_k=_decompress_shifted, read_v=_decompress_shifted)
+
+
+# --- a private format on both sides: compressor, decompress and kernels agree with each other only ---
+
+def _private(transform):
+    """The project's ops with ``transform`` (an involution on Compressed) applied to what the
+    compressor writes and to everything decompress and the kernels read: the round trip is exact,
+    the buffers are not the format's."""
+    def compress_(x, sparsity, *, kind, bits=16):
+        return transform(compress(x, sparsity, kind=kind, bits=bits))
+
+    def decompress_(c):
+        return decompress(transform(c))
+
+    reading = _mustafar_with(transform)
+    return dataclasses.replace(reading, compress=compress_, decompress=decompress_)
+
+
+def _codes_msb_first(c):
+    if c.bits != 2 or c.packed.numel() == 0:
+        return c
+    return dataclasses.replace(c, packed=pack_codes(unpack_codes(c.packed).flip(-1)))
+
+
+#: Bitmaps written and read LSB first (element j <-> bit j) by its compressor, decompress and kernels.
+mustafar_private_bit_order = _private(_reverse_bits)
+#: 2-bit codes written and read MSB first by its compressor, decompress and kernels.
+mustafar_private_code_order = _private(_codes_msb_first)
+#: Keys and values: query head h reads KV head h >> log2(G) (a group packing assuming G a power of two).
+mustafar_pow2_group_packing = _torch_ops(pow2_heads=True)
 
 # --- bugs only the newer dimensions (S_c, views, value distributions, out=) show ------------------
 
@@ -251,6 +284,12 @@ mustafar_decode_stale_running_max = dataclasses.replace(TRITON, decode=_decode_o
                                                                                       p_dtype=torch.float16))
 #: Decode's softmax without subtracting the row max (fp32): exp overflows past ~88.7.
 mustafar_decode_exp_without_max = dataclasses.replace(TRITON, decode=_decode_online(exp_without_max=True))
+#: Decode's tiled online softmax with the bugs of issue 26's input classes.
+mustafar_decode_max_clamped_at_zero = dataclasses.replace(
+    TRITON, decode=_decode_online(**SOFTMAX_BUGS["max_clamped_at_zero"][1]))
+mustafar_decode_max_shared_across_rows = dataclasses.replace(
+    TRITON, decode=_decode_online(**SOFTMAX_BUGS["max_shared_across_rows"][1]))
+mustafar_decode_ignores_scale = dataclasses.replace(TRITON, decode=_decode_online(**SOFTMAX_BUGS["ignores_scale"][1]))
 #: Keys, values and decode ignore the caller's out= and return tensors of their own.
 mustafar_ignores_out = dataclasses.replace(TRITON, keys=_no_out(TRITON.keys), values=_no_out(TRITON.values),
                                            decode=_no_out(TRITON.decode))
@@ -273,6 +312,15 @@ BUGS = {
     "mustafar_keys_gqa_modulo": "Keys: query head h reads KV head h % Hkv instead of h // G.",
     "mustafar_decode_unscaled": "Decode's softmax without the 1/sqrt(D) scale.",
     "mustafar_offsets_off_by_one": "Each tile's packed data read from one word / value past offsets[i].",
+    "mustafar_private_bit_order": "Compressor, decompress and kernels all use bitmaps LSB first (element j <-> "
+                                  "bit j): a round trip that agrees only with itself.",
+    "mustafar_private_code_order": "Compressor, decompress and kernels all pack the 2-bit codes MSB first: a "
+                                   "round trip that agrees only with itself.",
+    "mustafar_pow2_group_packing": "Keys and values: query head h reads KV head h >> log2(G) (assumes G a power "
+                                   "of two).",
+    "mustafar_decode_max_clamped_at_zero": SOFTMAX_BUGS["max_clamped_at_zero"][0],
+    "mustafar_decode_max_shared_across_rows": SOFTMAX_BUGS["max_shared_across_rows"][0],
+    "mustafar_decode_ignores_scale": "Decode ignores the scale argument: always softmax(q.k / sqrt(D)).",
 }
 
 MUTANTS = {name: globals()[name] for name in BUGS}

@@ -10,8 +10,8 @@ import torch
 
 from kernels.paged_decode import paged_decode as _paged_decode
 
-from ._common import (SOFTMAX_BUGS, documented, finish, ignoring_out, online_attention,
-                      reading_views_as_contiguous)
+from ._common import (CLASS_BUGS, SOFTMAX_BUGS, documented, finish, heads_for_queries_pow2, ignoring_out,
+                      online_attention, page_and_slot_pow2, reading_views_as_contiguous)
 
 FAMILY = "paged_decode"
 
@@ -155,7 +155,7 @@ def paged_decode_empty_sequence_unwritten(q: torch.Tensor, kv_cache: torch.Tenso
     return out, (lse if return_lse else None)
 
 
-def _gather(q, kv_cache, indptr, indices, last, layout):
+def _gather(q, kv_cache, indptr, indices, last, layout, pow2_pages=False, pow2_groups=False):
     """(k, v [B, Hq, N, D] in the cache dtype, valid [B, 1, 1, N]): each sequence's tokens in
     logical order, read page by page through the table (N: the longest sequence)."""
     B, Hq, D = q.shape
@@ -166,17 +166,21 @@ def _gather(q, kv_cache, indptr, indices, last, layout):
     N = max(int(lengths.max()) if B else 0, 1)
     t = torch.arange(N, device=q.device)
     valid = t[None, :] < lengths[:, None]                                  # [B, N]
-    entry = torch.where(valid, indptr[:-1].long()[:, None] + t // P, 0).clamp(max=max(indices.numel() - 1, 0))
+    page_in_seq, slot = page_and_slot_pow2(t, P) if pow2_pages else (t // P, t % P)
+    entry = torch.where(valid, indptr[:-1].long()[:, None] + page_in_seq, 0).clamp(max=max(indices.numel() - 1, 0))
     page = indices.long()[entry] if indices.numel() else torch.zeros_like(entry)
-    kv = hnd[page, :, :, t % P]                                            # [B, N, 2, Hkv, D]
+    kv = hnd[page, :, :, slot]                                             # [B, N, 2, Hkv, D]
     kv = torch.where(valid[:, :, None, None, None], kv, torch.zeros((), dtype=kv.dtype))
-    k, v = (kv[:, :, i].permute(0, 2, 1, 3).repeat_interleave(Hq // Hkv, dim=1) for i in (0, 1))
+    k, v = (kv[:, :, i].permute(0, 2, 1, 3) for i in (0, 1))
+    k, v = ((heads_for_queries_pow2(x, Hq) if pow2_groups else x.repeat_interleave(Hq // Hkv, dim=1))
+            for x in (k, v))
     return k, v, valid[:, None, None, :]
 
 
-def _online_paged(q, kv_cache, indptr, indices, last, *, layout, scale, return_lse, out, lse, **bug):
+def _online_paged(q, kv_cache, indptr, indices, last, *, layout, scale, return_lse, out, lse, pow2_pages=False,
+                  pow2_groups=False, **bug):
     """Tiled online-softmax paged decode in torch (64-token tiles of each sequence)."""
-    k, v, valid = _gather(q, kv_cache, indptr, indices, last, layout)
+    k, v, valid = _gather(q, kv_cache, indptr, indices, last, layout, pow2_pages, pow2_groups)
     scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else float(scale)
     o, l = online_attention(q[:, :, None], k, v, scale, valid, **bug)
     return finish(q, o[:, :, 0], l[:, :, 0], return_lse, out, lse)
@@ -195,6 +199,27 @@ def _softmax_bug(name):
     mutant.__name__ = f"paged_decode_{name}"
     mutant.__doc__ = doc
     return mutant
+
+
+def paged_decode_pow2_page_arithmetic(q: torch.Tensor, kv_cache: torch.Tensor, kv_page_indptr: torch.Tensor,
+                                      kv_page_indices: torch.Tensor, kv_last_page_len: torch.Tensor, *,
+                                      layout: str = "HND", scale: Optional[float] = None, return_lse: bool = False,
+                                      out: Optional[torch.Tensor] = None, lse: Optional[torch.Tensor] = None,
+                                      num_splits: Optional[int] = None, check_indices: bool = True):
+    """Page and slot of token t by shift and mask (t >> log2 P, t & (P - 1)): right only for
+    power-of-two page sizes."""
+    return _online_paged(q, kv_cache, kv_page_indptr, kv_page_indices, kv_last_page_len, layout=layout,
+                         scale=scale, return_lse=return_lse, out=out, lse=lse, pow2_pages=True)
+
+
+def paged_decode_pow2_group_packing(q: torch.Tensor, kv_cache: torch.Tensor, kv_page_indptr: torch.Tensor,
+                                    kv_page_indices: torch.Tensor, kv_last_page_len: torch.Tensor, *,
+                                    layout: str = "HND", scale: Optional[float] = None, return_lse: bool = False,
+                                    out: Optional[torch.Tensor] = None, lse: Optional[torch.Tensor] = None,
+                                    num_splits: Optional[int] = None, check_indices: bool = True):
+    """Query head h reads KV head h >> log2(G): a group packing that assumes G is a power of two."""
+    return _online_paged(q, kv_cache, kv_page_indptr, kv_page_indices, kv_last_page_len, layout=layout,
+                         scale=scale, return_lse=return_lse, out=out, lse=lse, pow2_groups=True)
 
 
 def paged_decode_merge_unweighted_past_threshold(q: torch.Tensor, kv_cache: torch.Tensor,
@@ -243,7 +268,8 @@ MUTANTS = {f.__name__: f for f in (
     paged_decode_nhd_read_as_hnd,
     paged_decode_gqa_head_modulo,
     paged_decode_empty_sequence_unwritten,
-)}
+    *(_softmax_bug(b) for b in CLASS_BUGS),
+    paged_decode_pow2_page_arithmetic, paged_decode_pow2_group_packing)}
 
 
 # --- controls: correct implementations written from kernels.md, not from the project's code ------

@@ -10,8 +10,8 @@ import torch
 
 from kernels.prefill import prefill as _prefill
 
-from ._common import (SOFTMAX_BUGS, default_scale, documented, finish, heads_for_queries, ignoring_out,
-                      online_attention, reading_views_as_contiguous)
+from ._common import (CLASS_BUGS, SOFTMAX_BUGS, default_scale, documented, finish, heads_for_queries,
+                      ignoring_out, online_attention, packing_groups_as_pow2, reading_views_as_contiguous)
 
 FAMILY = "prefill"
 
@@ -172,7 +172,8 @@ MUTANTS = {f.__name__: f for f in (
     prefill_softmax_no_max,
     prefill_tail_rows_unwritten,
     prefill_scale_applied_twice,
-)}
+    *(_softmax_bug(b) for b in CLASS_BUGS),
+    packing_groups_as_pow2(_prefill, "prefill_pow2_group_packing"))}
 
 
 # --- controls: correct implementations written from kernels.md, not from the project's code ------

@@ -12,8 +12,8 @@ import torch
 
 from kernels.prefill_varlen import prefill_packed, prefill_padded
 
-from ._common import (SOFTMAX_BUGS, documented, finish, ignoring_out, online_attention,
-                      reading_views_as_contiguous)
+from ._common import (CLASS_BUGS, SOFTMAX_BUGS, documented, finish, ignoring_out, online_attention,
+                      packing_groups_as_pow2, reading_views_as_contiguous)
 
 FAMILY = "prefill_varlen"
 
@@ -105,6 +105,19 @@ def prefill_varlen_padded_rows_unwritten(q: torch.Tensor, k: torch.Tensor, v: to
             if return_lse:
                 lse[b, :, :n].copy_(l[b, :, :n])
     return out, (lse if return_lse else None)
+
+
+def prefill_varlen_padded_rows_lse_zero(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, seq: torch.Tensor, *,
+                                        causal: bool, scale: Optional[float] = None, return_lse: bool = False,
+                                        out: Optional[torch.Tensor] = None, lse: Optional[torch.Tensor] = None,
+                                        max_seqlen: Optional[int] = None):
+    """Padded layout: query rows past a sequence's length get o = 0 but lse = 0 (log 1) instead of -inf."""
+    o, l = _kernel(q, k, v, seq, causal=causal, scale=scale, return_lse=return_lse, out=out, lse=lse,
+                   max_seqlen=max_seqlen)
+    if return_lse and q.dim() == 4:
+        for b, n in enumerate(seq.tolist()):  # per sequence: the rows past its length
+            l[b, :, n:] = 0.0
+    return o, l
 
 
 def prefill_varlen_key_end_uses_max_len(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, seq: torch.Tensor, *,
@@ -221,12 +234,14 @@ MUTANTS = {f.__name__: f for f in (
     prefill_varlen_reads_views_as_contiguous,
     prefill_varlen_ignores_out,
     prefill_varlen_padded_rows_unwritten,
+    prefill_varlen_padded_rows_lse_zero,
     prefill_varlen_key_end_uses_max_len,
     prefill_varlen_gqa_head_modulo,
     prefill_varlen_lse_base2,
     prefill_varlen_causal_sees_next_token,
     prefill_varlen_drops_last_key,
-)}
+    *(_softmax_bug(b) for b in CLASS_BUGS),
+    packing_groups_as_pow2(_kernel, "prefill_varlen_pow2_group_packing"))}
 
 
 # --- controls: correct implementations written from kernels.md, not from the project's code ------

@@ -14,7 +14,8 @@ from typing import Optional
 
 import torch
 
-from ._common import (SOFTMAX_BUGS, documented, ignoring_out, online_attention, reading_views_as_contiguous)
+from ._common import (CLASS_BUGS, SOFTMAX_BUGS, documented, ignoring_out, online_attention,
+                      packing_groups_as_pow2, reading_views_as_contiguous)
 
 FAMILY = "sparse_decode"
 LOG2E = 1.4426950408889634
@@ -240,7 +241,9 @@ MUTANTS = {f.__name__: f for f in (
     sparse_decode_reads_past_nnz, sparse_decode_reads_views_as_contiguous, sparse_decode_ignores_out,
     sparse_decode_drops_last_token, sparse_decode_dedups_indices, sparse_decode_reads_padding,
     sparse_decode_empty_row_nan, sparse_decode_lse_base2, sparse_decode_wrong_kv_head,
-    sparse_decode_missing_scale)}
+    sparse_decode_missing_scale,
+    *(_softmax_bug(b) for b in CLASS_BUGS),
+    packing_groups_as_pow2(_kernel, "sparse_decode_pow2_group_packing"))}
 
 
 # --- controls: correct implementations written from kernels.md, not from the project's code ------

@@ -12,7 +12,8 @@ import math
 
 import torch
 
-from ._common import SOFTMAX_BUGS, documented, ignoring_out, reading_views_as_contiguous
+from ._common import (CLASS_BUGS, SOFTMAX_BUGS, documented, ignoring_out, kv_heads_pow2, page_and_slot_pow2,
+                      reading_views_as_contiguous)
 from .sparse_decode import (LOG2E, _dedup, _valid_slots, _write, attend_slots, in_range_slots,
                             softmax_with_counts, token_weights)
 
@@ -20,7 +21,7 @@ FAMILY = "sparse_paged_decode"
 
 
 def _rows(kv_cache, layout, indptr, indices, positions, valid, heads, *, hnd_formula=False,
-          ignore_indptr=False, swap_kv=False):
+          ignore_indptr=False, swap_kv=False, pow2_pages=False):
     """(k_row, v_row) int64 [B, Hq, N]: rows of ``kv_cache.reshape(-1, D)`` holding the K and V
     of logical token ``positions`` (sequence b = leading index) of KV head ``heads``."""
     _, _, d1, d2, _ = kv_cache.shape
@@ -29,10 +30,10 @@ def _rows(kv_cache, layout, indptr, indices, positions, valid, heads, *, hnd_for
     B = positions.shape[0]
     b = torch.arange(B, device=positions.device).view(B, 1, 1)
     pos = torch.where(valid, positions, 0)
-    entry = pos // P if ignore_indptr else indptr.to(torch.int64)[b] + pos // P
+    page_in_seq, slot = page_and_slot_pow2(pos, P) if pow2_pages else (pos // P, pos % P)
+    entry = page_in_seq if ignore_indptr else indptr.to(torch.int64)[b] + page_in_seq
     entry = torch.where(valid, entry, 0).clamp(max=max(indices.numel() - 1, 0))
     page = indices.to(torch.int64)[entry] if indices.numel() else torch.zeros_like(entry)
-    slot = pos % P
     kk, vv = (1, 0) if swap_kv else (0, 1)
     if layout == "HND" or hnd_formula:
         k_row = ((page * 2 + kk) * Hkv + heads) * P + slot
@@ -53,7 +54,8 @@ def _lengths(indptr, kv_last_page_len, P):
 def _paged_decode(q, kv_cache, indptr, indices, sparse_ind, sparse_nnz, *, layout, kv_last_page_len,
                   scale, return_lse, out, lse, correction=None, lsh=None, dedup=False,
                   read_padding=False, lse_base2=False, head_modulo=False, hnd_formula=False,
-                  ignore_indptr=False, swap_kv=False, past_nnz=False, online=None):
+                  ignore_indptr=False, swap_kv=False, past_nnz=False, online=None, pow2_pages=False,
+                  pow2_groups=False):
     """Sparse paged decode in float64 with switchable bugs. ``correction(qd, kd, dots, lsh)``
     (float64, [B, Hq, N]) is added to the scaled scores (MagicPIG); ``lsh`` is passed through."""
     B, Hq, D = q.shape
@@ -77,9 +79,10 @@ def _paged_decode(q, kv_cache, indptr, indices, sparse_ind, sparse_nnz, *, layou
     if dedup:
         valid = _dedup(positions, valid)
     h = torch.arange(Hq, device=q.device)
-    heads = ((h % Hkv) if head_modulo else (h // G)).view(1, Hq, 1)
-    k_row, v_row = _rows(kv_cache, layout, indptr, indices, positions, valid, heads,
-                         hnd_formula=hnd_formula, ignore_indptr=ignore_indptr, swap_kv=swap_kv)
+    heads = kv_heads_pow2(Hq, Hkv, q.device) if pow2_groups else (h % Hkv) if head_modulo else (h // G)
+    k_row, v_row = _rows(kv_cache, layout, indptr, indices, positions, valid, heads.view(1, Hq, 1),
+                         hnd_formula=hnd_formula, ignore_indptr=ignore_indptr, swap_kv=swap_kv,
+                         pow2_pages=pow2_pages)
     rows = kv_cache.reshape(-1, D)
     k_sel, v_sel = rows[k_row], rows[v_row]                                  # [B, Hq, N, D]
     corr = None if correction is None else (lambda qd, kd, dots: correction(qd, kd, dots, lsh))
@@ -169,6 +172,25 @@ def sparse_paged_decode_reads_past_nnz(q, kv_cache, kv_page_indptr, kv_page_indi
                          **_kw(layout, kv_last_page_len, scale, return_lse, out, lse), past_nnz=True)
 
 
+def sparse_paged_decode_pow2_page_arithmetic(q, kv_cache, kv_page_indptr, kv_page_indices, sparse_ind, sparse_nnz,
+                                             *, layout="HND", kv_last_page_len=None, scale=None,
+                                             return_lse=False, out=None, lse=None, num_splits=None,
+                                             check_indices=True):
+    """Page and slot of a position by shift and mask (t >> log2 P, t & (P - 1)): right only for
+    power-of-two page sizes."""
+    return _paged_decode(q, kv_cache, kv_page_indptr, kv_page_indices, sparse_ind, sparse_nnz,
+                         **_kw(layout, kv_last_page_len, scale, return_lse, out, lse), pow2_pages=True)
+
+
+def sparse_paged_decode_pow2_group_packing(q, kv_cache, kv_page_indptr, kv_page_indices, sparse_ind, sparse_nnz,
+                                           *, layout="HND", kv_last_page_len=None, scale=None,
+                                           return_lse=False, out=None, lse=None, num_splits=None,
+                                           check_indices=True):
+    """Query head h reads KV head h >> log2(G): a group packing that assumes G is a power of two."""
+    return _paged_decode(q, kv_cache, kv_page_indptr, kv_page_indices, sparse_ind, sparse_nnz,
+                         **_kw(layout, kv_last_page_len, scale, return_lse, out, lse), pow2_groups=True)
+
+
 def _softmax_bug(name):
     doc, bug = SOFTMAX_BUGS[name]
 
@@ -210,7 +232,9 @@ MUTANTS = {f.__name__: f for f in (
     sparse_paged_decode_ignores_out,
     sparse_paged_decode_wrong_kv_head, sparse_paged_decode_ignores_layout,
     sparse_paged_decode_ignores_indptr, sparse_paged_decode_dedups_indices,
-    sparse_paged_decode_reads_padding, sparse_paged_decode_swaps_k_v, sparse_paged_decode_lse_base2)}
+    sparse_paged_decode_reads_padding, sparse_paged_decode_swaps_k_v, sparse_paged_decode_lse_base2,
+    *(_softmax_bug(b) for b in CLASS_BUGS),
+    sparse_paged_decode_pow2_page_arithmetic, sparse_paged_decode_pow2_group_packing)}
 
 
 # --- controls: correct implementations written from kernels.md, not from the project's code ------

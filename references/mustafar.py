@@ -159,6 +159,40 @@ def decode_buffers(kind: str, bits: int, shape, bitmaps, offsets, packed, scale=
     return torch.where(is_kept, values, torch.zeros_like(values))
 
 
+def encode_buffers(x: torch.Tensor, sparsity: float, kind: str, bits: int) -> dict:
+    """The reference compressor: the buffers of kernels.md section 9 for ``x`` [B, H, S_c, D]
+    (fp16), pruned by ``keep_mask`` (ties: the lower channel): ``bitmaps`` int64 [n_tiles] (bit
+    63 - j for element j), ``offsets`` int32 [n_tiles + 1], ``packed`` (fp16 values, or int32
+    words of sixteen 2-bit codes, LSB first, each tile starting on a word) and, for 2 bits,
+    ``scale`` fp32 and ``zero`` int32 [n_tiles]. Written from the spec, sharing no code with
+    kernels/: the compute kernels of an implementation are run on these buffers."""
+    keep = _tile_view(keep_mask(x, sparsity), kind).reshape(-1, TILE)   # [n_tiles, 64], tile order
+    vals = _tile_view(x, kind).reshape(-1, TILE)
+    bit = 63 - torch.arange(TILE, device=x.device)
+    bitmaps = (keep.to(torch.int64) << bit).sum(-1)                      # distinct bits: the sum is their OR
+    count = keep.sum(-1)
+    if bits == 16:
+        offsets = torch.cat([count.new_zeros(1), count.cumsum(0)]).to(torch.int32)
+        return {"bitmaps": bitmaps, "offsets": offsets, "packed": vals[keep]}
+    v = vals.float()
+    lo = torch.where(keep, v, math.inf).amin(-1)
+    hi = torch.where(keep, v, -math.inf).amax(-1)
+    lo, hi = torch.where(count > 0, lo, 0.0), torch.where(count > 0, hi, 0.0)
+    scale = (hi - lo) / 3
+    scale = torch.where(scale == 0, 1.0, scale)
+    zero = torch.floor(-lo / scale + 0.5)
+    code = (torch.floor(v / scale[:, None] + 0.5) + zero[:, None]).clamp(0, 3).to(torch.int64)
+    words = (count + CODES_PER_WORD - 1) // CODES_PER_WORD
+    offsets = torch.cat([words.new_zeros(1), words.cumsum(0)])
+    p = keep.to(torch.int64).cumsum(-1) - 1                              # rank among the tile's kept
+    word = (offsets[:-1, None] + p // CODES_PER_WORD)[keep]
+    packed = torch.zeros(int(offsets[-1]), dtype=torch.int64, device=x.device)
+    packed.index_add_(0, word, (code << (2 * (p % CODES_PER_WORD)))[keep])   # integer sums: order-free
+    packed = torch.where(packed >= 2**31, packed - 2**32, packed).to(torch.int32)
+    return {"bitmaps": bitmaps, "offsets": offsets.to(torch.int32), "packed": packed,
+            "scale": scale.to(torch.float32), "zero": zero.to(torch.int32)}
+
+
 def on_buffers(buffers: dict, kind: str, bits: int, shape, compute_dtype) -> torch.Tensor:
     """The dense cache a case's compressed buffers describe (``buffers``: bitmaps, offsets,
     packed, and for 2 bits scale and zero), in the compute dtype."""

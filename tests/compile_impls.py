@@ -6,23 +6,23 @@ import triton
 import triton.language as tl
 
 
-def wants_cuda(q, k, v, *, return_lse=False, out=None, lse=None):
+def wants_cuda(q, k, v, *, scale=None, return_lse=False, out=None, lse=None):
     """Moves its inputs to the GPU before launching, as many wrappers do."""
     q = q.cuda()
     raise AssertionError("unreachable on a host without CUDA")
 
 
-def checks_device(q, k, v, *, return_lse=False, out=None, lse=None):
+def checks_device(q, k, v, *, scale=None, return_lse=False, out=None, lse=None):
     if not q.is_cuda:
         raise ValueError("checks_device: q must be a CUDA tensor")
     raise AssertionError("unreachable")
 
 
-def plain_torch(q, k, v, *, return_lse=False, out=None, lse=None):
+def plain_torch(q, k, v, *, scale=None, return_lse=False, out=None, lse=None):
     """A vendor-style op: plain PyTorch, no Triton launch at all."""
     g = q.shape[1] // k.shape[1]
     kk, vv = k.repeat_interleave(g, 1).float(), v.repeat_interleave(g, 1).float()
-    p = torch.softmax(q.float() @ kk.transpose(-1, -2) / q.shape[-1] ** 0.5, dim=-1)
+    p = torch.softmax(q.float() @ kk.transpose(-1, -2) * (q.shape[-1] ** -0.5 if scale is None else scale), dim=-1)
     o = (p @ vv).to(q.dtype)
     if out is not None:
         out.copy_(o)
@@ -56,12 +56,12 @@ def _decode_tuned(Q, K, V, O, S, G, scale, D: tl.constexpr, BLOCK_N: tl.constexp
     tl.store(O + bh * D + offs_d, (acc / l).to(O.dtype.element_ty))
 
 
-def autotuned(q, k, v, *, return_lse=False, out=None, lse=None):
+def autotuned(q, k, v, *, scale=None, return_lse=False, out=None, lse=None):
     """Decode (B=1 per launch row) through an autotuned kernel and a callable grid."""
     B, Hq, _, D = q.shape
     Hkv, S = k.shape[1], k.shape[2]
     out = torch.empty_like(q) if out is None else out
     q_, k_, v_ = q.contiguous(), k.contiguous(), v.contiguous()
     grid = lambda meta: (B * Hq,)  # noqa: E731 - Triton's callable-grid form
-    _decode_tuned[grid](q_, k_, v_, out, S, Hq // Hkv, D ** -0.5, D=D)
+    _decode_tuned[grid](q_, k_, v_, out, S, Hq // Hkv, D ** -0.5 if scale is None else scale, D=D)
     return out, None

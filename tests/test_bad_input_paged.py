@@ -70,6 +70,12 @@ BAD = [
     ("paged-page-id-out-of-range", lambda: run_paged(indices=i32(3, 5, 0)), "kv_page_indices"),
     ("paged-last-page-len-zero", lambda: run_paged(last=i32(0, 3)), "kv_last_page_len"),
     ("paged-last-page-len-too-big", lambda: run_paged(last=i32(2, 5)), "kv_last_page_len"),
+    # kernels.md: a sequence with no page has kv_last_page_len 0 (sequence 1 owns no page here).
+    ("paged-last-page-len-of-empty-sequence",
+     lambda: run_paged(indptr=i32(0, 3, 3), indices=i32(3, 1, 0), last=i32(2, 4)), "kv_last_page_len"),
+    ("sparse-paged-last-page-len-of-empty-sequence",
+     lambda: run_sparse_paged(indptr=i32(0, 3, 3), indices=i32(3, 1, 0), last=i32(2, 1),
+                              nnz=torch.zeros((2, 4), dtype=torch.int32)), "kv_last_page_len"),
     ("paged-int64-indices", lambda: run_paged(indices=i32(3, 1, 0).long()), "kv_page_indices"),
     ("paged-int64-indptr", lambda: run_paged(indptr=i32(0, 2, 3).long()), "kv_page_indptr"),
     ("paged-indptr-decreasing", lambda: run_paged(indptr=i32(0, 3, 2)), "kv_page_indptr"),
@@ -113,3 +119,14 @@ def test_rejected_before_launch_naming_the_argument(name, call, argument):
 def test_valid_inputs_pass_validation_and_reach_the_launch():
     with pytest.raises(AssertionError, match="a kernel was launched"):
         run_paged()
+
+
+def test_a_sequence_with_no_page_and_last_page_len_zero_is_valid():
+    with pytest.raises(AssertionError, match="a kernel was launched"):
+        run_paged(indptr=i32(0, 3, 3), indices=i32(3, 1, 0), last=i32(2, 0))
+
+
+def test_last_page_len_of_a_sequence_with_no_page_is_named():
+    with pytest.raises(ValueError, match=r"kv_last_page_len values of sequences with no page must be in \[0, 0\], "
+                                         r"got 4 at index \[1\]"):
+        run_paged(indptr=i32(0, 3, 3), indices=i32(3, 1, 0), last=i32(2, 4))

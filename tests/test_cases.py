@@ -192,3 +192,88 @@ def test_mustafar_pruning_ties_follow_a_legal_choice_and_only_a_legal_one():
         chosen = torch.tensor(illegal)
         assert not legal_pruning(x, chosen, 0.5).item()
         assert torch.equal(keep_mask(x, 0.5, chosen), default)
+
+
+# --- issue 26: the input classes every family where they apply covers in quick ----------------------
+
+from cases._dims import EXTREMES, SCALES  # noqa: E402
+
+GQA_FAMILIES = ["prefill", "prefill_varlen", "decode", "paged_decode", "sparse_decode", "sparse_paged_decode",
+                "magicpig_decode", "mustafar"]
+PAGED_FAMILIES = ["paged_decode", "sparse_paged_decode", "magicpig_decode"]
+SOFTMAX_FAMILIES = [n for n in COVERED]
+
+
+@pytest.mark.parametrize("name", GQA_FAMILIES)
+def test_quick_has_gqa_groups_that_are_not_powers_of_two(name):
+    _, cases = quick(name)
+    assert {c["Hq"] // c["Hkv"] for c in cases} >= {3, 5, 6, 7}
+
+
+@pytest.mark.parametrize("name", PAGED_FAMILIES)
+def test_quick_has_page_sizes_that_are_not_powers_of_two_over_several_pages(name):
+    _, cases = quick(name)
+    for P in (12, 48):
+        assert any(c["P"] == P and max(c["lengths"]) > 2 * P and any(n % P for n in c["lengths"]) for c in cases), P
+
+
+@pytest.mark.parametrize("name", SOFTMAX_FAMILIES)
+def test_quick_has_extreme_score_ranges_zero_vectors_and_every_scale(name):
+    _, cases = quick(name)
+    assert {c.params.get("vals") for c in cases} >= set(EXTREMES)
+    scaled = [c for c in cases if c.params.get("scale")]
+    assert {c["scale"] for c in scaled} == set(SCALES)
+    # ... combined with the distributions that stress the exponent.
+    assert {c.params.get("vals") for c in scaled} >= {"large", "late", "pm80"}
+
+
+def _row_lse(family, case):
+    inputs = family.make_inputs(case, case.generator())
+    if case.family == "mustafar":  # the cache the compressed keys describe
+        from cases._dims import effective_scale
+        from references.mustafar import on_buffers, scores_reference
+        k = on_buffers({n[3:]: t for n, t in inputs.items() if n.startswith("kc_")}, "key", case["bits"],
+                       inputs["k"].shape, torch.float64)
+        s = scores_reference(inputs["q"], k, torch.float64) * effective_scale(case, case["D"])
+        return torch.logsumexp(s, -1).flatten()
+    lse = family.reference(case, inputs, torch.float64)["lse"].flatten()
+    return lse[torch.isfinite(lse)]
+
+
+@pytest.mark.parametrize("name", SOFTMAX_FAMILIES)
+def test_extreme_cases_put_rows_where_the_exponent_runs_out(name):
+    """neg100: every row's scores far below 0 (LSE, about the row max, below -85, above -130);
+    pm80: rows near +80 and rows near -80 in one launch (more than fp32's exponent range apart)."""
+    family, cases = quick(name)
+    for case in (c for c in cases if c.params.get("vals") in ("neg100", "pm80")):
+        lse = _row_lse(family, case)
+        assert lse.numel(), case.id
+        if case["vals"] == "neg100":
+            assert float(lse.max()) < -85 and float(lse.min()) > -130, case.id
+        else:
+            assert float(lse.max()) > 70 and float(lse.min()) < -70, case.id
+
+
+@pytest.mark.parametrize("name", SOFTMAX_FAMILIES)
+def test_zero_cases_hold_zero_keys_and_a_zero_query(name):
+    family, cases = quick(name)
+    for case in (c for c in cases if c.params.get("vals") == "zeros"):
+        inputs = family.make_inputs(case, case.generator())
+        q = inputs["q"].float()
+        keys = inputs["k"] if "k" in inputs else inputs["kv_cache"].select(1, 0)
+        keys = keys.float().reshape(-1, keys.shape[-1])
+        assert bool((q.reshape(-1, q.shape[-1]) == 0).all(-1).any()), case.id
+        assert bool((keys == 0).all(-1).any()), case.id
+
+
+@pytest.mark.parametrize("name", ["sparse_decode", "sparse_paged_decode", "magicpig_decode", "paged_decode"])
+def test_long_low_precision_reductions_in_fp16_and_bf16(name):
+    family, cases = quick(name)
+    for dtype in ("fp16", "bf16"):
+        longest = 0
+        for case in (c for c in cases if c["dtype"] == dtype):
+            if "sparse_nnz" in family.make_inputs(case, case.generator()):
+                longest = max(longest, int(family.make_inputs(case, case.generator())["sparse_nnz"].max()))
+            else:
+                longest = max(longest, max(case["lengths"]))
+        assert longest >= 2000, dtype

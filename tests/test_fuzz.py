@@ -36,7 +36,7 @@ def test_draws_cover_the_dimensions_and_stay_legal(name, drawn):
     cases = drawn[name]
     assert all(family.skip_reason(c) is None for c in cases), "the spec's skip rules are respected"
     assert {c.params.get("view", CONTIG) for c in cases} - {CONTIG}, "views are drawn"
-    assert {c.params.get("vals", RANDN) for c in cases} == {RANDN, *VALUES}, "every value distribution"
+    assert {c.params.get("vals", RANDN) for c in cases} >= {RANDN, *VALUES}, "every value distribution"
     for c in cases:
         p = c.params
         if "Hkv" in p:

@@ -22,7 +22,34 @@ def decode(q, k, v, *, scale=None, return_lse=False, out=None, lse=None):
 
 def wrong(q, k):
     return q
+
+
+def _torch_decode(q, k, v, scale, return_lse, out, lse, bf16_scale=None):
+    import torch
+    G = q.shape[1] // k.shape[1]
+    kk, vv = k.repeat_interleave(G, 1).float(), v.repeat_interleave(G, 1).float()
+    scale = q.shape[-1] ** -0.5 if scale is None else scale
+    if bf16_scale is not None and q.dtype == torch.bfloat16:
+        scale = bf16_scale                                  # the bug: its bf16 path only
+    s = (q.float() @ kk.transpose(-1, -2)) * scale
+    p = torch.softmax(s, -1)
+    o = p @ vv
+    out.copy_(o)
+    if return_lse:
+        lse.copy_(torch.logsumexp(s, -1))
+    return out, lse if return_lse else None
+
+
+def torch_decode(q, k, v, *, scale=None, return_lse=False, out=None, lse=None):
+    """Plain torch, fp32: no Triton kernel at all."""
+    return _torch_decode(q, k, v, scale, return_lse, out, lse)
+
+
+def torch_decode_bf16_unscaled(q, k, v, *, scale=None, return_lse=False, out=None, lse=None):
+    """Plain torch whose bf16 path forgets the softmax scale."""
+    return _torch_decode(q, k, v, scale, return_lse, out, lse, bf16_scale=1.0)
 '''
+BF16_CASES = "cases/decode.py::decode[bf16-B2-Hq8-Hkv2-S300-D64-lse]"
 
 
 @pytest.fixture
@@ -57,7 +84,7 @@ def test_an_entry_point_is_selected_by_name(run_suite, mypkg):
 def test_a_wrong_signature_stops_the_run_before_any_case(run_suite, mypkg):
     run = run_suite("cases/decode.py", "--impl", "decode=mypkg.mykernel:wrong", env=mypkg)
     assert run.returncode == 4 and not run.records
-    assert "cannot be called as decode(q, k, v, *, return_lse=..., out=..., lse=...)" in run.output
+    assert "cannot be called as decode(q, k, v, *, scale=..., return_lse=..., out=..., lse=...)" in run.output
 
 
 def test_two_implementations_side_by_side_each_case_once_per_implementation(run_suite):
@@ -84,6 +111,10 @@ def test_every_registered_implementation_fits_its_interface(family):
 def test_interface_check_names_the_expected_call():
     with pytest.raises(BadImplementation, match=r"block_sparse\(q, k, v, sabi, \*, block_shape=..."):
         check_impl(families()["block_sparse"], "mine", lambda q, k, v: None)
+    with pytest.raises(BadImplementation, match="unexpected keyword argument 'scale'"):
+        check_impl(families()["paged_decode"], "mine",
+                   lambda q, kv_cache, kv_page_indptr, kv_page_indices, kv_last_page_len, *, layout, return_lse,
+                   out, lse: None)
     with pytest.raises(BadImplementation, match="missing compress, decompress, keys, values, decode"):
         check_impl(families()["mustafar"], "mine", object())
 
@@ -99,6 +130,11 @@ def test_interfaces_print_shapes_dtypes_and_the_scale():
     for family in families():
         assert out.count(f"\n{family}") + out.startswith(family) >= 1, family
     assert "[B, Hq, S, D]" in out and "1/sqrt(D)" in out and "kv_page_indptr [B + 1]" in out
+    # kernels.md, "Softmax scale": every family's call takes it (Mustafar's decode; keys unscaled).
+    for line in out.splitlines():
+        if line.startswith(tuple(f"{f}(" for f in families() if f != "probes")):
+            assert "scale=..." in line, line
+    assert "decode(q, keys, values, scale=None" in out
 
 
 def test_option_parsing_and_unknown_names():
@@ -118,3 +154,36 @@ def test_ledger_entries_can_be_limited_to_implementations():
     assert entry.applies(case, "cpu", versions, impl="triton")
     assert entry.applies(case, "cpu", versions, impl="mypkg.mykernel:decode")
     assert not entry.applies(case, "cpu", versions, impl="sdpa")
+
+
+def test_the_interpreter_bf16_entry_judges_only_cases_that_ran_a_triton_kernel(run_suite, mypkg):
+    """interp_bf16_dot explains a failure only where the interpreter ran a Triton kernel: our
+    kernel's bf16 case stays a known failure, a torch implementation's bf16 path is judged."""
+    ours = run_suite(BF16_CASES, "--impl", "decode=mypkg.mykernel:decode", env=mypkg)
+    assert [r["outcome"] for r in ours.records] == ["xfail"], ours.output[-2000:]
+    right = run_suite(BF16_CASES, "--impl", "decode=mypkg.mykernel:torch_decode", env=mypkg)
+    assert [r["outcome"] for r in right.records] == ["pass"], right.output[-2000:]
+    wrong = run_suite(BF16_CASES, "--impl", "decode=mypkg.mykernel:torch_decode_bf16_unscaled", env=mypkg)
+    assert [r["outcome"] for r in wrong.records] == ["fail"], wrong.output[-2000:]
+    assert wrong.returncode == 1
+
+
+def test_interpreted_launches_are_counted():
+    import os
+    import subprocess
+    import sys
+
+    code = ("import torch\n"
+            "from attnsuite import interpreted\n"
+            "from kernels.decode import decode\n"
+            "q = torch.randn(1, 2, 1, 64, dtype=torch.float16); k = torch.randn(1, 1, 40, 64, dtype=torch.float16)\n"
+            "with interpreted.counting() as n:\n"
+            "    decode(q, k, k)\n"
+            "with interpreted.counting() as m:\n"
+            "    torch.softmax(q.float(), -1)\n"
+            "print(n[0], m[0])\n")
+    env = {**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": str(ROOT)}
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True,
+                         timeout=300)
+    launched, none = out.stdout.split()
+    assert int(launched) >= 1 and int(none) == 0, out.stderr[-2000:]

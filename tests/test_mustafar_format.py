@@ -126,3 +126,25 @@ def test_the_reference_decoder_written_from_the_spec_agrees_with_the_format_modu
     x = k if kind == "key" else v
     c = compress(x, 0.5, kind=kind, bits=bits)
     assert torch.equal(decode_buffers(kind, bits, c.shape, **c.tensors()), decompress(c).float())
+
+
+@pytest.mark.parametrize("kind", ["key", "value"])
+@pytest.mark.parametrize("bits", [16, 2])
+def test_reference_compressor_writes_the_project_compressors_bytes(kind, bits):
+    """kernels.md, "Compressed formats are interchange formats": the reference compressor
+    (references/mustafar.py, written from the spec) and the project's write the same buffers,
+    and the reference decoder reads them back to the pruned (and quantised) tensor."""
+    from references.mustafar import decode_buffers, encode_buffers
+
+    g = torch.Generator().manual_seed(26)
+    x = torch.randn((2, 3, 192, 128), generator=g).half()
+    x[:, :, :64, :4] = 0                     # tiles that keep nothing
+    x[:, :, 64:128, 5] = 2.0                 # flat tiles
+    for s in (0.0, 0.5, 0.9):
+        ref = encode_buffers(x, s, kind, bits)
+        ours = compress(x, s, kind=kind, bits=bits).tensors()
+        assert ref.keys() == ours.keys()
+        for name in ref:
+            assert ref[name].dtype == ours[name].dtype and torch.equal(ref[name], ours[name]), (s, name)
+        assert torch.equal(decode_buffers(kind, bits, x.shape, **ref),
+                           compressed_reference(x, s, kind, bits).float())

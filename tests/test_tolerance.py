@@ -88,3 +88,22 @@ def test_low_precision_tensors_are_compared_in_float64():
 def test_headroom_helper():
     assert tolerance.headroom(2.0, 1.0) == 2.0
     assert math.isinf(tolerance.headroom(1.0, 0.0))
+
+
+def test_scores_beyond_the_input_dtype_allow_what_fp32_scores_of_that_size_cost():
+    """Issue 26's MagicPIG fuzz finds: scores ~65536, the fp16 baseline NaN everywhere (b = 0),
+    the kernel's fp32 split merge off by ~1e-3. The baseline error used is at least
+    u32 * score_bound * max(1, max|ref|); with scores of ordinary size that changes nothing."""
+    ref = t(0.25, -0.75)
+    base = t(float("nan"), float("nan"))           # the fp16 baseline overflowed
+    out = ref + t(0.0, 1.1e-3)
+    strict = tolerance.compare("o", out, ref, base, torch.float16)
+    assert not strict.ok and strict.baseline_err == 0.0 and strict.score_err == 0.0
+    wide = tolerance.compare("o", out, ref, base, torch.float16, score_bound=65536.0)
+    assert wide.ok and wide.score_err == pytest.approx(2.0**-24 * 65536)
+    assert wide.allowed == pytest.approx(2 * 2.0**-24 * 65536 + U16)
+    ordinary = tolerance.compare("o", out, ref, base, torch.float16, score_bound=30.0)
+    assert not ordinary.ok and ordinary.allowed == pytest.approx(2 * 2.0**-24 * 30 + U16)
+    # A baseline larger than the score term is used as it is.
+    noisy = tolerance.compare("o", out, ref, ref + 1e-3, torch.float16, score_bound=30.0)
+    assert noisy.allowed == pytest.approx(2 * 1e-3 + U16)

@@ -55,7 +55,7 @@ def _paged_decode_port(Q, CACHE, INDPTR, INDICES, LAST, O, LSE, scale,
 
 
 def paged_decode(q, kv_cache, kv_page_indptr, kv_page_indices, kv_last_page_len, *, layout="HND",
-                 return_lse=False, out=None, lse=None):
+                 scale=None, return_lse=False, out=None, lse=None):
     """q [B, Hq, D]; kv_cache [pages, 2, Hkv, P, D] (HND) or [pages, 2, P, Hkv, D] (NHD)."""
     B, Hq, D = q.shape
     if layout == "HND":
@@ -75,7 +75,7 @@ def paged_decode(q, kv_cache, kv_page_indptr, kv_page_indices, kv_last_page_len,
     lse_strides = (lse.stride(0), lse.stride(1)) if return_lse else (0, 0)
     _paged_decode_port[(B, Hq)](
         q, kv_cache, kv_page_indptr, kv_page_indices, kv_last_page_len, out,
-        lse if return_lse else out, 1.0 / math.sqrt(D),
+        lse if return_lse else out, 1.0 / math.sqrt(D) if scale is None else float(scale),
         q.stride(0), q.stride(1), out.stride(0), out.stride(1), *lse_strides,
         kv_cache.stride(0), kv_cache.stride(1), stride_head, stride_slot,
         G=Hq // Hkv, PAGE=P, D=D, BLOCK_N=16, HAS_LSE=return_lse)
