@@ -22,7 +22,7 @@ import triton.language as tl
 
 from ._callcache import CallCache
 from ._grid import npu_cores, npu_splits, plan_grid
-from ._split import merge_in_last_program, merge_plan, scratch_of, split_outputs
+from ._split import merge_in_last_program, merge_meta, merge_plan, NO_MERGE, scratch_of, split_outputs
 from ._checks import (cdiv, DOT_INPUT_PRECISION, check_decode_qkv, check_flag, check_int_range,
                       check_launchable, check_out_lse, check_out_lse_aliases, check_scale,
                       is_interpret, is_live, launch, LaunchPlan, next_pow2, on_ascend,
@@ -47,6 +47,7 @@ def _decode_tile(
     RETURN_LSE: tl.constexpr, DOT_PRECISION: tl.constexpr, FUSED_MERGE: tl.constexpr,
     RETURN_LSE_OUT: tl.constexpr,
     BLOCK_G: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
+    BLOCK_GM: tl.constexpr, BLOCK_SPLITS: tl.constexpr, SPLIT_CHUNK: tl.constexpr,
 ):
     """One KV split of one (batch, KV head): pid_bk is batch * Hkv + KV head."""
     b = (pid_bk // Hkv).to(tl.int64)
@@ -90,10 +91,11 @@ def _decode_tile(
         lse = (m_i + tl.log2(l_i)) * 0.6931471805599453  # natural log
         tl.store(LSE + b * stride_lb + heads * stride_lh + split * stride_lsplit, lse, mask=offs_g < G)
     if FUSED_MERGE:
-        merge_in_last_program(O, LSE, OUT, LSE_OUT, COUNTER + pid_bk, b, heads, offs_g < G, offs_d,
-                               io_mask, stride_ob, stride_oh, stride_osplit, stride_lb, stride_lh,
-                               stride_lsplit, stride_outb, stride_outh, stride_lob, stride_loh,
-                               NUM_SPLITS, RETURN_LSE_OUT)
+        merge_in_last_program(O, LSE, OUT, LSE_OUT, COUNTER + pid_bk, b, hk * G, G, D,
+                              stride_ob, stride_oh, stride_osplit, stride_lb, stride_lh,
+                              stride_lsplit, stride_outb, stride_outh, stride_lob, stride_loh,
+                              NUM_SPLITS, RETURN_LSE_OUT, BLOCK_GM, BLOCK_SPLITS, SPLIT_CHUNK,
+                              BLOCK_D)
 
 
 # sizes and LSE strides unspecialized: see kernels/__init__.py
@@ -113,6 +115,7 @@ def _decode_fwd(
     RETURN_LSE: tl.constexpr, DOT_PRECISION: tl.constexpr, FUSED_MERGE: tl.constexpr,
     RETURN_LSE_OUT: tl.constexpr,
     BLOCK_G: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
+    BLOCK_GM: tl.constexpr, BLOCK_SPLITS: tl.constexpr, SPLIT_CHUNK: tl.constexpr,
     PERSISTENT: tl.constexpr,
 ):
     if PERSISTENT:
@@ -126,7 +129,7 @@ def _decode_fwd(
                          stride_outb, stride_outh, stride_lob, stride_loh,
                          Hkv, S, D, G, SPLIT_LEN, NUM_SPLITS, qk_scale, work % n_bk, work // n_bk,
                          RETURN_LSE, DOT_PRECISION, FUSED_MERGE, RETURN_LSE_OUT,
-                         BLOCK_G, BLOCK_N, BLOCK_D)
+                         BLOCK_G, BLOCK_N, BLOCK_D, BLOCK_GM, BLOCK_SPLITS, SPLIT_CHUNK)
     else:
         _decode_tile(Q, K, V, O, LSE, OUT, LSE_OUT, COUNTER, stride_qb, stride_qh, stride_kb,
                      stride_kh, stride_ks, stride_vb, stride_vh, stride_vs, stride_ob,
@@ -135,7 +138,7 @@ def _decode_fwd(
                      Hkv, S, D, G, SPLIT_LEN, NUM_SPLITS, qk_scale,
                      tl.program_id(0), tl.program_id(1),
                      RETURN_LSE, DOT_PRECISION, FUSED_MERGE, RETURN_LSE_OUT,
-                     BLOCK_G, BLOCK_N, BLOCK_D)
+                     BLOCK_G, BLOCK_N, BLOCK_D, BLOCK_GM, BLOCK_SPLITS, SPLIT_CHUNK)
 
 
 #: (BLOCK_N, num_warps, num_stages, target programs) per 16-bit dtype?; the first is the default.
@@ -164,10 +167,12 @@ def _with_split(cfg: dict, S: int, want: int) -> dict:
 
 def split_for(cfg: dict, B: int, Hkv: int, S: int, num_splits: Optional[int]) -> dict:
     """The tiles plus SPLIT_LEN and NUM_SPLITS: ``num_splits`` if given, else TARGET // (B * Hkv)
-    splits of at least MIN_SPLIT_LEN keys; rounded so every split is non-empty."""
+    splits of at least MIN_SPLIT keys (MIN_SPLIT_LEN if the config names none); rounded so every
+    split is non-empty."""
     cfg = dict(cfg)
     target = cfg.pop("TARGET", 0)
-    want = num_splits or max(1, min(target // (B * Hkv), cdiv(S, MIN_SPLIT_LEN)))
+    min_len = cfg.pop("MIN_SPLIT", MIN_SPLIT_LEN)
+    want = num_splits or max(1, min(target // (B * Hkv), cdiv(S, min_len)))
     return _with_split(cfg, S, want)
 
 
@@ -241,7 +246,8 @@ def decode_plan(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Te
             *((lse.stride(0), lse.stride(1)) if return_lse else (0, 0)),
             Hkv, S, D, G, split_len, splits, float(scale) * LOG2E)
     meta = dict(RETURN_LSE=write_lse, DOT_PRECISION=DOT_INPUT_PRECISION, FUSED_MERGE=fused,
-                RETURN_LSE_OUT=return_lse and fused, **cfg)
+                RETURN_LSE_OUT=return_lse and fused, **cfg,
+                **(merge_meta(splits, G, cfg["BLOCK_D"], cfg["num_warps"]) if fused else NO_MERGE))
     g = plan_grid((B * Hkv, splits), q, vector=False)
     meta["PERSISTENT"] = g.persistent
     plan = LaunchPlan(kernel=_decode_fwd, grid=g.grid, args=args + (B * Hkv, g.n_work, g.n_programs),
