@@ -7,7 +7,7 @@ import torch
 import kernels.settings as ks
 from kernels._checks import capture_launches
 
-FAST_FAMILIES = ("decode", "paged_decode", "sparse_paged_decode", "magicpig_decode", "prefill",
+FAST_FAMILIES = ("decode", "paged_decode", "sparse_decode", "sparse_paged_decode", "magicpig_decode", "prefill",
                  "block_sparse")
 
 
