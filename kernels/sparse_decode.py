@@ -9,6 +9,12 @@ The loop runs only over the first ``nnz`` entries; a row with ``nnz == 0`` write
 lse = -inf. With more than one split, every split writes its normalised partial output and LSE
 to fp32 scratch and a second kernel merges them (empty splits carry lse = -inf).
 
+On CUDA (``_checks.use_fast_path``) the same kernel runs with ``PREFETCH`` and ``FUSED_MERGE``:
+many short splits (about ``FAST_TILE["TARGET"]`` programs: a tile is two dependent loads, index
+then rows, so the gather is latency-bound and wants every row of the list in flight at once),
+index entries read ahead of the rows they address, and the last split program of each row
+merging the partials (``_split.merge_in_last_program``), so the call is one launch.
+
 Portable subset only: no block pointers or descriptors, no libdevice math, no Python globals in
 kernels, arithmetic tail masks, int64 base offsets.
 
