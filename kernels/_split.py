@@ -162,9 +162,9 @@ def merge_in_last_program(OP, LP, OUT, LSE_OUT, counter, b, head0, G, D,
         tl.atomic_xchg(counter, 0)
 
 
-#: fp32 elements of one merge tile per warp (32 registers a thread): G=4, D=128 merges 16 splits
-#: at once with 4 warps.
-MERGE_ELEMS_PER_WARP = 1024
+#: fp32 elements of one merge tile per warp (64 registers a thread, free once the key loop is
+#: done): G=4, D=128 merges 16 splits at once with 4 warps.
+MERGE_ELEMS_PER_WARP = 2048
 
 
 #: The merge constexprs of a kernel that does not merge in-kernel (one specialization).

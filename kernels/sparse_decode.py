@@ -211,7 +211,7 @@ def sparse_decode_config(B: int, Hq: int, L_max: int, D: int, dtype: torch.dtype
 #: programs the list split aims at. A tile is a chain of two dependent loads (indices, then
 #: rows) that no loop can overlap within a program, so the gather is latency-bound and wants as
 #: many small programs in flight as the GPU holds (~8 per SM), each merged in-kernel.
-FAST_TILE = dict(BLOCK_N=32, num_warps=4, num_stages=2, TARGET=1024)
+FAST_TILE = dict(BLOCK_N=64, num_warps=4, num_stages=2, TARGET=1024)
 
 
 def sparse_decode_fast_config(B: int, Hq: int, L_max: int, D: int, dtype: torch.dtype,
@@ -222,9 +222,9 @@ def sparse_decode_fast_config(B: int, Hq: int, L_max: int, D: int, dtype: torch.
     overrides FAST_TILE's entries (the tile sweep, ``scripts/decode_variants.py``)."""
     cfg = {**FAST_TILE, **(config or {})}
     block_d = max(16, next_pow2(D))
-    # Two gathered [BLOCK_N, BLOCK_D] tiles as fp32 per program: halve the rows past D=128.
+    # fp32 rows are twice the bytes of a 16-bit tile: half as many.
     block_n = cfg["BLOCK_N"] if config and "BLOCK_N" in config else max(
-        16, cfg["BLOCK_N"] * 128 // max(128, block_d) // (2 if dtype == torch.float32 else 1))
+        16, cfg["BLOCK_N"] // (2 if dtype == torch.float32 else 1))
     span = max(1, L_max)
     want = num_splits or max(1, min(cdiv(cfg["TARGET"], B * Hq), cdiv(span, block_n)))
     split_len = cdiv(cdiv(span, want), block_n) * block_n

@@ -55,12 +55,12 @@ def _sparse_paged_tile(
     stride_outb, stride_outh, stride_lob, stride_loh,
     Hq, D, G, SPLIT_LEN, L_MAX, NUM_SPLITS, qk_scale, pid, split,
     MAGICPIG: tl.constexpr, RETURN_LSE: tl.constexpr, LOOKUP: tl.constexpr,
-    FUSED_MERGE: tl.constexpr, RETURN_LSE_OUT: tl.constexpr,
+    PREFETCH: tl.constexpr, FUSED_MERGE: tl.constexpr, RETURN_LSE_OUT: tl.constexpr,
     PAGE_SIZE: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
     BLOCK_SPLITS: tl.constexpr, SPLIT_CHUNK: tl.constexpr,
 ):
-    """One split of one row's token list: pid is batch * Hq + head. With ``LOOKUP`` (the CUDA
-    fast path) each tile's token positions and page ids are read while the previous tile's rows
+    """One split of one row's token list: pid is batch * Hq + head. With ``PREFETCH`` (CUDA
+    fast path, with ``LOOKUP``) each tile's token positions and page ids are read while the previous tile's rows
     are in flight (the first tile's positions in the same round trip as nnz), so a tile waits
     for one memory latency, its rows, instead of three; entries past nnz are read (they lie
     inside sparse_ind) but never used as addresses."""
@@ -80,13 +80,14 @@ def _sparse_paged_tile(
     start = split * SPLIT_LEN
     row_ptr = ROWS + b * stride_rb + h * stride_rh
     if LOOKUP:
+        page_lo = tl.load(PAGE_INDPTR + b)
+    if PREFETCH:
         first = start + offs_n
         t_first = tl.load(row_ptr + first, mask=first < L_MAX, other=0)
-        page_lo = tl.load(PAGE_INDPTR + b)
     nnz = tl.load(NNZ + b * stride_nb + h * stride_nh)
     end = tl.minimum(start + SPLIT_LEN, nnz)
     k_base = KV + hk * stride_head
-    if LOOKUP:
+    if PREFETCH:
         page = tl.load(PAGE_INDICES + page_lo + t_first // PAGE_SIZE, mask=first < end,
                        other=0).to(tl.int64)
         row_next = page * stride_page + (t_first % PAGE_SIZE).to(tl.int64) * stride_slot
@@ -100,10 +101,14 @@ def _sparse_paged_tile(
         j = n + offs_n
         ok = j < end
         # Contiguous window of row ids, then whole-row gathers [BLOCK_N, BLOCK_D] (int64 offsets).
-        if LOOKUP:
+        if PREFETCH:
+            row = row_next
+        elif LOOKUP:
             # CUDA fast path: ROWS holds logical positions; the page lookup happens here, which
             # saves the host pre-pass (~10 small launches). Ascend rejects the vector `t // P`.
-            row = row_next
+            t = tl.load(row_ptr + j, mask=ok, other=0)
+            page = tl.load(PAGE_INDICES + page_lo + t // PAGE_SIZE, mask=ok, other=0).to(tl.int64)
+            row = page * stride_page + (t % PAGE_SIZE).to(tl.int64) * stride_slot
         else:
             row = tl.load(row_ptr + j, mask=ok, other=0).to(tl.int64) * row_unit
         kv_mask = ok[:, None] & d_ok[None, :]
@@ -111,7 +116,7 @@ def _sparse_paged_tile(
         # Both gathers issued before the math (H200: ~20% faster than loading V after the scores).
         k = tl.load(k_base + kv_off, mask=kv_mask, other=0.0).to(tl.float32)
         v = tl.load(k_base + stride_kv + kv_off, mask=kv_mask, other=0.0).to(tl.float32)
-        if LOOKUP:  # the next tile's rows, looked up while these are in flight
+        if PREFETCH:  # the next tile's rows, looked up while these are in flight
             ahead = j + BLOCK_N
             ok_ahead = ahead < end
             t = tl.load(row_ptr + ahead, mask=ok_ahead, other=0)
@@ -181,7 +186,7 @@ def _sparse_paged_fwd(
     stride_outb, stride_outh, stride_lob, stride_loh,
     Hq, D, G, SPLIT_LEN, L_MAX, NUM_SPLITS, qk_scale, n_bh, n_work, n_programs,
     MAGICPIG: tl.constexpr, RETURN_LSE: tl.constexpr, LOOKUP: tl.constexpr,
-    FUSED_MERGE: tl.constexpr, RETURN_LSE_OUT: tl.constexpr,
+    PREFETCH: tl.constexpr, FUSED_MERGE: tl.constexpr, RETURN_LSE_OUT: tl.constexpr,
     PAGE_SIZE: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
     BLOCK_SPLITS: tl.constexpr, SPLIT_CHUNK: tl.constexpr, PERSISTENT: tl.constexpr,
 ):
@@ -196,7 +201,8 @@ def _sparse_paged_fwd(
                                stride_outb, stride_outh, stride_lob, stride_loh,
                                Hq, D, G, SPLIT_LEN, L_MAX, NUM_SPLITS, qk_scale, work % n_bh,
                                work // n_bh,
-                               MAGICPIG, RETURN_LSE, LOOKUP, FUSED_MERGE, RETURN_LSE_OUT, PAGE_SIZE,
+                               MAGICPIG, RETURN_LSE, LOOKUP, PREFETCH, FUSED_MERGE, RETURN_LSE_OUT,
+                               PAGE_SIZE,
                            BLOCK_N, BLOCK_D, BLOCK_SPLITS, SPLIT_CHUNK)
     else:
         _sparse_paged_tile(Q, KV, ROWS, NNZ, KP, LP, O, LSE, PAGE_INDPTR, PAGE_INDICES,
@@ -208,7 +214,8 @@ def _sparse_paged_fwd(
                            stride_outb, stride_outh, stride_lob, stride_loh,
                            Hq, D, G, SPLIT_LEN, L_MAX, NUM_SPLITS, qk_scale, tl.program_id(0),
                            tl.program_id(1),
-                           MAGICPIG, RETURN_LSE, LOOKUP, FUSED_MERGE, RETURN_LSE_OUT, PAGE_SIZE,
+                           MAGICPIG, RETURN_LSE, LOOKUP, PREFETCH, FUSED_MERGE, RETURN_LSE_OUT,
+                               PAGE_SIZE,
                            BLOCK_N, BLOCK_D, BLOCK_SPLITS, SPLIT_CHUNK)
 
 
@@ -252,10 +259,11 @@ def list_split(cfg: dict, B: int, Hq: int, L_max: int, num_splits: Optional[int]
     cfg = dict(cfg)
     target = cfg.pop("TARGET", 0)
     cores = cfg.pop("CORES", 0)
+    min_len = cfg.pop("MIN_SPLIT", MIN_SPLIT_LEN)
     if cores:
-        want = num_splits or npu_splits(B * Hq, cores, cdiv(L_max, MIN_SPLIT_LEN))
+        want = num_splits or npu_splits(B * Hq, cores, cdiv(L_max, min_len))
     else:
-        want = num_splits or min(cdiv(target, B * Hq), cdiv(L_max, MIN_SPLIT_LEN))
+        want = num_splits or min(cdiv(target, B * Hq), cdiv(L_max, min_len))
     return _with_split(cfg, L_max, want)
 
 
@@ -349,7 +357,9 @@ def sparse_kernel_plan(q: torch.Tensor, kv_cache: torch.Tensor, kv_page_indptr: 
             Hq, D, Hq // Hkv, split_len, L_max, splits, float(scale) * LOG2E)
     g = plan_grid((B * Hq, splits), q, vector=True)
     merge = merge_meta(splits, 1, cfg["BLOCK_D"], cfg["num_warps"]) if fused else NO_MERGE
-    meta = dict(MAGICPIG=magicpig, RETURN_LSE=write_lse, LOOKUP=lookup, FUSED_MERGE=fused,
+    prefetch = lookup and cfg.pop("PREFETCH", True)  # False: only the tile sweep asks
+    meta = dict(MAGICPIG=magicpig, RETURN_LSE=write_lse, LOOKUP=lookup, PREFETCH=prefetch,
+                FUSED_MERGE=fused,
                 RETURN_LSE_OUT=fused and return_lse, PAGE_SIZE=page_size,
                 BLOCK_SPLITS=merge["BLOCK_SPLITS"], SPLIT_CHUNK=merge["SPLIT_CHUNK"],
                 PERSISTENT=g.persistent, **cfg)

@@ -171,27 +171,27 @@ def dense_section(B, Hq, Hkv, S, D, lse_on, variants):
     return base, best
 
 
+TILES_SHORT = [(64, 4, 3), (128, 4, 3), (128, 4, 2), (128, 8, 2), (64, 8, 3)]
+
+
 def dense_short():
     results = {}
     for S in map(size, (1024, 2048, 4096, 8192)):
         variants = []
-        for per in (512, 256, 128, 64):  # keys per split
+        for per in (1024, 512, 256, 128):  # keys per split
+            if per == 1024 and S < 4096:
+                continue
             splits = max(1, S // per)
-            for bn in (32, 64, 128):
-                variants.append((bn, 4, 3, splits))
-            if per <= 128:
-                variants.append((64, 4, 2, splits))
-        variants.append((128, 8, 3, max(1, S // 256)))
+            variants += [(bn, w, st, splits) for bn, w, st in TILES_SHORT]
         results[S] = dense_section(1, 32, 8, S, 128, False, few(variants))
     return results
 
 
 def dense_bench():
-    v32 = [(bn, w, st, sp) for sp in (16, 24, 32, 48, 64) for bn, w, st in
-           ((64, 4, 3), (128, 4, 3), (64, 4, 4), (128, 8, 3))]
+    v32 = [(bn, w, st, sp) for sp in (8, 12, 16) for bn, w, st in
+           ((64, 4, 3), (128, 4, 3), (64, 4, 5), (128, 4, 2), (128, 8, 3), (128, 8, 4))]
     dense_section(1, 32, 8, size(32000), 128, True, few(v32))
-    v8 = [(bn, w, st, sp) for sp in (1, 2, 4) for bn, w, st in
-          ((64, 4, 3), (128, 4, 3), (64, 4, 2), (128, 8, 3), (32, 4, 3))]
+    v8 = [(128, 4, 3, 1), (128, 8, 3, 1), (128, 4, 2, 1), (64, 4, 3, 2), (128, 4, 3, 2), (64, 4, 2, 4)]
     dense_section(8, 64, 16, size(1024), 64, False, few(v8))
 
 
@@ -230,10 +230,10 @@ def sparse_section():
             plan = sparse_decode_plan(q, k, v, ind, nnz, out, None, scale=1 / math.sqrt(D))
         measure(shape, "portable kernel + merge launch (before)", lambda: run_plan(plan), check, base,
                 nbytes)
-        for bn, warps, stages, target in few([(32, 4, 2, 1024), (16, 4, 2, 1024), (64, 4, 2, 1024),
-                                          (32, 4, 2, 512), (32, 4, 2, 2048), (16, 2, 2, 2048),
-                                          (32, 2, 2, 1024), (64, 8, 2, 512), (16, 4, 2, 4096),
-                                          (32, 4, 1, 1024)]):
+        for bn, warps, stages, target in few([(64, 4, 2, 1024), (64, 4, 2, 512), (64, 4, 2, 2048),
+                                              (64, 2, 2, 1024), (128, 4, 2, 1024), (128, 8, 2, 512),
+                                              (64, 8, 2, 1024), (32, 2, 2, 1024), (64, 4, 1, 1024),
+                                              (128, 4, 2, 512)]):
             cfg = dict(BLOCK_N=bn, num_warps=warps, num_stages=stages, TARGET=target)
             plan = sparse_decode_plan(q, k, v, ind, nnz, out, None, scale=1 / math.sqrt(D), config=cfg)
             splits = plan.grid[1]
@@ -286,14 +286,19 @@ def sparse_paged_section():
     ours = measure(shape, "wrapper (table/default)",
                    lambda: sparse_paged_decode(*args, kv_last_page_len=last, out=out, check_indices=False),
                    check, base, nbytes)
-    variants = [(32, 4, 2, 1024), (32, 4, 2, 2048), (32, 2, 2, 2048), (32, 4, 2, 4096), (16, 4, 2, 2048),
-                (16, 2, 2, 4096), (32, 4, 3, 2048), (64, 8, 2, 1024), (16, 4, 2, 8192), (32, 2, 2, 4096)]
-    for bn, warps, stages, target in few(variants):
-        cfg = dict(BLOCK_N=bn, BLOCK_D=256, num_warps=warps, num_stages=stages, TARGET=target)
+    # (BLOCK_N, warps, stages, target programs, least slots a split, prefetch)
+    variants = [(32, 2, 2, 2048, 256, False), (32, 2, 2, 2048, 256, True), (32, 2, 2, 4096, 64, True),
+                (32, 2, 2, 4096, 128, True), (16, 2, 2, 4096, 64, True), (16, 2, 2, 8192, 32, True),
+                (16, 1, 2, 8192, 32, True), (32, 4, 2, 4096, 64, True), (32, 1, 2, 4096, 64, True),
+                (64, 4, 2, 2048, 64, True), (16, 2, 2, 8192, 32, False), (32, 2, 2, 4096, 64, False),
+                (16, 4, 2, 4096, 32, True), (32, 2, 1, 4096, 64, True)]
+    for bn, warps, stages, target, least, pre in few(variants):
+        cfg = dict(BLOCK_N=bn, BLOCK_D=256, num_warps=warps, num_stages=stages, TARGET=target,
+                   MIN_SPLIT=least, PREFETCH=pre)
         plan = sparse_kernel_plan(*args, out, None, layout="HND", scale=1 / math.sqrt(D), config=cfg,
                                   interpret=False)
-        us = measure(shape, f"BN{bn} w{warps} s{stages} T{target} ({plan.grid[0] * plan.grid[1]} progs)",
-                     lambda: run_plan(plan), check, base, nbytes)
+        us = measure(shape, f"BN{bn} w{warps} s{stages} T{target} min{least}{'' if pre else ' noprefetch'}"
+                     f" ({plan.grid[0] * plan.grid[1]} progs)", lambda: run_plan(plan), check, base, nbytes)
         if us is not None and ours is not None:
             ours = min(ours, us)
 
@@ -305,14 +310,17 @@ def sparse_paged_section():
     measure(mshape, "wrapper (table/default)",
             lambda: magicpig_decode(*args, K, Lh, kv_last_page_len=last, out=out, check_indices=False),
             mcheck, ours, nbytes)
-    for bn, warps, stages, target in few([(32, 4, 2, 512), (32, 4, 2, 1024), (16, 4, 2, 1024),
-                                          (16, 2, 2, 2048), (32, 8, 2, 512), (32, 4, 2, 2048),
-                                          (16, 4, 2, 2048), (64, 8, 2, 512)]):
-        cfg = dict(BLOCK_N=bn, BLOCK_D=256, num_warps=warps, num_stages=stages, TARGET=target)
+    for bn, warps, stages, target, least, pre in few([
+            (32, 4, 2, 512, 256, False), (32, 4, 2, 512, 256, True), (32, 4, 2, 2048, 64, True),
+            (32, 4, 2, 1024, 128, True), (16, 2, 2, 4096, 32, True), (16, 2, 2, 2048, 64, True),
+            (32, 2, 2, 2048, 64, True), (16, 4, 2, 4096, 32, True), (32, 4, 2, 4096, 32, True),
+            (16, 1, 2, 8192, 32, True), (64, 8, 2, 1024, 64, True), (32, 8, 2, 2048, 64, True)]):
+        cfg = dict(BLOCK_N=bn, BLOCK_D=256, num_warps=warps, num_stages=stages, TARGET=target,
+                   MIN_SPLIT=least, PREFETCH=pre)
         plan = sparse_kernel_plan(*args, out, None, layout="HND", scale=1 / math.sqrt(D), K=K, L=Lh,
                                   config=cfg, interpret=False)
-        measure(mshape, f"BN{bn} w{warps} s{stages} T{target} ({plan.grid[0] * plan.grid[1]} progs)",
-                lambda: run_plan(plan), mcheck, ours, nbytes)
+        measure(mshape, f"BN{bn} w{warps} s{stages} T{target} min{least}{'' if pre else ' noprefetch'}"
+                f" ({plan.grid[0] * plan.grid[1]} progs)", lambda: run_plan(plan), mcheck, ours, nbytes)
 
 
 def paged_section():
@@ -336,9 +344,9 @@ def paged_section():
         measure(shape, "wrapper (table/default)",
                 lambda: paged_decode(q, cache, indptr, indices, last, out=out, check_indices=False),
                 check, base, nbytes)
-        for bn, warps, stages, splits in few([(64, 4, 3, 16), (128, 4, 3, 16), (64, 4, 3, 32),
-                                              (128, 4, 3, 32), (64, 4, 2, 32), (64, 4, 4, 16),
-                                              (128, 8, 3, 16), (64, 4, 3, 48)]):
+        for bn, warps, stages, splits in few([(128, 4, 3, 16), (128, 8, 3, 16), (128, 4, 2, 16),
+                                              (64, 4, 3, 16), (128, 4, 3, 12), (128, 8, 4, 16),
+                                              (64, 4, 5, 16)]):
             if P == 16 and bn > 64 and stages > 3:
                 continue
             cfg = dict(BLOCK_N=bn, num_warps=warps, num_stages=stages, TARGET=0)
