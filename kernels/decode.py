@@ -166,13 +166,16 @@ def _with_split(cfg: dict, S: int, want: int) -> dict:
 
 
 def split_for(cfg: dict, B: int, Hkv: int, S: int, num_splits: Optional[int]) -> dict:
-    """The tiles plus SPLIT_LEN and NUM_SPLITS: ``num_splits`` if given, else TARGET // (B * Hkv)
-    splits of at least MIN_SPLIT keys (MIN_SPLIT_LEN if the config names none); rounded so every
-    split is non-empty."""
+    """The tiles plus SPLIT_LEN and NUM_SPLITS: ``num_splits`` if given, else splits of at least
+    MIN_SPLIT keys (MIN_SPLIT_LEN if the config names none), but enough for FLOOR programs (if
+    named) and at most TARGET // (B * Hkv); rounded so every split is non-empty. A short context
+    is latency-bound: its time is a few dependent memory trips per program, so it wants about
+    half the SMs busy with short splits; a long one wants every SM, one program each."""
     cfg = dict(cfg)
     target = cfg.pop("TARGET", 0)
+    floor = cfg.pop("FLOOR", 0)
     min_len = cfg.pop("MIN_SPLIT", MIN_SPLIT_LEN)
-    want = num_splits or max(1, min(target // (B * Hkv), cdiv(S, min_len)))
+    want = num_splits or max(1, min(target // (B * Hkv), max(floor // (B * Hkv), cdiv(S, min_len))))
     return _with_split(cfg, S, want)
 
 
