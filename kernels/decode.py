@@ -141,23 +141,30 @@ def _decode_fwd(
                      BLOCK_G, BLOCK_N, BLOCK_D, BLOCK_GM, BLOCK_SPLITS, SPLIT_CHUNK)
 
 
-#: (BLOCK_N, num_warps, num_stages, target programs) per 16-bit dtype?; the first is the default.
-#: The split count is ``target // (B * Hkv)`` (at least 1): the second launch that merges splits
-#: costs ~4 us on an H100, so a batch that fills the GPU alone (B8 Hkv16: 128 programs) runs
-#: unsplit (0.022 ms, vs 0.026 ms split in two), and B1 Hkv8 S32000 D128 splits 16 ways.
+#: (BLOCK_N, num_warps, num_stages, target programs, floor programs) per 16-bit dtype?; the first
+#: is the default. The split count is ``split_for``'s: splits of >= 512 keys, at least FLOOR and at
+#: most TARGET programs in all. A batch that fills the GPU alone (B8 Hkv16: 128 programs) runs
+#: unsplit; B1 Hkv8 D128 (H100, decode_variants.py, fp16, cold L2) takes 8 splits up to S = 4096
+#: (S1024: 9.3 us with 8 splits, 10.4 with 4, 11.8 with 2; S4096: 14.1 with 8, 14.7 with 16) and
+#: 16 from S = 8192 (S32000: 58.4 us with 16, 60.3 with 12, 66.7 with 32: one program per SM,
+#: since 128-row tiles in 3 stages take 192 KB of shared memory). FLOOR 0: no floor (the
+#: configs of the first tables).
 _TILES = {
-    True: [(128, 4, 3, 132), (128, 8, 3, 132), (64, 4, 3, 132), (128, 4, 3, 264), (64, 4, 2, 264),
-           (64, 4, 3, 528), (32, 4, 3, 528)],
-    False: [(64, 4, 3, 132), (32, 4, 3, 132), (64, 4, 2, 264), (32, 4, 3, 528)],
+    True: [(128, 4, 3, 132, 64), (64, 4, 3, 132, 64), (128, 4, 3, 132, 0), (128, 8, 3, 132, 0),
+           (64, 4, 3, 132, 0), (128, 4, 3, 264, 0), (64, 4, 2, 264, 0), (64, 4, 3, 528, 0),
+           (32, 4, 3, 528, 0)],
+    False: [(64, 4, 3, 132, 64), (64, 4, 3, 132, 0), (32, 4, 3, 132, 0), (64, 4, 2, 264, 0),
+            (32, 4, 3, 528, 0)],
 }
 
 
 def decode_candidates(D: int, dtype: torch.dtype) -> list[dict]:
-    """GPU launch configs the tuner may choose from; the first is the default. ``TARGET`` is the
-    program count the KV split aims at (``split_for``)."""
+    """GPU launch configs the tuner may choose from; the first is the default. ``TARGET`` and
+    ``FLOOR`` bound the program count the KV split aims at (``split_for``)."""
     shrink = max(1, max(16, next_pow2(D)) // 128)  # D=256: half the rows per tile, same bytes
-    return [dict(BLOCK_N=max(16, block_n // shrink), num_warps=warps, num_stages=stages, TARGET=target)
-            for block_n, warps, stages, target in _TILES[dtype.itemsize == 2]]
+    return [dict(BLOCK_N=max(16, block_n // shrink), num_warps=warps, num_stages=stages, TARGET=target,
+                 **({"FLOOR": floor} if floor else {}))
+            for block_n, warps, stages, target, floor in _TILES[dtype.itemsize == 2]]
 
 
 def _with_split(cfg: dict, S: int, want: int) -> dict:

@@ -267,7 +267,7 @@ def _paged_decode_flat(
 #: Fast path (flat token loop) configs: (BLOCK_N, num_warps, num_stages, target programs), 16-bit
 #: dtypes; the first is the default. As dense decode: unsplit when B x Hkv fills the GPU.
 _FLAT_TILES = [(64, 4, 3, 132), (128, 4, 3, 132), (64, 4, 2, 264), (32, 4, 3, 264), (64, 8, 3, 132),
-               (32, 4, 3, 528)]
+               (32, 4, 3, 528), (64, 4, 5, 132)]
 
 
 def flat_candidates(D: int, dtype: torch.dtype) -> list[dict]:

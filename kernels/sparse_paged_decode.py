@@ -59,11 +59,11 @@ def _sparse_paged_tile(
     PAGE_SIZE: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
     BLOCK_SPLITS: tl.constexpr, SPLIT_CHUNK: tl.constexpr,
 ):
-    """One split of one row's token list: pid is batch * Hq + head. With ``PREFETCH`` (CUDA
-    fast path, with ``LOOKUP``) each tile's token positions and page ids are read while the previous tile's rows
-    are in flight (the first tile's positions in the same round trip as nnz), so a tile waits
-    for one memory latency, its rows, instead of three; entries past nnz are read (they lie
-    inside sparse_ind) but never used as addresses."""
+    """One split of one row's token list: pid is batch * Hq + head. ``PREFETCH`` (with
+    ``LOOKUP``; only the tile sweep turns it on, see ``sparse_kernel_plan``) reads each tile's
+    token positions and page ids while the previous tile's rows are in flight (the first tile's
+    positions in the same round trip as nnz); entries past nnz are read (they lie inside
+    sparse_ind) but never used as addresses."""
     b = (pid // Hq).to(tl.int64)
     h = (pid % Hq).to(tl.int64)
     hk = h // G
@@ -219,10 +219,12 @@ def _sparse_paged_fwd(
                            BLOCK_N, BLOCK_D, BLOCK_SPLITS, SPLIT_CHUNK)
 
 
-#: (BLOCK_N, num_warps, num_stages, target programs) GPU candidates for 16-bit D <= 128 (BLOCK_N
-#: halves for D=256 and for fp32, keeping a tile's K/V under 16 KB); the first is the default.
-_TILES = [(64, 4, 2, 1024), (64, 4, 3, 1024), (32, 4, 2, 1024), (64, 8, 2, 512), (32, 2, 2, 2048),
-          (64, 4, 2, 2048), (128, 8, 2, 512)]
+#: (BLOCK_N, num_warps, num_stages, target programs, least slots a split or 0 for MIN_SPLIT_LEN)
+#: GPU candidates for 16-bit D <= 128 (BLOCK_N halves for D=256 and for fp32, keeping a tile's
+#: K/V under 16 KB); the first is the default.
+_TILES = [(64, 4, 2, 1024, 0), (64, 4, 3, 1024, 0), (32, 4, 2, 1024, 0), (64, 8, 2, 512, 0),
+          (32, 2, 2, 2048, 0), (64, 4, 2, 2048, 0), (128, 8, 2, 512, 0), (16, 2, 2, 8192, 32),
+          (16, 1, 2, 8192, 32), (16, 2, 2, 16384, 16), (16, 1, 2, 16384, 16), (16, 2, 2, 4096, 64)]
 
 
 def sparse_paged_candidates(D: int, dtype: torch.dtype, magicpig: bool = False,
@@ -241,8 +243,8 @@ def sparse_paged_candidates(D: int, dtype: torch.dtype, magicpig: bool = False,
                      num_stages=2, CORES=cores)]
     cap = max(16, 16384 // (block_d * dtype.itemsize))
     return [dict(BLOCK_N=min(block_n, cap), BLOCK_D=block_d, num_warps=warps, num_stages=stages,
-                 TARGET=target // 2 if magicpig else target)
-            for block_n, warps, stages, target in _TILES]
+                 TARGET=target // 2 if magicpig else target, **({"MIN_SPLIT": least} if least else {}))
+            for block_n, warps, stages, target, least in _TILES]
 
 
 def _ascend_tile(block_d: int, dtype: torch.dtype, magicpig: bool) -> dict:
@@ -357,7 +359,9 @@ def sparse_kernel_plan(q: torch.Tensor, kv_cache: torch.Tensor, kv_page_indptr: 
             Hq, D, Hq // Hkv, split_len, L_max, splits, float(scale) * LOG2E)
     g = plan_grid((B * Hq, splits), q, vector=True)
     merge = merge_meta(splits, 1, cfg["BLOCK_D"], cfg["num_warps"]) if fused else NO_MERGE
-    prefetch = lookup and cfg.pop("PREFETCH", True)  # False: only the tile sweep asks
+    # The row prefetch held more registers than it saved latency (H100, bench cache, kept 2%:
+    # 104.3 us with it, 96.5 without at 32-row tiles; 108.4 and 90.8 at 16): off unless asked.
+    prefetch = lookup and cfg.pop("PREFETCH", False)
     meta = dict(MAGICPIG=magicpig, RETURN_LSE=write_lse, LOOKUP=lookup, PREFETCH=prefetch,
                 FUSED_MERGE=fused,
                 RETURN_LSE_OUT=fused and return_lse, PAGE_SIZE=page_size,

@@ -171,16 +171,14 @@ def dense_section(B, Hq, Hkv, S, D, lse_on, variants):
     return base, best
 
 
-TILES_SHORT = [(64, 4, 3), (128, 4, 3), (128, 4, 2), (128, 8, 2), (64, 8, 3)]
+TILES_SHORT = [(128, 4, 3), (64, 4, 3)]
 
 
 def dense_short():
     results = {}
     for S in map(size, (1024, 2048, 4096, 8192)):
         variants = []
-        for per in (1024, 512, 256, 128):  # keys per split
-            if per == 1024 and S < 4096:
-                continue
+        for per in (512, 256, 128):  # keys per split
             splits = max(1, S // per)
             variants += [(bn, w, st, splits) for bn, w, st in TILES_SHORT]
         results[S] = dense_section(1, 32, 8, S, 128, False, few(variants))
@@ -188,10 +186,9 @@ def dense_short():
 
 
 def dense_bench():
-    v32 = [(bn, w, st, sp) for sp in (8, 12, 16) for bn, w, st in
-           ((64, 4, 3), (128, 4, 3), (64, 4, 5), (128, 4, 2), (128, 8, 3), (128, 8, 4))]
+    v32 = [(bn, w, st, sp) for sp in (16,) for bn, w, st in ((64, 4, 3), (128, 4, 3), (64, 4, 5))]
     dense_section(1, 32, 8, size(32000), 128, True, few(v32))
-    v8 = [(128, 4, 3, 1), (128, 8, 3, 1), (128, 4, 2, 1), (64, 4, 3, 2), (128, 4, 3, 2), (64, 4, 2, 4)]
+    v8 = [(128, 4, 3, 1), (128, 8, 3, 1)]
     dense_section(8, 64, 16, size(1024), 64, False, few(v8))
 
 
@@ -230,10 +227,8 @@ def sparse_section():
             plan = sparse_decode_plan(q, k, v, ind, nnz, out, None, scale=1 / math.sqrt(D))
         measure(shape, "portable kernel + merge launch (before)", lambda: run_plan(plan), check, base,
                 nbytes)
-        for bn, warps, stages, target in few([(64, 4, 2, 1024), (64, 4, 2, 512), (64, 4, 2, 2048),
-                                              (64, 2, 2, 1024), (128, 4, 2, 1024), (128, 8, 2, 512),
-                                              (64, 8, 2, 1024), (32, 2, 2, 1024), (64, 4, 1, 1024),
-                                              (128, 4, 2, 512)]):
+        for bn, warps, stages, target in few([(64, 4, 2, 512), (32, 2, 2, 1024), (32, 2, 2, 512),
+                                              (64, 4, 2, 256), (64, 2, 2, 512), (32, 4, 2, 512)]):
             cfg = dict(BLOCK_N=bn, num_warps=warps, num_stages=stages, TARGET=target)
             plan = sparse_decode_plan(q, k, v, ind, nnz, out, None, scale=1 / math.sqrt(D), config=cfg)
             splits = plan.grid[1]
@@ -287,11 +282,10 @@ def sparse_paged_section():
                    lambda: sparse_paged_decode(*args, kv_last_page_len=last, out=out, check_indices=False),
                    check, base, nbytes)
     # (BLOCK_N, warps, stages, target programs, least slots a split, prefetch)
-    variants = [(32, 2, 2, 2048, 256, False), (32, 2, 2, 2048, 256, True), (32, 2, 2, 4096, 64, True),
-                (32, 2, 2, 4096, 128, True), (16, 2, 2, 4096, 64, True), (16, 2, 2, 8192, 32, True),
-                (16, 1, 2, 8192, 32, True), (32, 4, 2, 4096, 64, True), (32, 1, 2, 4096, 64, True),
-                (64, 4, 2, 2048, 64, True), (16, 2, 2, 8192, 32, False), (32, 2, 2, 4096, 64, False),
-                (16, 4, 2, 4096, 32, True), (32, 2, 1, 4096, 64, True)]
+    variants = [(16, 2, 2, 8192, 32, False), (16, 1, 2, 8192, 32, False), (16, 1, 2, 16384, 16, False),
+                (16, 2, 2, 16384, 16, False), (8, 1, 2, 16384, 16, False), (32, 1, 2, 8192, 32, False),
+                (16, 2, 1, 8192, 32, False), (16, 4, 2, 8192, 32, False), (32, 2, 2, 4096, 64, False),
+                (16, 1, 1, 16384, 16, False), (8, 1, 2, 32768, 8, False), (16, 2, 2, 4096, 64, False)]
     for bn, warps, stages, target, least, pre in few(variants):
         cfg = dict(BLOCK_N=bn, BLOCK_D=256, num_warps=warps, num_stages=stages, TARGET=target,
                    MIN_SPLIT=least, PREFETCH=pre)
@@ -311,10 +305,10 @@ def sparse_paged_section():
             lambda: magicpig_decode(*args, K, Lh, kv_last_page_len=last, out=out, check_indices=False),
             mcheck, ours, nbytes)
     for bn, warps, stages, target, least, pre in few([
-            (32, 4, 2, 512, 256, False), (32, 4, 2, 512, 256, True), (32, 4, 2, 2048, 64, True),
-            (32, 4, 2, 1024, 128, True), (16, 2, 2, 4096, 32, True), (16, 2, 2, 2048, 64, True),
-            (32, 2, 2, 2048, 64, True), (16, 4, 2, 4096, 32, True), (32, 4, 2, 4096, 32, True),
-            (16, 1, 2, 8192, 32, True), (64, 8, 2, 1024, 64, True), (32, 8, 2, 2048, 64, True)]):
+            (32, 4, 2, 512, 256, False), (16, 2, 2, 2048, 64, False), (16, 2, 2, 2048, 64, True),
+            (16, 2, 2, 4096, 32, False), (16, 1, 2, 4096, 32, False), (16, 1, 2, 8192, 16, False),
+            (16, 2, 2, 8192, 16, False), (16, 4, 2, 2048, 64, False), (32, 2, 2, 2048, 64, False),
+            (8, 1, 2, 8192, 16, False), (16, 2, 1, 2048, 64, False), (32, 4, 2, 1024, 128, False)]):
         cfg = dict(BLOCK_N=bn, BLOCK_D=256, num_warps=warps, num_stages=stages, TARGET=target,
                    MIN_SPLIT=least, PREFETCH=pre)
         plan = sparse_kernel_plan(*args, out, None, layout="HND", scale=1 / math.sqrt(D), K=K, L=Lh,
@@ -344,9 +338,8 @@ def paged_section():
         measure(shape, "wrapper (table/default)",
                 lambda: paged_decode(q, cache, indptr, indices, last, out=out, check_indices=False),
                 check, base, nbytes)
-        for bn, warps, stages, splits in few([(128, 4, 3, 16), (128, 8, 3, 16), (128, 4, 2, 16),
-                                              (64, 4, 3, 16), (128, 4, 3, 12), (128, 8, 4, 16),
-                                              (64, 4, 5, 16)]):
+        for bn, warps, stages, splits in few([(64, 4, 5, 16), (128, 4, 3, 16), (64, 4, 4, 16),
+                                              (64, 4, 6, 16), (32, 4, 5, 16)]):
             if P == 16 and bn > 64 and stages > 3:
                 continue
             cfg = dict(BLOCK_N=bn, num_warps=warps, num_stages=stages, TARGET=0)
