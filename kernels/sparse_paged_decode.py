@@ -53,17 +53,15 @@ def _sparse_paged_tile(
     stride_ob, stride_oh, stride_osplit,
     stride_lb, stride_lh, stride_lsplit,
     stride_outb, stride_outh, stride_lob, stride_loh,
-    Hq, D, G, SPLIT_LEN, L_MAX, NUM_SPLITS, qk_scale, pid, split,
+    Hq, D, G, SPLIT_LEN, NUM_SPLITS, qk_scale, pid, split,
     MAGICPIG: tl.constexpr, RETURN_LSE: tl.constexpr, LOOKUP: tl.constexpr,
-    PREFETCH: tl.constexpr, FUSED_MERGE: tl.constexpr, RETURN_LSE_OUT: tl.constexpr,
+    FUSED_MERGE: tl.constexpr, RETURN_LSE_OUT: tl.constexpr,
     PAGE_SIZE: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
     BLOCK_SPLITS: tl.constexpr, SPLIT_CHUNK: tl.constexpr,
 ):
-    """One split of one row's token list: pid is batch * Hq + head. ``PREFETCH`` (with
-    ``LOOKUP``; only the tile sweep turns it on, see ``sparse_kernel_plan``) reads each tile's
-    token positions and page ids while the previous tile's rows are in flight (the first tile's
-    positions in the same round trip as nnz); entries past nnz are read (they lie inside
-    sparse_ind) but never used as addresses."""
+    """One split of one row's token list: pid is batch * Hq + head. (Reading the next tile's
+    positions and page ids while this tile's rows are in flight was tried on the H100: it held
+    more registers than it saved latency, 104 us against 96 at the bench cache, kept 2%.)"""
     b = (pid // Hq).to(tl.int64)
     h = (pid % Hq).to(tl.int64)
     hk = h // G
@@ -81,16 +79,9 @@ def _sparse_paged_tile(
     row_ptr = ROWS + b * stride_rb + h * stride_rh
     if LOOKUP:
         page_lo = tl.load(PAGE_INDPTR + b)
-    if PREFETCH:
-        first = start + offs_n
-        t_first = tl.load(row_ptr + first, mask=first < L_MAX, other=0)
     nnz = tl.load(NNZ + b * stride_nb + h * stride_nh)
     end = tl.minimum(start + SPLIT_LEN, nnz)
     k_base = KV + hk * stride_head
-    if PREFETCH:
-        page = tl.load(PAGE_INDICES + page_lo + t_first // PAGE_SIZE, mask=first < end,
-                       other=0).to(tl.int64)
-        row_next = page * stride_page + (t_first % PAGE_SIZE).to(tl.int64) * stride_slot
 
     # Scores in base 2 (qk_scale has log2(e) folded in). The running max is replaced by 0 while it
     # is still -inf, so a fully masked tile or an empty split never produces NaN.
@@ -101,9 +92,7 @@ def _sparse_paged_tile(
         j = n + offs_n
         ok = j < end
         # Contiguous window of row ids, then whole-row gathers [BLOCK_N, BLOCK_D] (int64 offsets).
-        if PREFETCH:
-            row = row_next
-        elif LOOKUP:
+        if LOOKUP:
             # CUDA fast path: ROWS holds logical positions; the page lookup happens here, which
             # saves the host pre-pass (~10 small launches). Ascend rejects the vector `t // P`.
             t = tl.load(row_ptr + j, mask=ok, other=0)
@@ -116,13 +105,6 @@ def _sparse_paged_tile(
         # Both gathers issued before the math (H200: ~20% faster than loading V after the scores).
         k = tl.load(k_base + kv_off, mask=kv_mask, other=0.0).to(tl.float32)
         v = tl.load(k_base + stride_kv + kv_off, mask=kv_mask, other=0.0).to(tl.float32)
-        if PREFETCH:  # the next tile's rows, looked up while these are in flight
-            ahead = j + BLOCK_N
-            ok_ahead = ahead < end
-            t = tl.load(row_ptr + ahead, mask=ok_ahead, other=0)
-            page = tl.load(PAGE_INDICES + page_lo + t // PAGE_SIZE, mask=ok_ahead,
-                           other=0).to(tl.int64)
-            row_next = page * stride_page + (t % PAGE_SIZE).to(tl.int64) * stride_slot
         qk = tl.sum(k * q[None, :], 1)
         if MAGICPIG:
             # c = clamp(q.k / (|q||k| + 1e-8)), p = 1 - acos(c)/pi, P = p^K,
@@ -170,7 +152,7 @@ def _sparse_paged_tile(
 
 # sizes and LSE strides unspecialized: see kernels/__init__.py
 @triton.jit(do_not_specialize=[
-    "Hq", "G", "SPLIT_LEN", "L_MAX", "NUM_SPLITS", "stride_rb", "stride_rh", "stride_nb",
+    "Hq", "G", "SPLIT_LEN", "NUM_SPLITS", "stride_rb", "stride_rh", "stride_nb",
     "stride_nh", "stride_kpb", "stride_kph", "stride_lpb", "stride_lph", "stride_lb", "stride_lh",
     "stride_lsplit", "stride_lob", "stride_loh", "n_bh", "n_work", "n_programs",
 ])
@@ -184,9 +166,9 @@ def _sparse_paged_fwd(
     stride_ob, stride_oh, stride_osplit,
     stride_lb, stride_lh, stride_lsplit,
     stride_outb, stride_outh, stride_lob, stride_loh,
-    Hq, D, G, SPLIT_LEN, L_MAX, NUM_SPLITS, qk_scale, n_bh, n_work, n_programs,
+    Hq, D, G, SPLIT_LEN, NUM_SPLITS, qk_scale, n_bh, n_work, n_programs,
     MAGICPIG: tl.constexpr, RETURN_LSE: tl.constexpr, LOOKUP: tl.constexpr,
-    PREFETCH: tl.constexpr, FUSED_MERGE: tl.constexpr, RETURN_LSE_OUT: tl.constexpr,
+    FUSED_MERGE: tl.constexpr, RETURN_LSE_OUT: tl.constexpr,
     PAGE_SIZE: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
     BLOCK_SPLITS: tl.constexpr, SPLIT_CHUNK: tl.constexpr, PERSISTENT: tl.constexpr,
 ):
@@ -199,9 +181,9 @@ def _sparse_paged_fwd(
                                stride_kph, stride_lpb, stride_lph, stride_ob, stride_oh,
                                stride_osplit, stride_lb, stride_lh, stride_lsplit,
                                stride_outb, stride_outh, stride_lob, stride_loh,
-                               Hq, D, G, SPLIT_LEN, L_MAX, NUM_SPLITS, qk_scale, work % n_bh,
+                               Hq, D, G, SPLIT_LEN, NUM_SPLITS, qk_scale, work % n_bh,
                                work // n_bh,
-                               MAGICPIG, RETURN_LSE, LOOKUP, PREFETCH, FUSED_MERGE, RETURN_LSE_OUT,
+                               MAGICPIG, RETURN_LSE, LOOKUP, FUSED_MERGE, RETURN_LSE_OUT,
                                PAGE_SIZE,
                            BLOCK_N, BLOCK_D, BLOCK_SPLITS, SPLIT_CHUNK)
     else:
@@ -212,9 +194,9 @@ def _sparse_paged_fwd(
                            stride_kph, stride_lpb, stride_lph, stride_ob, stride_oh,
                            stride_osplit, stride_lb, stride_lh, stride_lsplit,
                            stride_outb, stride_outh, stride_lob, stride_loh,
-                           Hq, D, G, SPLIT_LEN, L_MAX, NUM_SPLITS, qk_scale, tl.program_id(0),
+                           Hq, D, G, SPLIT_LEN, NUM_SPLITS, qk_scale, tl.program_id(0),
                            tl.program_id(1),
-                           MAGICPIG, RETURN_LSE, LOOKUP, PREFETCH, FUSED_MERGE, RETURN_LSE_OUT,
+                           MAGICPIG, RETURN_LSE, LOOKUP, FUSED_MERGE, RETURN_LSE_OUT,
                                PAGE_SIZE,
                            BLOCK_N, BLOCK_D, BLOCK_SPLITS, SPLIT_CHUNK)
 
@@ -222,9 +204,9 @@ def _sparse_paged_fwd(
 #: (BLOCK_N, num_warps, num_stages, target programs, least slots a split or 0 for MIN_SPLIT_LEN)
 #: GPU candidates for 16-bit D <= 128 (BLOCK_N halves for D=256 and for fp32, keeping a tile's
 #: K/V under 16 KB); the first is the default.
-_TILES = [(64, 4, 2, 1024, 0), (64, 4, 3, 1024, 0), (32, 4, 2, 1024, 0), (64, 8, 2, 512, 0),
-          (32, 2, 2, 2048, 0), (64, 4, 2, 2048, 0), (128, 8, 2, 512, 0), (16, 2, 2, 8192, 32),
-          (16, 1, 2, 8192, 32), (16, 2, 2, 16384, 16), (16, 1, 2, 16384, 16), (16, 2, 2, 4096, 64)]
+_TILES = [(16, 2, 2, 4096, 64), (64, 4, 2, 1024, 0), (64, 4, 3, 1024, 0), (32, 4, 2, 1024, 0),
+          (64, 8, 2, 512, 0), (32, 2, 2, 2048, 0), (64, 4, 2, 2048, 0), (128, 8, 2, 512, 0),
+          (16, 2, 2, 8192, 32), (16, 1, 2, 8192, 32), (16, 2, 2, 16384, 16), (16, 1, 2, 16384, 16)]
 
 
 def sparse_paged_candidates(D: int, dtype: torch.dtype, magicpig: bool = False,
@@ -232,10 +214,12 @@ def sparse_paged_candidates(D: int, dtype: torch.dtype, magicpig: bool = False,
     """GPU launch configs the tuner may choose from; the first is the default. ``ascend``: the
     one npu-path config (``_ascend_tile``), its list split over ``cores`` persistent programs.
 
-    The loop is a chain of dependent loads (row ids, then K/V rows), so it wants many programs in
-    flight more than big tiles: about 1024 programs (8 per SM) for the plain kernel, half that
-    with the heavier MagicPIG math. A tile holds at most 16 KB of input: the unified buffer on
-    Ascend is 192 KB (fp16 D=256: 32 rows; fp32 D=128 with 64 rows overflows it).
+    The loop is a chain of dependent loads (row ids, page ids, then K/V rows), so it wants many
+    small programs in flight more than big tiles: the default is 16-row tiles, 2 warps, splits of
+    >= 64 slots over about 4096 programs (half that for the heavier MagicPIG math). H100, the
+    bench cache (D=256) kept 2%: 85.6 us, against 96.5 with 32-row tiles over 672 programs and
+    138 with 4 warps. A tile holds at most 16 KB of input: the unified buffer on Ascend is 192 KB
+    (fp16 D=256: 32 rows; fp32 D=128 with 64 rows overflows it).
     """
     block_d = max(16, next_pow2(D))
     if ascend:
@@ -356,14 +340,10 @@ def sparse_kernel_plan(q: torch.Tensor, kv_cache: torch.Tensor, kv_page_indptr: 
             *o_strides, *l_strides,
             out.stride(0), out.stride(1),
             *((lse.stride(0), lse.stride(1)) if return_lse else (0, 0)),
-            Hq, D, Hq // Hkv, split_len, L_max, splits, float(scale) * LOG2E)
+            Hq, D, Hq // Hkv, split_len, splits, float(scale) * LOG2E)
     g = plan_grid((B * Hq, splits), q, vector=True)
     merge = merge_meta(splits, 1, cfg["BLOCK_D"], cfg["num_warps"]) if fused else NO_MERGE
-    # The row prefetch held more registers than it saved latency (H100, bench cache, kept 2%:
-    # 104.3 us with it, 96.5 without at 32-row tiles; 108.4 and 90.8 at 16): off unless asked.
-    prefetch = lookup and cfg.pop("PREFETCH", False)
-    meta = dict(MAGICPIG=magicpig, RETURN_LSE=write_lse, LOOKUP=lookup, PREFETCH=prefetch,
-                FUSED_MERGE=fused,
+    meta = dict(MAGICPIG=magicpig, RETURN_LSE=write_lse, LOOKUP=lookup, FUSED_MERGE=fused,
                 RETURN_LSE_OUT=fused and return_lse, PAGE_SIZE=page_size,
                 BLOCK_SPLITS=merge["BLOCK_SPLITS"], SPLIT_CHUNK=merge["SPLIT_CHUNK"],
                 PERSISTENT=g.persistent, **cfg)

@@ -281,17 +281,17 @@ def sparse_paged_section():
     ours = measure(shape, "wrapper (table/default)",
                    lambda: sparse_paged_decode(*args, kv_last_page_len=last, out=out, check_indices=False),
                    check, base, nbytes)
-    # (BLOCK_N, warps, stages, target programs, least slots a split, prefetch)
+    # (BLOCK_N, warps, stages, target programs, least slots a split, -)
     variants = [(16, 2, 2, 8192, 32, False), (16, 1, 2, 8192, 32, False), (16, 1, 2, 16384, 16, False),
                 (16, 2, 2, 16384, 16, False), (8, 1, 2, 16384, 16, False), (32, 1, 2, 8192, 32, False),
                 (16, 2, 1, 8192, 32, False), (16, 4, 2, 8192, 32, False), (32, 2, 2, 4096, 64, False),
                 (16, 1, 1, 16384, 16, False), (8, 1, 2, 32768, 8, False), (16, 2, 2, 4096, 64, False)]
-    for bn, warps, stages, target, least, pre in few(variants):
+    for bn, warps, stages, target, least, _ in few(variants):
         cfg = dict(BLOCK_N=bn, BLOCK_D=256, num_warps=warps, num_stages=stages, TARGET=target,
-                   MIN_SPLIT=least, PREFETCH=pre)
+                   MIN_SPLIT=least)
         plan = sparse_kernel_plan(*args, out, None, layout="HND", scale=1 / math.sqrt(D), config=cfg,
                                   interpret=False)
-        us = measure(shape, f"BN{bn} w{warps} s{stages} T{target} min{least}{'' if pre else ' noprefetch'}"
+        us = measure(shape, f"BN{bn} w{warps} s{stages} T{target} min{least}"
                      f" ({plan.grid[0] * plan.grid[1]} progs)", lambda: run_plan(plan), check, base, nbytes)
         if us is not None and ours is not None:
             ours = min(ours, us)
@@ -304,16 +304,16 @@ def sparse_paged_section():
     measure(mshape, "wrapper (table/default)",
             lambda: magicpig_decode(*args, K, Lh, kv_last_page_len=last, out=out, check_indices=False),
             mcheck, ours, nbytes)
-    for bn, warps, stages, target, least, pre in few([
-            (32, 4, 2, 512, 256, False), (16, 2, 2, 2048, 64, False), (16, 2, 2, 2048, 64, True),
+    for bn, warps, stages, target, least, _ in few([
+            (32, 4, 2, 512, 256, False), (16, 2, 2, 2048, 64, False),
             (16, 2, 2, 4096, 32, False), (16, 1, 2, 4096, 32, False), (16, 1, 2, 8192, 16, False),
             (16, 2, 2, 8192, 16, False), (16, 4, 2, 2048, 64, False), (32, 2, 2, 2048, 64, False),
             (8, 1, 2, 8192, 16, False), (16, 2, 1, 2048, 64, False), (32, 4, 2, 1024, 128, False)]):
         cfg = dict(BLOCK_N=bn, BLOCK_D=256, num_warps=warps, num_stages=stages, TARGET=target,
-                   MIN_SPLIT=least, PREFETCH=pre)
+                   MIN_SPLIT=least)
         plan = sparse_kernel_plan(*args, out, None, layout="HND", scale=1 / math.sqrt(D), K=K, L=Lh,
                                   config=cfg, interpret=False)
-        measure(mshape, f"BN{bn} w{warps} s{stages} T{target} min{least}{'' if pre else ' noprefetch'}"
+        measure(mshape, f"BN{bn} w{warps} s{stages} T{target} min{least}"
                 f" ({plan.grid[0] * plan.grid[1]} progs)", lambda: run_plan(plan), mcheck, ours, nbytes)
 
 
