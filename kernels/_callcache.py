@@ -76,8 +76,9 @@ def _capturing(device: torch.device) -> bool:
 #: graph take their tickets from: a ticket allocated while capturing is a memset node the graph
 #: runs before every replay (~1.2 us of device time on the H100, a tenth of a short decode).
 #: Each captured call gets its own slice, never handed out again (the graph keeps using it, and
-#: the kernels leave it at zero); when the pool is spent, tickets are allocated as before.
-CAPTURE_TICKETS = 1 << 16
+#: the kernels leave it at zero); when the pool is spent, tickets are allocated as before. 4 MB:
+#: a benchmark line captures a call ~17 times, with up to B * Hq tickets each.
+CAPTURE_TICKETS = 1 << 20
 _tickets: dict = {}  # device -> [pool, next free offset]
 
 
