@@ -83,37 +83,75 @@ def _merge_splits(
 
 
 @triton.jit
-def merge_in_last_program(OP, LP, OUT, LSE_OUT, counter, b, heads, g_ok, offs_d, io_mask,
-                           stride_ob, stride_oh, stride_osplit, stride_lb, stride_lh, stride_lsplit,
-                           stride_outb, stride_outh, stride_lob, stride_loh,
-                           NUM_SPLITS, RETURN_LSE_OUT: tl.constexpr):
-    """CUDA fast path: the split-KV merge done by whichever split program of a (batch, KV head)
-    finishes last, instead of a second launch (~4 us of device time, and as much again of host
-    time, on the H100). Each program's partial stores are ordered before its ticket by the
-    barrier and the acq_rel atomic; the last one reads them past L1 (``.cg``) and resets the
-    counter. Same math as ``_merge_splits``, empty splits (lse -inf) included. No program waits
-    on a ticket, so a persistent program may run several splits of one group in turn (the
-    last ticket's program may then merge partials it stored itself)."""
+def merge_in_last_program(OP, LP, OUT, LSE_OUT, counter, b, head0, G, D,
+                          stride_ob, stride_oh, stride_osplit, stride_lb, stride_lh, stride_lsplit,
+                          stride_outb, stride_outh, stride_lob, stride_loh,
+                          NUM_SPLITS, RETURN_LSE_OUT: tl.constexpr, BLOCK_GM: tl.constexpr,
+                          BLOCK_SPLITS: tl.constexpr, SPLIT_CHUNK: tl.constexpr,
+                          BLOCK_D: tl.constexpr):
+    """CUDA fast path: the split-KV merge of query heads ``head0 .. head0 + G - 1`` of batch
+    ``b``, done by whichever split program of the group finishes last, instead of a second
+    launch (~4 us of device time, and as much again of host time, on the H100). Each program's
+    partial stores are ordered before its ticket by the barrier and the acq_rel atomic; the last
+    one reads them past L1 (``.cg``) and resets the counter. Same math as ``_merge_splits``,
+    empty splits (lse -inf) included. No program waits on a ticket, so a persistent program may
+    run several splits of one group in turn (the last ticket's program may then merge partials
+    it stored itself).
+
+    Every split's LSE and partial output are read as one tile ([splits, heads] and [splits,
+    heads, D]; ``merge_meta`` sizes it), so the merge costs one L2 round trip however many
+    splits there are, where a loop over the splits waits for one round trip per split and per
+    pass (the long context's 16 splits: 32 in a row). Only when the tile would not fit the
+    registers does it walk the splits ``SPLIT_CHUNK`` at a time."""
     tl.debug_barrier()
     ticket = tl.atomic_add(counter, 1, sem="acq_rel")
     if ticket == NUM_SPLITS - 1:
-        m = tl.full(heads.shape, float("-inf"), dtype=tl.float32)
-        for i in range(0, NUM_SPLITS):
-            li = tl.load(LP + b * stride_lb + heads * stride_lh + i * stride_lsplit, mask=g_ok,
+        offs_g = tl.arange(0, BLOCK_GM)
+        offs_d = tl.arange(0, BLOCK_D)
+        g_ok = offs_g < G
+        heads = head0 + offs_g
+        io_mask = g_ok[:, None] & (offs_d[None, :] < D)
+        lp_base = LP + b * stride_lb + heads[None, :] * stride_lh
+        op_base = OP + b * stride_ob + heads[None, :, None] * stride_oh + offs_d[None, None, :]
+        if SPLIT_CHUNK >= BLOCK_SPLITS:
+            offs_s = tl.arange(0, BLOCK_SPLITS)
+            s_ok = offs_s < NUM_SPLITS
+            # Both loads are issued before either is used: one round trip.
+            li = tl.load(lp_base + offs_s[:, None] * stride_lsplit, mask=s_ok[:, None] & g_ok[None, :],
                          other=float("-inf"), cache_modifier=".cg")
-            m = tl.maximum(m, li)
-        # Every split empty (a sequence without tokens): m stays -inf; 0 keeps the weights 0, not NaN.
-        m_use = tl.where(m == float("-inf"), 0.0, m)
-        w_sum = tl.zeros(heads.shape, dtype=tl.float32)
-        acc = tl.zeros(io_mask.shape, dtype=tl.float32)
-        for i in range(0, NUM_SPLITS):
-            li = tl.load(LP + b * stride_lb + heads * stride_lh + i * stride_lsplit, mask=g_ok,
-                         other=float("-inf"), cache_modifier=".cg")
-            oi = tl.load(OP + b * stride_ob + heads[:, None] * stride_oh + i * stride_osplit
-                         + offs_d[None, :], mask=io_mask, other=0.0, cache_modifier=".cg")
-            w = tl.exp(li - m_use)
-            w_sum += w
-            acc += w[:, None] * oi
+            oi = tl.load(op_base + offs_s[:, None, None] * stride_osplit,
+                         mask=s_ok[:, None, None] & io_mask[None, :, :], other=0.0,
+                         cache_modifier=".cg")
+            m = tl.max(li, 0)
+            # Every split empty (a sequence without tokens): m stays -inf; 0 keeps the weights 0.
+            m_use = tl.where(m == float("-inf"), 0.0, m)
+            w = tl.exp(li - m_use[None, :])
+            w_sum = tl.sum(w, 0)
+            acc = tl.sum(oi * w[:, :, None], 0)
+        else:
+            # Too many splits for one tile: the same in chunks, two passes (max, then sums).
+            m = tl.full([BLOCK_GM], float("-inf"), dtype=tl.float32)
+            for c in range(0, NUM_SPLITS, SPLIT_CHUNK):
+                offs_c = c + tl.arange(0, SPLIT_CHUNK)
+                lc = tl.load(lp_base + offs_c[:, None] * stride_lsplit,
+                             mask=(offs_c[:, None] < NUM_SPLITS) & g_ok[None, :],
+                             other=float("-inf"), cache_modifier=".cg")
+                m = tl.maximum(m, tl.max(lc, 0))
+            m_use = tl.where(m == float("-inf"), 0.0, m)
+            w_sum = tl.zeros([BLOCK_GM], dtype=tl.float32)
+            acc = tl.zeros([BLOCK_GM, BLOCK_D], dtype=tl.float32)
+            for c in range(0, NUM_SPLITS, SPLIT_CHUNK):
+                offs_c = c + tl.arange(0, SPLIT_CHUNK)
+                c_ok = offs_c < NUM_SPLITS
+                lc = tl.load(lp_base + offs_c[:, None] * stride_lsplit,
+                             mask=c_ok[:, None] & g_ok[None, :], other=float("-inf"),
+                             cache_modifier=".cg")
+                oc = tl.load(op_base + offs_c[:, None, None] * stride_osplit,
+                             mask=c_ok[:, None, None] & io_mask[None, :, :], other=0.0,
+                             cache_modifier=".cg")
+                wc = tl.exp(lc - m_use[None, :])
+                w_sum += tl.sum(wc, 0)
+                acc += tl.sum(oc * wc[:, :, None], 0)
         nonempty = w_sum > 0
         o = acc / tl.where(nonempty, w_sum, 1.0)[:, None]
         tl.store(OUT + b * stride_outb + heads[:, None] * stride_outh + offs_d[None, :],
@@ -123,6 +161,26 @@ def merge_in_last_program(OP, LP, OUT, LSE_OUT, counter, b, heads, g_ok, offs_d,
             tl.store(LSE_OUT + b * stride_lob + heads * stride_loh, lse, mask=g_ok)
         tl.atomic_xchg(counter, 0)
 
+
+#: fp32 elements of one merge tile per warp (64 registers a thread, free once the key loop is
+#: done): G=4, D=128 merges 16 splits at once with 4 warps.
+MERGE_ELEMS_PER_WARP = 2048
+
+
+#: The merge constexprs of a kernel that does not merge in-kernel (one specialization).
+NO_MERGE = dict(BLOCK_GM=1, BLOCK_SPLITS=1, SPLIT_CHUNK=1)
+
+
+def merge_meta(splits: int, G: int, block_d: int, num_warps: int) -> dict:
+    """Constexprs of ``merge_in_last_program`` for ``splits`` partials of G heads each."""
+    block_gm = next_pow2(G)
+    block_splits = next_pow2(splits)
+    fit = max(1, MERGE_ELEMS_PER_WARP * num_warps // (block_gm * block_d))
+    chunk = 1 << (fit.bit_length() - 1)
+    if block_splits <= chunk:
+        return dict(BLOCK_GM=block_gm, BLOCK_SPLITS=block_splits, SPLIT_CHUNK=block_splits)
+    # Chunked (BLOCK_SPLITS > SPLIT_CHUNK selects it); one specialization for any longer list.
+    return dict(BLOCK_GM=block_gm, BLOCK_SPLITS=2 * chunk, SPLIT_CHUNK=chunk)
 
 
 def split_scratch(B: int, Hq: int, splits: int, D: int, device: torch.device):

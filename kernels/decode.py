@@ -22,7 +22,7 @@ import triton.language as tl
 
 from ._callcache import CallCache
 from ._grid import npu_cores, npu_splits, plan_grid
-from ._split import merge_in_last_program, merge_plan, scratch_of, split_outputs
+from ._split import merge_in_last_program, merge_meta, merge_plan, NO_MERGE, scratch_of, split_outputs
 from ._checks import (cdiv, DOT_INPUT_PRECISION, check_decode_qkv, check_flag, check_int_range,
                       check_launchable, check_out_lse, check_out_lse_aliases, check_scale,
                       is_interpret, is_live, launch, LaunchPlan, next_pow2, on_ascend,
@@ -47,6 +47,7 @@ def _decode_tile(
     RETURN_LSE: tl.constexpr, DOT_PRECISION: tl.constexpr, FUSED_MERGE: tl.constexpr,
     RETURN_LSE_OUT: tl.constexpr,
     BLOCK_G: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
+    BLOCK_GM: tl.constexpr, BLOCK_SPLITS: tl.constexpr, SPLIT_CHUNK: tl.constexpr,
 ):
     """One KV split of one (batch, KV head): pid_bk is batch * Hkv + KV head."""
     b = (pid_bk // Hkv).to(tl.int64)
@@ -90,10 +91,11 @@ def _decode_tile(
         lse = (m_i + tl.log2(l_i)) * 0.6931471805599453  # natural log
         tl.store(LSE + b * stride_lb + heads * stride_lh + split * stride_lsplit, lse, mask=offs_g < G)
     if FUSED_MERGE:
-        merge_in_last_program(O, LSE, OUT, LSE_OUT, COUNTER + pid_bk, b, heads, offs_g < G, offs_d,
-                               io_mask, stride_ob, stride_oh, stride_osplit, stride_lb, stride_lh,
-                               stride_lsplit, stride_outb, stride_outh, stride_lob, stride_loh,
-                               NUM_SPLITS, RETURN_LSE_OUT)
+        merge_in_last_program(O, LSE, OUT, LSE_OUT, COUNTER + pid_bk, b, hk * G, G, D,
+                              stride_ob, stride_oh, stride_osplit, stride_lb, stride_lh,
+                              stride_lsplit, stride_outb, stride_outh, stride_lob, stride_loh,
+                              NUM_SPLITS, RETURN_LSE_OUT, BLOCK_GM, BLOCK_SPLITS, SPLIT_CHUNK,
+                              BLOCK_D)
 
 
 # sizes and LSE strides unspecialized: see kernels/__init__.py
@@ -113,6 +115,7 @@ def _decode_fwd(
     RETURN_LSE: tl.constexpr, DOT_PRECISION: tl.constexpr, FUSED_MERGE: tl.constexpr,
     RETURN_LSE_OUT: tl.constexpr,
     BLOCK_G: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
+    BLOCK_GM: tl.constexpr, BLOCK_SPLITS: tl.constexpr, SPLIT_CHUNK: tl.constexpr,
     PERSISTENT: tl.constexpr,
 ):
     if PERSISTENT:
@@ -126,7 +129,7 @@ def _decode_fwd(
                          stride_outb, stride_outh, stride_lob, stride_loh,
                          Hkv, S, D, G, SPLIT_LEN, NUM_SPLITS, qk_scale, work % n_bk, work // n_bk,
                          RETURN_LSE, DOT_PRECISION, FUSED_MERGE, RETURN_LSE_OUT,
-                         BLOCK_G, BLOCK_N, BLOCK_D)
+                         BLOCK_G, BLOCK_N, BLOCK_D, BLOCK_GM, BLOCK_SPLITS, SPLIT_CHUNK)
     else:
         _decode_tile(Q, K, V, O, LSE, OUT, LSE_OUT, COUNTER, stride_qb, stride_qh, stride_kb,
                      stride_kh, stride_ks, stride_vb, stride_vh, stride_vs, stride_ob,
@@ -135,26 +138,33 @@ def _decode_fwd(
                      Hkv, S, D, G, SPLIT_LEN, NUM_SPLITS, qk_scale,
                      tl.program_id(0), tl.program_id(1),
                      RETURN_LSE, DOT_PRECISION, FUSED_MERGE, RETURN_LSE_OUT,
-                     BLOCK_G, BLOCK_N, BLOCK_D)
+                     BLOCK_G, BLOCK_N, BLOCK_D, BLOCK_GM, BLOCK_SPLITS, SPLIT_CHUNK)
 
 
-#: (BLOCK_N, num_warps, num_stages, target programs) per 16-bit dtype?; the first is the default.
-#: The split count is ``target // (B * Hkv)`` (at least 1): the second launch that merges splits
-#: costs ~4 us on an H100, so a batch that fills the GPU alone (B8 Hkv16: 128 programs) runs
-#: unsplit (0.022 ms, vs 0.026 ms split in two), and B1 Hkv8 S32000 D128 splits 16 ways.
+#: (BLOCK_N, num_warps, num_stages, target programs, floor programs) per 16-bit dtype?; the first
+#: is the default. The split count is ``split_for``'s: splits of >= 512 keys, at least FLOOR and at
+#: most TARGET programs in all. A batch that fills the GPU alone (B8 Hkv16: 128 programs) runs
+#: unsplit; B1 Hkv8 D128 (H100, decode_variants.py, fp16, cold L2) takes 8 splits up to S = 4096
+#: (S1024: 9.3 us with 8 splits, 10.4 with 4, 11.8 with 2; S4096: 14.1 with 8, 14.7 with 16) and
+#: 16 from S = 8192 (S32000: 58.4 us with 16, 60.3 with 12, 66.7 with 32: one program per SM,
+#: since 128-row tiles in 3 stages take 192 KB of shared memory). FLOOR 0: no floor (the
+#: configs of the first tables).
 _TILES = {
-    True: [(128, 4, 3, 132), (128, 8, 3, 132), (64, 4, 3, 132), (128, 4, 3, 264), (64, 4, 2, 264),
-           (64, 4, 3, 528), (32, 4, 3, 528)],
-    False: [(64, 4, 3, 132), (32, 4, 3, 132), (64, 4, 2, 264), (32, 4, 3, 528)],
+    True: [(128, 4, 3, 132, 64), (64, 4, 3, 132, 64), (128, 4, 3, 132, 0), (128, 8, 3, 132, 0),
+           (64, 4, 3, 132, 0), (128, 4, 3, 264, 0), (64, 4, 2, 264, 0), (64, 4, 3, 528, 0),
+           (32, 4, 3, 528, 0)],
+    False: [(64, 4, 3, 132, 64), (64, 4, 3, 132, 0), (32, 4, 3, 132, 0), (64, 4, 2, 264, 0),
+            (32, 4, 3, 528, 0)],
 }
 
 
 def decode_candidates(D: int, dtype: torch.dtype) -> list[dict]:
-    """GPU launch configs the tuner may choose from; the first is the default. ``TARGET`` is the
-    program count the KV split aims at (``split_for``)."""
+    """GPU launch configs the tuner may choose from; the first is the default. ``TARGET`` and
+    ``FLOOR`` bound the program count the KV split aims at (``split_for``)."""
     shrink = max(1, max(16, next_pow2(D)) // 128)  # D=256: half the rows per tile, same bytes
-    return [dict(BLOCK_N=max(16, block_n // shrink), num_warps=warps, num_stages=stages, TARGET=target)
-            for block_n, warps, stages, target in _TILES[dtype.itemsize == 2]]
+    return [dict(BLOCK_N=max(16, block_n // shrink), num_warps=warps, num_stages=stages, TARGET=target,
+                 **({"FLOOR": floor} if floor else {}))
+            for block_n, warps, stages, target, floor in _TILES[dtype.itemsize == 2]]
 
 
 def _with_split(cfg: dict, S: int, want: int) -> dict:
@@ -163,11 +173,16 @@ def _with_split(cfg: dict, S: int, want: int) -> dict:
 
 
 def split_for(cfg: dict, B: int, Hkv: int, S: int, num_splits: Optional[int]) -> dict:
-    """The tiles plus SPLIT_LEN and NUM_SPLITS: ``num_splits`` if given, else TARGET // (B * Hkv)
-    splits of at least MIN_SPLIT_LEN keys; rounded so every split is non-empty."""
+    """The tiles plus SPLIT_LEN and NUM_SPLITS: ``num_splits`` if given, else splits of at least
+    MIN_SPLIT keys (MIN_SPLIT_LEN if the config names none), but enough for FLOOR programs (if
+    named) and at most TARGET // (B * Hkv); rounded so every split is non-empty. A short context
+    is latency-bound: its time is a few dependent memory trips per program, so it wants about
+    half the SMs busy with short splits; a long one wants every SM, one program each."""
     cfg = dict(cfg)
     target = cfg.pop("TARGET", 0)
-    want = num_splits or max(1, min(target // (B * Hkv), cdiv(S, MIN_SPLIT_LEN)))
+    floor = cfg.pop("FLOOR", 0)
+    min_len = cfg.pop("MIN_SPLIT", MIN_SPLIT_LEN)
+    want = num_splits or max(1, min(target // (B * Hkv), max(floor // (B * Hkv), cdiv(S, min_len))))
     return _with_split(cfg, S, want)
 
 
@@ -241,7 +256,8 @@ def decode_plan(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Te
             *((lse.stride(0), lse.stride(1)) if return_lse else (0, 0)),
             Hkv, S, D, G, split_len, splits, float(scale) * LOG2E)
     meta = dict(RETURN_LSE=write_lse, DOT_PRECISION=DOT_INPUT_PRECISION, FUSED_MERGE=fused,
-                RETURN_LSE_OUT=return_lse and fused, **cfg)
+                RETURN_LSE_OUT=return_lse and fused, **cfg,
+                **(merge_meta(splits, G, cfg["BLOCK_D"], cfg["num_warps"]) if fused else NO_MERGE))
     g = plan_grid((B * Hkv, splits), q, vector=False)
     meta["PERSISTENT"] = g.persistent
     plan = LaunchPlan(kernel=_decode_fwd, grid=g.grid, args=args + (B * Hkv, g.n_work, g.n_programs),

@@ -29,7 +29,7 @@ from ._checks import (cdiv, DOT_INPUT_PRECISION, check_flag, check_gqa, check_in
                       next_pow2, on_ascend, use_fast_path)
 from ._tune import pick
 from ._grid import npu_cores, npu_splits, plan_grid
-from ._split import merge_in_last_program, merge_plan, scratch_of, split_outputs
+from ._split import merge_in_last_program, merge_meta, merge_plan, NO_MERGE, scratch_of, split_outputs
 from ._paged import (check_index_values, check_layout, check_outputs, check_page_table,
                      check_paged_kv, check_q, kv_dims, kv_strides)
 
@@ -170,6 +170,7 @@ def _paged_decode_flat_tile(
     PAGE_SIZE: tl.constexpr, RETURN_LSE: tl.constexpr, DOT_PRECISION: tl.constexpr,
     FUSED_MERGE: tl.constexpr, RETURN_LSE_OUT: tl.constexpr,
     BLOCK_G: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
+    BLOCK_GM: tl.constexpr, BLOCK_SPLITS: tl.constexpr, SPLIT_CHUNK: tl.constexpr,
 ):
     """One token split of one (batch, KV head) for ``_paged_decode_flat``."""
     b = pid_bk // Hkv
@@ -205,10 +206,11 @@ def _paged_decode_flat_tile(
     _store_split(O, LSE, b64, heads, split, offs_d, io_mask, offs_g < G, acc, m_i, l_i,
                  stride_ob, stride_oh, stride_osplit, stride_lb, stride_lh, stride_lsplit, RETURN_LSE)
     if FUSED_MERGE:
-        merge_in_last_program(O, LSE, OUT, LSE_OUT, COUNTER + pid_bk, b64, heads, offs_g < G, offs_d,
-                              io_mask, stride_ob, stride_oh, stride_osplit, stride_lb, stride_lh,
+        merge_in_last_program(O, LSE, OUT, LSE_OUT, COUNTER + pid_bk, b64, hk * G, G, D,
+                              stride_ob, stride_oh, stride_osplit, stride_lb, stride_lh,
                               stride_lsplit, stride_outb, stride_outh, stride_lob, stride_loh,
-                              NUM_SPLITS, RETURN_LSE_OUT)
+                              NUM_SPLITS, RETURN_LSE_OUT, BLOCK_GM, BLOCK_SPLITS, SPLIT_CHUNK,
+                              BLOCK_D)
 
 
 # sizes and LSE strides unspecialized: see kernels/__init__.py
@@ -228,6 +230,7 @@ def _paged_decode_flat(
     PAGE_SIZE: tl.constexpr, RETURN_LSE: tl.constexpr, DOT_PRECISION: tl.constexpr,
     FUSED_MERGE: tl.constexpr, RETURN_LSE_OUT: tl.constexpr,
     BLOCK_G: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
+    BLOCK_GM: tl.constexpr, BLOCK_SPLITS: tl.constexpr, SPLIT_CHUNK: tl.constexpr,
     PERSISTENT: tl.constexpr,
 ):
     """CUDA fast path: one flat loop over the split's tokens, BLOCK_N at a time whatever the page
@@ -246,7 +249,8 @@ def _paged_decode_flat(
                                     OUT, LSE_OUT, COUNTER, stride_outb, stride_outh, stride_lob,
                                     stride_loh, NUM_SPLITS, work % n_bk, work // n_bk,
                                     PAGE_SIZE, RETURN_LSE, DOT_PRECISION, FUSED_MERGE,
-                                    RETURN_LSE_OUT, BLOCK_G, BLOCK_N, BLOCK_D)
+                                    RETURN_LSE_OUT, BLOCK_G, BLOCK_N, BLOCK_D,
+                                    BLOCK_GM, BLOCK_SPLITS, SPLIT_CHUNK)
     else:
         _paged_decode_flat_tile(Q, KV, PAGE_INDPTR, PAGE_INDICES, LAST_LEN, O, LSE,
                                 stride_qb, stride_qh, stride_page, stride_kv, stride_head,
@@ -256,13 +260,14 @@ def _paged_decode_flat(
                                 OUT, LSE_OUT, COUNTER, stride_outb, stride_outh, stride_lob,
                                 stride_loh, NUM_SPLITS, tl.program_id(0), tl.program_id(1),
                                 PAGE_SIZE, RETURN_LSE, DOT_PRECISION, FUSED_MERGE,
-                                RETURN_LSE_OUT, BLOCK_G, BLOCK_N, BLOCK_D)
+                                RETURN_LSE_OUT, BLOCK_G, BLOCK_N, BLOCK_D,
+                                    BLOCK_GM, BLOCK_SPLITS, SPLIT_CHUNK)
 
 
 #: Fast path (flat token loop) configs: (BLOCK_N, num_warps, num_stages, target programs), 16-bit
 #: dtypes; the first is the default. As dense decode: unsplit when B x Hkv fills the GPU.
 _FLAT_TILES = [(64, 4, 3, 132), (128, 4, 3, 132), (64, 4, 2, 264), (32, 4, 3, 264), (64, 8, 3, 132),
-               (32, 4, 3, 528)]
+               (32, 4, 3, 528), (64, 4, 5, 132)]
 
 
 def flat_candidates(D: int, dtype: torch.dtype) -> list[dict]:
@@ -406,7 +411,9 @@ def _plan(kernel, q, kv_cache, kv_page_indptr, kv_page_indices, kv_last_page_len
         counter = torch.zeros(B * Hkv, dtype=torch.int32, device=q.device) if merge else out
         args += (out, lse if return_lse else out, counter, out.stride(0), out.stride(1),
                  *((lse.stride(0), lse.stride(1)) if return_lse else (0, 0)), splits)
-        meta.update(FUSED_MERGE=merge, RETURN_LSE_OUT=merge and return_lse)
+        meta.update(FUSED_MERGE=merge, RETURN_LSE_OUT=merge and return_lse,
+                    **(merge_meta(splits, Hq // Hkv, cfg["BLOCK_D"], cfg["num_warps"]) if merge
+                       else NO_MERGE))
         if merge:
             workspace += ((counter, True),)
     g = plan_grid((B * Hkv, splits), q, vector=False)

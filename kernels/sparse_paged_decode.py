@@ -31,7 +31,7 @@ from ._checks import (cdiv, check_flag, check_gqa, check_int_range, check_launch
                       next_pow2, on_ascend, use_fast_path)
 from ._tune import pick
 from ._math import pow_nonneg, simhash_collision_prob, two_hit_prob
-from ._split import merge_plan, scratch_of, split_outputs
+from ._split import merge_in_last_program, merge_meta, merge_plan, NO_MERGE, scratch_of, split_outputs
 from ._grid import NPU_VECTOR_CORES, npu_cores, npu_splits, plan_grid
 from ._paged import (check_index_values, check_layout, check_outputs, check_page_table,
                      check_paged_kv, check_q, check_row_ids_fit, check_sparse_indices, kv_dims,
@@ -44,7 +44,7 @@ MIN_SPLIT_LEN = 256
 
 @triton.jit
 def _sparse_paged_tile(
-    Q, KV, ROWS, NNZ, KP, LP, O, LSE, PAGE_INDPTR, PAGE_INDICES,
+    Q, KV, ROWS, NNZ, KP, LP, O, LSE, PAGE_INDPTR, PAGE_INDICES, OUT, LSE_OUT, COUNTER,
     stride_qb, stride_qh,
     stride_kv, stride_head, row_unit, stride_page, stride_slot,
     stride_rb, stride_rh,
@@ -52,11 +52,16 @@ def _sparse_paged_tile(
     stride_kpb, stride_kph, stride_lpb, stride_lph,
     stride_ob, stride_oh, stride_osplit,
     stride_lb, stride_lh, stride_lsplit,
-    Hq, D, G, SPLIT_LEN, qk_scale, pid, split,
+    stride_outb, stride_outh, stride_lob, stride_loh,
+    Hq, D, G, SPLIT_LEN, NUM_SPLITS, qk_scale, pid, split,
     MAGICPIG: tl.constexpr, RETURN_LSE: tl.constexpr, LOOKUP: tl.constexpr,
+    FUSED_MERGE: tl.constexpr, RETURN_LSE_OUT: tl.constexpr,
     PAGE_SIZE: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
+    BLOCK_SPLITS: tl.constexpr, SPLIT_CHUNK: tl.constexpr,
 ):
-    """One split of one row's token list: pid is batch * Hq + head."""
+    """One split of one row's token list: pid is batch * Hq + head. (Reading the next tile's
+    positions and page ids while this tile's rows are in flight was tried on the H100: it held
+    more registers than it saved latency, 104 us against 96 at the bench cache, kept 2%.)"""
     b = (pid // Hq).to(tl.int64)
     h = (pid % Hq).to(tl.int64)
     hk = h // G
@@ -70,13 +75,13 @@ def _sparse_paged_tile(
         q_hat = q * (1.0 / tl.maximum(q_norm, 1e-30))
         k_exp = tl.load(KP + b * stride_kpb + h * stride_kph)
         l_exp = tl.load(LP + b * stride_lpb + h * stride_lph)
-    nnz = tl.load(NNZ + b * stride_nb + h * stride_nh)
     start = split * SPLIT_LEN
-    end = tl.minimum(start + SPLIT_LEN, nnz)
     row_ptr = ROWS + b * stride_rb + h * stride_rh
-    k_base = KV + hk * stride_head
     if LOOKUP:
         page_lo = tl.load(PAGE_INDPTR + b)
+    nnz = tl.load(NNZ + b * stride_nb + h * stride_nh)
+    end = tl.minimum(start + SPLIT_LEN, nnz)
+    k_base = KV + hk * stride_head
 
     # Scores in base 2 (qk_scale has log2(e) folded in). The running max is replaced by 0 while it
     # is still -inf, so a fully masked tile or an empty split never produces NaN.
@@ -138,16 +143,21 @@ def _sparse_paged_tile(
         lse = tl.where(nonempty, (m_i + tl.log2(tl.where(nonempty, l_i, 1.0))) * 0.6931471805599453,
                        float("-inf"))
         tl.store(LSE + b * stride_lb + h * stride_lh + split * stride_lsplit, lse)
+    if FUSED_MERGE:  # one row's splits: a group of one head
+        merge_in_last_program(O, LSE, OUT, LSE_OUT, COUNTER + pid, b, h, 1, D,
+                              stride_ob, stride_oh, stride_osplit, stride_lb, stride_lh,
+                              stride_lsplit, stride_outb, stride_outh, stride_lob, stride_loh,
+                              NUM_SPLITS, RETURN_LSE_OUT, 1, BLOCK_SPLITS, SPLIT_CHUNK, BLOCK_D)
 
 
 # sizes and LSE strides unspecialized: see kernels/__init__.py
 @triton.jit(do_not_specialize=[
-    "Hq", "G", "SPLIT_LEN", "stride_rb", "stride_rh", "stride_nb", "stride_nh", "stride_kpb",
-    "stride_kph", "stride_lpb", "stride_lph", "stride_lb", "stride_lh", "stride_lsplit",
-    "n_bh", "n_work", "n_programs",
+    "Hq", "G", "SPLIT_LEN", "NUM_SPLITS", "stride_rb", "stride_rh", "stride_nb",
+    "stride_nh", "stride_kpb", "stride_kph", "stride_lpb", "stride_lph", "stride_lb", "stride_lh",
+    "stride_lsplit", "stride_lob", "stride_loh", "n_bh", "n_work", "n_programs",
 ])
 def _sparse_paged_fwd(
-    Q, KV, ROWS, NNZ, KP, LP, O, LSE, PAGE_INDPTR, PAGE_INDICES,
+    Q, KV, ROWS, NNZ, KP, LP, O, LSE, PAGE_INDPTR, PAGE_INDICES, OUT, LSE_OUT, COUNTER,
     stride_qb, stride_qh,
     stride_kv, stride_head, row_unit, stride_page, stride_slot,
     stride_rb, stride_rh,
@@ -155,34 +165,48 @@ def _sparse_paged_fwd(
     stride_kpb, stride_kph, stride_lpb, stride_lph,
     stride_ob, stride_oh, stride_osplit,
     stride_lb, stride_lh, stride_lsplit,
-    Hq, D, G, SPLIT_LEN, qk_scale, n_bh, n_work, n_programs,
+    stride_outb, stride_outh, stride_lob, stride_loh,
+    Hq, D, G, SPLIT_LEN, NUM_SPLITS, qk_scale, n_bh, n_work, n_programs,
     MAGICPIG: tl.constexpr, RETURN_LSE: tl.constexpr, LOOKUP: tl.constexpr,
+    FUSED_MERGE: tl.constexpr, RETURN_LSE_OUT: tl.constexpr,
     PAGE_SIZE: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
-    PERSISTENT: tl.constexpr,
+    BLOCK_SPLITS: tl.constexpr, SPLIT_CHUNK: tl.constexpr, PERSISTENT: tl.constexpr,
 ):
     if PERSISTENT:  # kernels/_grid.py: rows are the fast index, so every row's first split goes first
         for work in range(tl.program_id(0), n_work, n_programs):
             _sparse_paged_tile(Q, KV, ROWS, NNZ, KP, LP, O, LSE, PAGE_INDPTR, PAGE_INDICES,
+                               OUT, LSE_OUT, COUNTER,
                                stride_qb, stride_qh, stride_kv, stride_head, row_unit, stride_page,
                                stride_slot, stride_rb, stride_rh, stride_nb, stride_nh, stride_kpb,
                                stride_kph, stride_lpb, stride_lph, stride_ob, stride_oh,
                                stride_osplit, stride_lb, stride_lh, stride_lsplit,
-                               Hq, D, G, SPLIT_LEN, qk_scale, work % n_bh, work // n_bh,
-                               MAGICPIG, RETURN_LSE, LOOKUP, PAGE_SIZE, BLOCK_N, BLOCK_D)
+                               stride_outb, stride_outh, stride_lob, stride_loh,
+                               Hq, D, G, SPLIT_LEN, NUM_SPLITS, qk_scale, work % n_bh,
+                               work // n_bh,
+                               MAGICPIG, RETURN_LSE, LOOKUP, FUSED_MERGE, RETURN_LSE_OUT,
+                               PAGE_SIZE,
+                           BLOCK_N, BLOCK_D, BLOCK_SPLITS, SPLIT_CHUNK)
     else:
         _sparse_paged_tile(Q, KV, ROWS, NNZ, KP, LP, O, LSE, PAGE_INDPTR, PAGE_INDICES,
+                           OUT, LSE_OUT, COUNTER,
                            stride_qb, stride_qh, stride_kv, stride_head, row_unit, stride_page,
                            stride_slot, stride_rb, stride_rh, stride_nb, stride_nh, stride_kpb,
                            stride_kph, stride_lpb, stride_lph, stride_ob, stride_oh,
                            stride_osplit, stride_lb, stride_lh, stride_lsplit,
-                           Hq, D, G, SPLIT_LEN, qk_scale, tl.program_id(0), tl.program_id(1),
-                           MAGICPIG, RETURN_LSE, LOOKUP, PAGE_SIZE, BLOCK_N, BLOCK_D)
+                           stride_outb, stride_outh, stride_lob, stride_loh,
+                           Hq, D, G, SPLIT_LEN, NUM_SPLITS, qk_scale, tl.program_id(0),
+                           tl.program_id(1),
+                           MAGICPIG, RETURN_LSE, LOOKUP, FUSED_MERGE, RETURN_LSE_OUT,
+                               PAGE_SIZE,
+                           BLOCK_N, BLOCK_D, BLOCK_SPLITS, SPLIT_CHUNK)
 
 
-#: (BLOCK_N, num_warps, num_stages, target programs) GPU candidates for 16-bit D <= 128 (BLOCK_N
-#: halves for D=256 and for fp32, keeping a tile's K/V under 16 KB); the first is the default.
-_TILES = [(64, 4, 2, 1024), (64, 4, 3, 1024), (32, 4, 2, 1024), (64, 8, 2, 512), (32, 2, 2, 2048),
-          (64, 4, 2, 2048), (128, 8, 2, 512)]
+#: (BLOCK_N, num_warps, num_stages, target programs, least slots a split or 0 for MIN_SPLIT_LEN)
+#: GPU candidates for 16-bit D <= 128 (BLOCK_N halves for D=256 and for fp32, keeping a tile's
+#: K/V under 16 KB); the first is the default.
+_TILES = [(16, 2, 2, 4096, 64), (64, 4, 2, 1024, 0), (64, 4, 3, 1024, 0), (32, 4, 2, 1024, 0),
+          (64, 8, 2, 512, 0), (32, 2, 2, 2048, 0), (64, 4, 2, 2048, 0), (128, 8, 2, 512, 0),
+          (16, 2, 2, 8192, 32), (16, 1, 2, 8192, 32), (16, 2, 2, 16384, 16), (16, 1, 2, 16384, 16)]
 
 
 def sparse_paged_candidates(D: int, dtype: torch.dtype, magicpig: bool = False,
@@ -190,10 +214,12 @@ def sparse_paged_candidates(D: int, dtype: torch.dtype, magicpig: bool = False,
     """GPU launch configs the tuner may choose from; the first is the default. ``ascend``: the
     one npu-path config (``_ascend_tile``), its list split over ``cores`` persistent programs.
 
-    The loop is a chain of dependent loads (row ids, then K/V rows), so it wants many programs in
-    flight more than big tiles: about 1024 programs (8 per SM) for the plain kernel, half that
-    with the heavier MagicPIG math. A tile holds at most 16 KB of input: the unified buffer on
-    Ascend is 192 KB (fp16 D=256: 32 rows; fp32 D=128 with 64 rows overflows it).
+    The loop is a chain of dependent loads (row ids, page ids, then K/V rows), so it wants many
+    small programs in flight more than big tiles: the default is 16-row tiles, 2 warps, splits of
+    >= 64 slots over about 4096 programs (half that for the heavier MagicPIG math). H100, the
+    bench cache (D=256) kept 2%: 85.6 us, against 96.5 with 32-row tiles over 672 programs and
+    138 with 4 warps. A tile holds at most 16 KB of input: the unified buffer on Ascend is 192 KB
+    (fp16 D=256: 32 rows; fp32 D=128 with 64 rows overflows it).
     """
     block_d = max(16, next_pow2(D))
     if ascend:
@@ -201,8 +227,8 @@ def sparse_paged_candidates(D: int, dtype: torch.dtype, magicpig: bool = False,
                      num_stages=2, CORES=cores)]
     cap = max(16, 16384 // (block_d * dtype.itemsize))
     return [dict(BLOCK_N=min(block_n, cap), BLOCK_D=block_d, num_warps=warps, num_stages=stages,
-                 TARGET=target // 2 if magicpig else target)
-            for block_n, warps, stages, target in _TILES]
+                 TARGET=target // 2 if magicpig else target, **({"MIN_SPLIT": least} if least else {}))
+            for block_n, warps, stages, target, least in _TILES]
 
 
 def _ascend_tile(block_d: int, dtype: torch.dtype, magicpig: bool) -> dict:
@@ -219,10 +245,11 @@ def list_split(cfg: dict, B: int, Hq: int, L_max: int, num_splits: Optional[int]
     cfg = dict(cfg)
     target = cfg.pop("TARGET", 0)
     cores = cfg.pop("CORES", 0)
+    min_len = cfg.pop("MIN_SPLIT", MIN_SPLIT_LEN)
     if cores:
-        want = num_splits or npu_splits(B * Hq, cores, cdiv(L_max, MIN_SPLIT_LEN))
+        want = num_splits or npu_splits(B * Hq, cores, cdiv(L_max, min_len))
     else:
-        want = num_splits or min(cdiv(target, B * Hq), cdiv(L_max, MIN_SPLIT_LEN))
+        want = num_splits or min(cdiv(target, B * Hq), cdiv(L_max, min_len))
     return _with_split(cfg, L_max, want)
 
 
@@ -297,25 +324,33 @@ def sparse_kernel_plan(q: torch.Tensor, kv_cache: torch.Tensor, kv_page_indptr: 
         rows, unit = sparse_rows(kv_cache, layout, kv_page_indptr, kv_page_indices, sparse_ind,
                                  sparse_nnz)
     return_lse = lse is not None
+    fused = lookup and splits > 1
     o_dst, l_dst, write_lse, o_strides, l_strides = split_outputs(out, lse, splits, B, Hq, D)
+    # Fast path: the last split program of each row merges (zeroed tickets, left at zero).
+    counter = torch.zeros(B * Hq, dtype=torch.int32, device=q.device) if fused else out
     k_arg, l_arg = (K, L) if magicpig else (q, q)  # never read without MAGICPIG
     k_strides = (K.stride(0), K.stride(1), L.stride(0), L.stride(1)) if magicpig else (0, 0, 0, 0)
     args = (q, kv_cache, rows, sparse_nnz, k_arg, l_arg, o_dst, l_dst, kv_page_indptr,
-            kv_page_indices,
+            kv_page_indices, out, lse if return_lse else out, counter,
             q.stride(0), q.stride(1),
             stride_kv, stride_head, unit, stride_page, stride_slot,
             rows.stride(0), rows.stride(1),
             sparse_nnz.stride(0), sparse_nnz.stride(1),
             *k_strides,
             *o_strides, *l_strides,
-            Hq, D, Hq // Hkv, split_len, float(scale) * LOG2E)
+            out.stride(0), out.stride(1),
+            *((lse.stride(0), lse.stride(1)) if return_lse else (0, 0)),
+            Hq, D, Hq // Hkv, split_len, splits, float(scale) * LOG2E)
     g = plan_grid((B * Hq, splits), q, vector=True)
-    meta = dict(MAGICPIG=magicpig, RETURN_LSE=write_lse, LOOKUP=lookup, PAGE_SIZE=page_size,
+    merge = merge_meta(splits, 1, cfg["BLOCK_D"], cfg["num_warps"]) if fused else NO_MERGE
+    meta = dict(MAGICPIG=magicpig, RETURN_LSE=write_lse, LOOKUP=lookup, FUSED_MERGE=fused,
+                RETURN_LSE_OUT=fused and return_lse, PAGE_SIZE=page_size,
+                BLOCK_SPLITS=merge["BLOCK_SPLITS"], SPLIT_CHUNK=merge["SPLIT_CHUNK"],
                 PERSISTENT=g.persistent, **cfg)
     plan = LaunchPlan(kernel=_sparse_paged_fwd, grid=g.grid,
                       args=args + (B * Hq, g.n_work, g.n_programs), meta=meta, tuning=tuning,
-                      workspace=scratch_of(out, o_dst, l_dst))
-    if splits > 1:
+                      workspace=scratch_of(out, o_dst, l_dst) + (((counter, True),) if fused else ()))
+    if splits > 1 and not fused:
         plan.then = merge_plan(o_dst, l_dst, out, lse if return_lse else None, cfg["BLOCK_D"])
     return plan
 

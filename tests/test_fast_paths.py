@@ -7,8 +7,8 @@ import torch
 import kernels.settings as ks
 from kernels._checks import capture_launches
 
-FAST_FAMILIES = ("decode", "paged_decode", "sparse_paged_decode", "magicpig_decode", "prefill",
-                 "prefill_varlen", "block_sparse")
+FAST_FAMILIES = ("decode", "paged_decode", "sparse_decode", "sparse_paged_decode", "magicpig_decode",
+                 "prefill", "prefill_varlen", "block_sparse")
 
 
 def test_fast_paths_pass_the_quick_conformance_cases_in_the_interpreter(run_suite):

@@ -408,3 +408,32 @@ def test_a_launch_capture_sees_repeat_calls_and_the_bench_config_names_the_tile_
     assert [ln.name.lstrip("_") for ln in launches] == ["decode_fwd"]
     config = _config(impl, case, family, inputs, outputs)
     assert config["decode_fwd"]["tuning"] == "default" and "BLOCK_N" in config["decode_fwd"]
+
+
+def test_tickets_of_a_captured_call_come_zeroed_from_the_pool_never_twice(monkeypatch):
+    """No memset node per captured call: each capture takes its own aligned, zeroed slice of
+    the device's pool (reserved by a first call outside capture); spent pool -> torch.zeros."""
+    dev = torch.device("cpu")
+    monkeypatch.setattr(cc, "_stream_of", lambda device: 1)
+    capturing = [False]
+    monkeypatch.setattr(cc, "_capturing", lambda device: capturing[0])
+    monkeypatch.setattr(cc, "_tickets", {dev: [torch.zeros(12, dtype=torch.int32), 0]})
+    monkeypatch.setattr(cc, "CAPTURE_TICKETS", 12)
+    bound = cc.Bound([], (((2, 3), torch.float32, False), ((3,), torch.int32, True)))
+    bound.adopt(dev, (torch.empty(2, 3), torch.zeros(3, dtype=torch.int32)))
+    capturing[0] = True
+    pool = cc._tickets[dev][0]
+    a, b = bound._workspace(dev), bound._workspace(dev)
+    for ws in (a, b):
+        assert ws[1].shape == (3,) and ws[1].eq(0).all()
+        assert ws[1].untyped_storage().data_ptr() == pool.untyped_storage().data_ptr()
+        assert (ws[1].data_ptr() - pool.data_ptr()) % 16 == 0
+        assert ws[0].untyped_storage().data_ptr() != pool.untyped_storage().data_ptr()
+    assert a[1].data_ptr() != b[1].data_ptr()
+    c = bound._workspace(dev)  # 4 + 4 of 12 used; the third fits, a fourth does not
+    d = bound._workspace(dev)
+    assert c[1].untyped_storage().data_ptr() == pool.untyped_storage().data_ptr()
+    assert d[1].untyped_storage().data_ptr() != pool.untyped_storage().data_ptr() and d[1].eq(0).all()
+    # float workspace or int32 scratch that needs no zeros never comes from the pool
+    bound2 = cc.Bound([], (((3,), torch.int32, False),))
+    assert bound2._workspace(dev)[0].untyped_storage().data_ptr() != pool.untyped_storage().data_ptr()

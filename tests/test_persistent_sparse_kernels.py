@@ -91,7 +91,8 @@ def test_npu_plan_is_persistent_over_the_vector_cores(monkeypatch, name, B, Hq, 
 @pytest.mark.parametrize("name", ["sparse_decode", "sparse_paged_decode", "magicpig_decode"])
 def test_gpu_plan_keeps_the_plain_grid(name):
     """CPU tensors outside compile-only: not Ascend; the plain (rows, splits) grid of the GPU's
-    program target (sparse_decode 256, sparse paged 1024, MagicPIG 512)."""
+    default (sparse_decode's portable kernel: 256 programs, splits of >= 256 slots, 64 rows;
+    sparse paged and MagicPIG: 4096 and 2048 programs, splits of >= 64 slots, 16 rows)."""
     B, Hq, L_max = 1, 8, 4096
     with ks.using(host_compile=True), kernels._checks.capture_launches() as plans:
         kernels._checks._ASCEND, saved = False, kernels._checks._ASCEND
@@ -100,11 +101,12 @@ def test_gpu_plan_keeps_the_plain_grid(name):
         finally:
             kernels._checks._ASCEND = saved
     plan = plans[0]
-    target = {"sparse_decode": 256, "sparse_paged_decode": 1024, "magicpig_decode": 512}[name]
-    splits = min(-(-target // (B * Hq)), L_max // 256)
+    target, least, rows = {"sparse_decode": (256, 256, 64), "sparse_paged_decode": (4096, 64, 16),
+                           "magicpig_decode": (2048, 64, 16)}[name]
+    splits = min(-(-target // (B * Hq)), L_max // least)
     assert plan.grid == (B * Hq, splits) and plan.meta["PERSISTENT"] is False
     assert plan.args[-3:] == (B * Hq, B * Hq * splits, B * Hq * splits)
-    assert plan.meta["BLOCK_N"] == 64
+    assert plan.meta["BLOCK_N"] == rows
 
 
 @pytest.mark.parametrize("name", ["sparse_decode", "sparse_paged_decode", "magicpig_decode"])
