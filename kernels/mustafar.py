@@ -45,6 +45,7 @@ from ._checks import (DOT_INPUT_PRECISION, on_ascend, FLOAT_DTYPES, cdiv, check_
                       use_fast_path)
 from ._grid import plan_grid
 from .mustafar_format import CODES_PER_WORD, TILE, Compressed, mask_from_bitmaps, tile_grid
+from . import mustafar_fast as _fast
 
 MAX_HEAD_DIM = 256
 
@@ -444,6 +445,78 @@ def mustafar_values_plan(p: torch.Tensor, vc: Compressed, out: torch.Tensor, *,
     # The chunk partials carry nothing between calls: a repeat call may reuse them.
     return LaunchPlan(kernel=kernel, grid=(n_programs,), args=args, meta=meta, then=then,
                       workspace=((dst, False),) if then is not None else ())
+
+
+# --- CUDA fast path, issue 25 (kernels/mustafar_fast.py) ----------------------------------------
+
+#: The fast path's default tile config; ``scripts/mustafar_variants.py`` times alternatives.
+#: FILL: unkept 2-bit elements read a planted fill code (no select); TRANS: the decoded tiles
+#: are the dot's first operand (see ``_dot2``); programs_per_sm: programs to aim for per SM.
+FAST = dict(FILL=True, TRANS=True, keys_warps=4, values_warps=4, values_block_s=128,
+            programs_per_sm=8, sms=132, num_stages=1)
+
+
+def _fast_cfg(overrides: Optional[dict]) -> dict:
+    cfg = dict(FAST)
+    cfg.update(overrides or {})
+    return cfg
+
+
+def mustafar_keys_fast_plan(q: torch.Tensor, kc: Compressed, out: torch.Tensor,
+                            cfg: Optional[dict] = None) -> LaunchPlan:
+    """The CUDA fast path's launch (also runs in the interpreter): grid (B * Hkv, chunks of
+    64-token blocks), one step per block."""
+    cfg = _fast_cfg(cfg)
+    B, Hkv, S, D = kc.shape
+    G = q.shape[1] // Hkv
+    n_tblocks = S // TILE
+    want = max(1, cfg["programs_per_sm"] * cfg["sms"])
+    per = max(1, cdiv(B * Hkv * n_tblocks, want))
+    hw = not is_interpret()
+    args = (q, *_buffers(kc), out, q.stride(0), q.stride(1), out.stride(0), out.stride(1),
+            Hkv, n_tblocks, per)
+    meta = dict(D=D, G=G, BITS=kc.bits, BLOCK_C=next_pow2(D), BLOCK_G=max(16, next_pow2(G)),
+                FILL=cfg["FILL"], TRANS=cfg["TRANS"], HW=hw,
+                DOT_PRECISION=DOT_INPUT_PRECISION, num_warps=cfg["keys_warps"],
+                num_stages=cfg["num_stages"])
+    return LaunchPlan(kernel=_fast._keys_fast, grid=(B * Hkv, cdiv(n_tblocks, per)), args=args,
+                      meta=meta)
+
+
+def mustafar_values_fast_plan(p: torch.Tensor, vc: Compressed, out: torch.Tensor,
+                              cfg: Optional[dict] = None) -> LaunchPlan:
+    """The CUDA fast path's launch: grid (B * Hkv, D / 64 channel blocks, token chunks); with
+    more than one chunk the fp32 partials are summed by ``_sum_chunks``."""
+    cfg = _fast_cfg(cfg)
+    B, Hkv, S, D = vc.shape
+    Hq = p.shape[1]
+    G = Hq // Hkv
+    nc = D // TILE
+    step = min(cfg["values_block_s"], next_pow2(S))
+    want = max(1, cfg["programs_per_sm"] * cfg["sms"])
+    n_chunks = max(1, min(cdiv(S, step), want // max(1, B * Hkv * nc)))
+    chunk = cdiv(cdiv(S, n_chunks), step) * step
+    n_chunks = cdiv(S, chunk)
+    if n_chunks == 1:
+        dst, strides = out, (0, out.stride(0), out.stride(1))
+    else:
+        dst = torch.empty((n_chunks, B, Hq, D), dtype=torch.float32, device=p.device)
+        strides = dst.stride()[:3]
+    hw = not is_interpret()
+    args = (p, *_buffers(vc), dst, p.stride(0), p.stride(1), *strides, Hkv, S, chunk)
+    meta = dict(NC=nc, G=G, BITS=vc.bits, BLOCK_S=step, BLOCK_G=max(16, next_pow2(G)),
+                FILL=cfg["FILL"], TRANS=cfg["TRANS"], HW=hw,
+                DOT_PRECISION=DOT_INPUT_PRECISION, num_warps=cfg["values_warps"],
+                num_stages=cfg["num_stages"])
+    then = None
+    if n_chunks > 1:
+        block_h = min(next_pow2(Hq), 16)
+        then = LaunchPlan(kernel=_sum_chunks, grid=(B, cdiv(Hq, block_h)),
+                          args=(dst, out, n_chunks, dst.stride(0), dst.stride(1), out.stride(0),
+                                out.stride(1), Hq),
+                          meta=dict(D=D, BLOCK_H=block_h))
+    return LaunchPlan(kernel=_fast._values_fast, grid=(B * Hkv, nc, n_chunks), args=args,
+                      meta=meta, then=then, workspace=((dst, False),) if then is not None else ())
 
 
 # --- validation --------------------------------------------------------------------------------

@@ -1,0 +1,338 @@
+"""The CUDA fast path of the Mustafar kernels (kernels.md section 9), issue 25: decode cost per
+element down to a handful of integer operations, the head contraction on tensor cores.
+
+Both formulations are one shape of work: a step decodes NT tiles into an fp16 operand
+``B [NT, 64]`` (row = tile, column = element j of the tile) and contracts it with
+``A [G, NT]`` (keys: ``q[h, c] * scale``, tiles = the D channels of one 64-token block; values:
+``p[h, s] * scale``, tiles = one channel block of NT tokens): ``acc [G, 64] += A @ B``.
+
+Decoding (see ``_tile_codes2`` / ``_octet16``):
+
+* 2-bit, one thread per tile: the thread loads the tile's bitmap, offsets and its (at most 4)
+  code words once, then walks the 8 octets (bytes of the bitmap) with compile-time element
+  indices. Per octet, SWAR on the byte gives every element's slot among the kept (a bit spread
+  into nibbles, one multiply for prefix counts); per element it is then a nibble extract and a
+  shift of the octet's code window. Unkept elements read a fill code planted above the
+  octet's codes (``FILL``), so they need no select: with fill = zero (when 0 <= zero <= 3)
+  ``sum_t A[t] (B[t, j] - zero[t])`` is ``A @ B`` minus one per-head constant.
+* 16-bit, one thread per octet: per element one predicated 2-byte load at the element's slot
+  (the LSU does the gather; a warp's lanes read 4 tiles' contiguous data).
+* Codes go to the tensor cores as fp16 subnormals (bit pattern = the code, value code * 2^-24,
+  exact) and the result is scaled back by 2^24, so no int-to-float conversion per element
+  (``SUBNORMAL``; the other form ORs 0x6400 and subtracts 1024 in fp16).
+* A tile whose zero lies outside [0, 3] (an all-positive tile, a flat tile, offset values)
+  cannot take the fill: a step holding one decodes again with a select and contracts the exact
+  integer ``kept ? code - zero : 0`` split into two fp16 parts (rare; conformance covers it).
+
+``A`` (fp32) is split into hi + lo fp16 parts (``_split_fp16``), so fp32 precision is kept.
+
+The portable kernels in ``kernels.mustafar`` stay what Ascend and the interpreter run by
+default; these need CUDA's tensor cores to pay off but run in the interpreter too (the
+``HW`` constexpr picks hardware popcount on CUDA, SWAR in the interpreter).
+"""
+from __future__ import annotations
+
+import triton
+import triton.language as tl
+
+try:  # CUDA's popcount (one instruction); the interpreter takes the SWAR form
+    from triton.language.extra.cuda import libdevice as _libdevice
+except ImportError:  # pragma: no cover - a Triton without the CUDA extras
+    _libdevice = None
+
+
+@triton.jit
+def _cat8(a0, a1, a2, a3, a4, a5, a6, a7):
+    """[..., 8] with [..., i] = a_i: a join tree (new axes in registers), leaves in bit-reversed
+    order so that the flattened index is i."""
+    z = tl.join(tl.join(tl.join(a0, a4), tl.join(a2, a6)), tl.join(tl.join(a1, a5), tl.join(a3, a7)))
+    if len(a0.shape) == 1:
+        r = tl.reshape(z, (a0.shape[0], 8))
+    else:
+        r = tl.reshape(z, (a0.shape[0], a0.shape[1], 8))
+    return r
+
+
+@triton.jit
+def _spread(y):
+    """uint32 byte y -> nibble k holds bit k of y (multiplies without carries)."""
+    x = (y * 0x1001) & 0x000F000F
+    x = (x * 0x41) & 0x03030303
+    return (x * 9) & 0x11111111
+
+
+@triton.jit
+def _popc32(x, HW: tl.constexpr):
+    if HW:
+        r = _libdevice.popc(x.to(tl.int32, bitcast=True))
+    else:
+        x = x - ((x >> 1) & 0x55555555)
+        x = (x & 0x33333333) + ((x >> 2) & 0x33333333)
+        x = (x + (x >> 4)) & 0x0F0F0F0F
+        r = ((x * 0x01010101) >> 24).to(tl.int32)
+    return r
+
+
+@triton.jit
+def _octet_codes2(y, win, F, FILL: tl.constexpr):
+    """The 8 codes (int32 [N] each) of one octet per row (element i = bit 7 - i of y [N]): kept
+    elements' codes from ``win`` (the octet's code stream, LSB first), unkept ones ``F``; then
+    the count kept [N]."""
+    X = _spread(y)                       # nibble k: element 7 - k kept
+    P = X * 0x11111111                   # nibble k: kept among bits <= k (top nibble: all)
+    tot = P >> 28
+    S = (tot * 0x11111111 - P) * 2       # nibble k: 2 * (slot of element 7 - k)
+    if FILL:
+        # Unkept elements shift by 14 and read F planted at bits 14-15 (free unless all 8 are
+        # kept, when nothing reads it).
+        Xm = X * 15
+        S = (S & Xm) | ((~Xm & 0x77777777) << 1)
+        w = tl.where(tot == 8, win, (win & 0x3FFF) | (F.to(tl.uint32) << 14))
+        c7 = (w >> (S & 15)) & 3
+        c6 = (w >> ((S >> 4) & 15)) & 3
+        c5 = (w >> ((S >> 8) & 15)) & 3
+        c4 = (w >> ((S >> 12) & 15)) & 3
+        c3 = (w >> ((S >> 16) & 15)) & 3
+        c2 = (w >> ((S >> 20) & 15)) & 3
+        c1 = (w >> ((S >> 24) & 15)) & 3
+        c0 = (w >> (S >> 28)) & 3
+        c0, c1, c2, c3 = c0.to(tl.int32), c1.to(tl.int32), c2.to(tl.int32), c3.to(tl.int32)
+        c4, c5, c6, c7 = c4.to(tl.int32), c5.to(tl.int32), c6.to(tl.int32), c7.to(tl.int32)
+    else:
+        c7 = tl.where((X & 1) != 0, ((win >> (S & 15)) & 3).to(tl.int32), F)
+        c6 = tl.where(((X >> 4) & 1) != 0, ((win >> ((S >> 4) & 15)) & 3).to(tl.int32), F)
+        c5 = tl.where(((X >> 8) & 1) != 0, ((win >> ((S >> 8) & 15)) & 3).to(tl.int32), F)
+        c4 = tl.where(((X >> 12) & 1) != 0, ((win >> ((S >> 12) & 15)) & 3).to(tl.int32), F)
+        c3 = tl.where(((X >> 16) & 1) != 0, ((win >> ((S >> 16) & 15)) & 3).to(tl.int32), F)
+        c2 = tl.where(((X >> 20) & 1) != 0, ((win >> ((S >> 20) & 15)) & 3).to(tl.int32), F)
+        c1 = tl.where(((X >> 24) & 1) != 0, ((win >> ((S >> 24) & 15)) & 3).to(tl.int32), F)
+        c0 = tl.where(((X >> 28) & 1) != 0, ((win >> (S >> 28)) & 3).to(tl.int32), F)
+    return c0, c1, c2, c3, c4, c5, c6, c7, tot.to(tl.int32)
+
+
+@triton.jit
+def _tile_codes2(BITMAPS, OFFSETS, PACKED, tiles, ok, F, FILL: tl.constexpr):
+    """int32 [NT, 64]: the codes of tiles ``tiles`` [NT] (one thread each), unkept elements F
+    (any int32 without FILL; 0..3 with FILL). Tiles with ``ok`` False decode to all F."""
+    bm = tl.load(BITMAPS + tiles, mask=ok, other=0).to(tl.uint64, bitcast=True)
+    off = tl.load(OFFSETS + tiles, mask=ok, other=0)
+    nw = tl.load(OFFSETS + tiles + 1, mask=ok, other=0) - off
+    w0 = tl.load(PACKED + off, mask=nw > 0, other=0).to(tl.uint32, bitcast=True).to(tl.uint64)
+    w1 = tl.load(PACKED + off + 1, mask=nw > 1, other=0).to(tl.uint32, bitcast=True).to(tl.uint64)
+    w2 = tl.load(PACKED + off + 2, mask=nw > 2, other=0).to(tl.uint32, bitcast=True).to(tl.uint64)
+    w3 = tl.load(PACKED + off + 3, mask=nw > 3, other=0).to(tl.uint32, bitcast=True).to(tl.uint64)
+    hi = (bm >> 32).to(tl.uint32)
+    lo = bm.to(tl.uint32)
+    s01 = w0 | (w1 << 32)
+    s23 = w2 | (w3 << 32)
+    # Octets 0-3 (bitmap bits 63..32) read the first 64 code bits.
+    a0, a1, a2, a3, a4, a5, a6, a7, n = _octet_codes2(hi >> 24, s01.to(tl.uint32), F, FILL)
+    r = n
+    b0, b1, b2, b3, b4, b5, b6, b7, n = _octet_codes2((hi >> 16) & 0xFF,
+                                                      (s01 >> (2 * r)).to(tl.uint32), F, FILL)
+    r += n
+    c0, c1, c2, c3, c4, c5, c6, c7, n = _octet_codes2((hi >> 8) & 0xFF,
+                                                      (s01 >> (2 * r)).to(tl.uint32), F, FILL)
+    r += n
+    d0, d1, d2, d3, d4, d5, d6, d7, n = _octet_codes2(hi & 0xFF, (s01 >> (2 * r)).to(tl.uint32),
+                                                      F, FILL)
+    r += n
+    # Octets 4-7 read the stream from bit 2r (r <= 32): a 128-bit shift, once per tile.
+    sh = (2 * r).to(tl.uint64)
+    m = sh & 63
+    tail = tl.where(sh >= 64, s23, (s01 >> m) | ((s23 << 1) << (63 - m)))
+    e0, e1, e2, e3, e4, e5, e6, e7, n = _octet_codes2(lo >> 24, tail.to(tl.uint32), F, FILL)
+    r = n
+    f0, f1, f2, f3, f4, f5, f6, f7, n = _octet_codes2((lo >> 16) & 0xFF,
+                                                      (tail >> (2 * r)).to(tl.uint32), F, FILL)
+    r += n
+    g0, g1, g2, g3, g4, g5, g6, g7, n = _octet_codes2((lo >> 8) & 0xFF,
+                                                      (tail >> (2 * r)).to(tl.uint32), F, FILL)
+    r += n
+    h0, h1, h2, h3, h4, h5, h6, h7, n = _octet_codes2(lo & 0xFF, (tail >> (2 * r)).to(tl.uint32),
+                                                      F, FILL)
+    # Element i of every octet, then the elements: the last join is the fastest axis, so the
+    # registers hold the tile in element order (one vector store per 8 elements).
+    z = _cat8(_cat8(a0, b0, c0, d0, e0, f0, g0, h0), _cat8(a1, b1, c1, d1, e1, f1, g1, h1),
+              _cat8(a2, b2, c2, d2, e2, f2, g2, h2), _cat8(a3, b3, c3, d3, e3, f3, g3, h3),
+              _cat8(a4, b4, c4, d4, e4, f4, g4, h4), _cat8(a5, b5, c5, d5, e5, f5, g5, h5),
+              _cat8(a6, b6, c6, d6, e6, f6, g6, h6), _cat8(a7, b7, c7, d7, e7, f7, g7, h7))
+    return tl.reshape(z, (z.shape[0], 64))
+
+
+@triton.jit
+def _octet16(BITMAPS, OFFSETS, PACKED, tile0, tstride, n_ok, NT: tl.constexpr, HW: tl.constexpr):
+    """fp16 [NT, 64]: 16-bit tiles tile0 + t * tstride, t < NT (from n_ok on: zeros), one
+    thread per (tile, octet) as a flat axis u = 8 t + o, so that a warp's lanes hold 4 tiles'
+    octets and each element's predicated load at its slot touches about two cache lines."""
+    u = tl.arange(0, NT * 8)
+    t = u // 8
+    o = u % 8
+    ok = t < n_ok
+    tile = tile0 + t * tstride
+    bm = tl.load(BITMAPS + tile, mask=ok, other=0).to(tl.uint64, bitcast=True)
+    off = tl.load(OFFSETS + tile, mask=ok, other=0)
+    hi = (bm >> 32).to(tl.uint32)
+    lo = bm.to(tl.uint32)
+    # Octet o is byte 7 - o; the slots before it are the set bits of the bytes above.
+    sh = (24 - 8 * (o & 3)).to(tl.uint32)
+    y = tl.where(o < 4, hi >> sh, lo >> sh) & 0xFF
+    full = tl.full(o.shape, 0xFFFFFFFF, tl.uint32)
+    mhi = tl.where(o >= 4, full, ~(full >> (8 * (o & 3)).to(tl.uint32)))
+    mlo = tl.where(o > 4, ~(full >> (8 * ((o - 4) & 3)).to(tl.uint32)), 0)
+    r0 = _popc32(hi & mhi, HW) + _popc32(lo & mlo, HW)
+    X = _spread(y)
+    P = X * 0x11111111
+    R = (P >> 28) * 0x11111111 - P          # nibble k: slot of element 7 - k in the octet
+    base = PACKED + (off + r0)
+    v7 = tl.load(base + (R & 15).to(tl.int32), mask=(X & 1) != 0, other=0.0)
+    v6 = tl.load(base + ((R >> 4) & 15).to(tl.int32), mask=((X >> 4) & 1) != 0, other=0.0)
+    v5 = tl.load(base + ((R >> 8) & 15).to(tl.int32), mask=((X >> 8) & 1) != 0, other=0.0)
+    v4 = tl.load(base + ((R >> 12) & 15).to(tl.int32), mask=((X >> 12) & 1) != 0, other=0.0)
+    v3 = tl.load(base + ((R >> 16) & 15).to(tl.int32), mask=((X >> 16) & 1) != 0, other=0.0)
+    v2 = tl.load(base + ((R >> 20) & 15).to(tl.int32), mask=((X >> 20) & 1) != 0, other=0.0)
+    v1 = tl.load(base + ((R >> 24) & 15).to(tl.int32), mask=((X >> 24) & 1) != 0, other=0.0)
+    v0 = tl.load(base + (R >> 28).to(tl.int32), mask=((X >> 28) & 1) != 0, other=0.0)
+    z = _cat8(v0, v1, v2, v3, v4, v5, v6, v7)          # [NT * 8, 8]: row u, element i
+    return tl.reshape(z, (NT, 64))
+
+
+@triton.jit
+def _split_fp16(a):
+    """a (fp32 [M, K]) as hi + lo fp16 parts times a power of two (returned), so that a dot of
+    both parts with exact fp16 operands keeps ~22 bits of a over fp32's whole range. The max is
+    taken over M (in registers) first, then over K (one cross-thread reduction)."""
+    m = tl.max(tl.max(tl.abs(a), 0), 0)
+    e = tl.maximum((m.to(tl.int32, bitcast=True) >> 23) & 0xFF, 15)
+    a = a * ((268 - e) << 23).to(tl.float32, bitcast=True)  # max |a| now below 2^15
+    hi = a.to(tl.float16)
+    lo = (a - hi.to(tl.float32)).to(tl.float16)
+    return hi, lo, ((e - 14) << 23).to(tl.float32, bitcast=True)
+
+
+@triton.jit
+def _dot2(hi, lo, b, TRANS: tl.constexpr, DOT_PRECISION: tl.constexpr):
+    """(hi + lo) @ b, fp32 [M, N]; TRANS computes it as (b^T @ (hi + lo)^T)^T, which puts the
+    decoded tiles on the side whose shared-memory layout takes their rows as vector stores."""
+    if TRANS:
+        bt = tl.trans(b)
+        acc = tl.dot(bt, tl.trans(hi), input_precision=DOT_PRECISION)
+        acc = tl.trans(tl.dot(bt, tl.trans(lo), acc, input_precision=DOT_PRECISION))
+    else:
+        acc = tl.dot(hi, b, input_precision=DOT_PRECISION)
+        acc = tl.dot(lo, b, acc, input_precision=DOT_PRECISION)
+    return acc
+
+
+@triton.jit
+def _contract2(a, BITMAPS, OFFSETS, PACKED, ZERO, tiles, ok,
+               FILL: tl.constexpr, DOT_PRECISION: tl.constexpr, TRANS: tl.constexpr):
+    """[BLOCK_G, 64] fp32: sum over tiles t of a[:, t] * (value of element j of tile t) for 2-bit
+    tiles, a = (q or p) * scale [BLOCK_G, NT] fp32."""
+    zero = tl.load(ZERO + tiles, mask=ok, other=0)
+    odd = tl.max(((zero < 0) | (zero > 3)).to(tl.int32), 0)
+    hi, lo, unit = _split_fp16(a)
+    if odd == 0:
+        # Unkept elements read the code `zero`; fp16 (1024 + code) - (1024 + zero) is exactly
+        # kept ? code - zero : 0.
+        c = _tile_codes2(BITMAPS, OFFSETS, PACKED, tiles, ok, zero, FILL)
+        b = (c | 0x6400).to(tl.int16).to(tl.float16, bitcast=True) \
+            - (zero + 1024).to(tl.float16)[:, None]
+        acc = _dot2(hi, lo, b, TRANS, DOT_PRECISION) * unit
+    else:
+        # Exact integers kept ? code - zero : 0 (|.| < 2^17 for fp16 data), as hi + lo fp16.
+        c = _tile_codes2(BITMAPS, OFFSETS, PACKED, tiles, ok, tl.full(zero.shape, -1, tl.int32),
+                         False)
+        v = tl.where(c >= 0, c - zero[:, None], 0).to(tl.float32)
+        bh = v.to(tl.float16)
+        bl = (v - bh.to(tl.float32)).to(tl.float16)
+        acc = _dot2(hi, lo, bh, TRANS, DOT_PRECISION)
+        acc += _dot2(hi, lo, bl, TRANS, DOT_PRECISION)
+        acc = acc * unit
+    return acc
+
+
+@triton.jit
+def _contract16(a, BITMAPS, OFFSETS, PACKED, tile0, tstride, n_ok, NT: tl.constexpr,
+                HW: tl.constexpr, DOT_PRECISION: tl.constexpr, TRANS: tl.constexpr):
+    """As ``_contract2`` for fp16 tiles tile0 + t * tstride, t < NT (a = q or p)."""
+    b = _octet16(BITMAPS, OFFSETS, PACKED, tile0, tstride, n_ok, NT, HW)
+    hi, lo, unit = _split_fp16(a)
+    return _dot2(hi, lo, b, TRANS, DOT_PRECISION) * unit
+
+
+# sizes unspecialized: see kernels/__init__.py
+@triton.jit(do_not_specialize=["Hkv", "n_tblocks", "blocks_per_prog"])
+def _keys_fast(
+    Q, BITMAPS, OFFSETS, PACKED, SCALE, ZERO, O,
+    stride_qb, stride_qh, stride_ob, stride_oh, Hkv, n_tblocks, blocks_per_prog,
+    D: tl.constexpr, G: tl.constexpr, BITS: tl.constexpr, BLOCK_C: tl.constexpr,
+    BLOCK_G: tl.constexpr, FILL: tl.constexpr, HW: tl.constexpr, DOT_PRECISION: tl.constexpr,
+    TRANS: tl.constexpr,
+):
+    """scores [B, Hq, S_c]: program (b * Hkv + hk, chunk) runs blocks_per_prog 64-token blocks;
+    per block its D key tiles (consecutive) are one step's B operand."""
+    bk = tl.program_id(0)
+    tb0 = tl.program_id(1) * blocks_per_prog
+    b = (bk // Hkv).to(tl.int64)
+    hk = (bk % Hkv).to(tl.int64)
+    offs_g = tl.arange(0, BLOCK_G)
+    g_ok = offs_g < G
+    chans = tl.arange(0, BLOCK_C)
+    c_ok = chans < D
+    heads = hk * G + offs_g
+    q = tl.load(Q + b * stride_qb + heads[:, None] * stride_qh + chans[None, :],
+                mask=g_ok[:, None] & c_ok[None, :], other=0.0).to(tl.float32)
+    tok = tl.arange(0, 64)
+    for tb in range(tb0, tl.minimum(tb0 + blocks_per_prog, n_tblocks)):
+        tile0 = (bk.to(tl.int64) * n_tblocks + tb) * D
+        tiles = tile0 + chans
+        if BITS == 2:
+            a = q * tl.load(SCALE + tiles, mask=c_ok, other=0.0)[None, :]
+            acc = _contract2(a, BITMAPS, OFFSETS, PACKED, ZERO, tiles, c_ok, FILL,
+                             DOT_PRECISION, TRANS)
+        else:
+            acc = _contract16(q, BITMAPS, OFFSETS, PACKED, tile0, 1, D, BLOCK_C, HW, DOT_PRECISION,
+                              TRANS)
+        tl.store(O + b * stride_ob + heads[:, None] * stride_oh + tb * 64 + tok[None, :],
+                 acc, mask=g_ok[:, None])
+
+
+# sizes unspecialized: see kernels/__init__.py
+@triton.jit(do_not_specialize=["Hkv", "S", "chunk"])
+def _values_fast(
+    P, BITMAPS, OFFSETS, PACKED, SCALE, ZERO, O,
+    stride_pb, stride_ph, stride_os, stride_ob, stride_oh, Hkv, S, chunk,
+    NC: tl.constexpr, G: tl.constexpr, BITS: tl.constexpr, BLOCK_S: tl.constexpr,
+    BLOCK_G: tl.constexpr, FILL: tl.constexpr, HW: tl.constexpr, DOT_PRECISION: tl.constexpr,
+    TRANS: tl.constexpr,
+):
+    """out partials [n_chunks, B, Hq, D]: program (b * Hkv + hk, channel block cb, chunk) sums
+    p @ V over the chunk's tokens for channels 64 cb .. 64 cb + 63; a step's B operand is the
+    value tiles (s, cb) of BLOCK_S tokens."""
+    bk = tl.program_id(0)
+    cb = tl.program_id(1)
+    ch = tl.program_id(2)
+    b = (bk // Hkv).to(tl.int64)
+    hk = (bk % Hkv).to(tl.int64)
+    offs_g = tl.arange(0, BLOCK_G)
+    g_ok = offs_g < G
+    heads = hk * G + offs_g
+    ss = tl.arange(0, BLOCK_S)
+    acc = tl.zeros([BLOCK_G, 64], dtype=tl.float32)
+    s_end = tl.minimum(ch * chunk + chunk, S)
+    for s0 in range(ch * chunk, s_end, BLOCK_S):
+        toks = s0 + ss
+        s_ok = toks < s_end
+        tiles = (bk.to(tl.int64) * S + toks) * NC + cb
+        p = tl.load(P + b * stride_pb + heads[:, None] * stride_ph + toks[None, :],
+                    mask=g_ok[:, None] & s_ok[None, :], other=0.0).to(tl.float32)
+        if BITS == 2:
+            a = p * tl.load(SCALE + tiles, mask=s_ok, other=0.0)[None, :]
+            acc += _contract2(a, BITMAPS, OFFSETS, PACKED, ZERO, tiles, s_ok, FILL,
+                              DOT_PRECISION, TRANS)
+        else:
+            acc += _contract16(p, BITMAPS, OFFSETS, PACKED, (bk.to(tl.int64) * S + s0) * NC + cb, NC,
+                               s_end - s0, BLOCK_S, HW, DOT_PRECISION, TRANS)
+    dst = O + ch * stride_os + b * stride_ob + heads[:, None] * stride_oh + cb * 64
+    tl.store(dst + tl.arange(0, 64)[None, :], acc.to(O.dtype.element_ty), mask=g_ok[:, None])
