@@ -451,8 +451,9 @@ def mustafar_values_plan(p: torch.Tensor, vc: Compressed, out: torch.Tensor, *,
 
 #: The fast path's default tile config; ``scripts/mustafar_variants.py`` times alternatives.
 #: FILL: unkept 2-bit elements read a planted fill code (no select); TRANS: the decoded tiles
-#: are the dot's first operand (see ``_dot2``); programs_per_sm: programs to aim for per SM.
-FAST = dict(FILL=True, TRANS=True, keys_warps=4, values_warps=4, values_block_s=128,
+#: are the dot's first operand (see ``_dot2``); LAYOUT 2-bit decode: 0 one thread per tile, 1
+#: one per (tile, octet); programs_per_sm: programs to aim for per SM.
+FAST = dict(FILL=True, TRANS=True, LAYOUT=1, keys_warps=4, values_warps=4, values_block_s=128,
             programs_per_sm=8, sms=132, num_stages=1)
 
 
@@ -476,7 +477,7 @@ def mustafar_keys_fast_plan(q: torch.Tensor, kc: Compressed, out: torch.Tensor,
     args = (q, *_buffers(kc), out, q.stride(0), q.stride(1), out.stride(0), out.stride(1),
             Hkv, n_tblocks, per)
     meta = dict(D=D, G=G, BITS=kc.bits, BLOCK_C=next_pow2(D), BLOCK_G=max(16, next_pow2(G)),
-                FILL=cfg["FILL"], TRANS=cfg["TRANS"], HW=hw,
+                FILL=cfg["FILL"], TRANS=cfg["TRANS"], LAYOUT=cfg["LAYOUT"], HW=hw,
                 DOT_PRECISION=DOT_INPUT_PRECISION, num_warps=cfg["keys_warps"],
                 num_stages=cfg["num_stages"])
     return LaunchPlan(kernel=_fast._keys_fast, grid=(B * Hkv, cdiv(n_tblocks, per)), args=args,
@@ -505,7 +506,7 @@ def mustafar_values_fast_plan(p: torch.Tensor, vc: Compressed, out: torch.Tensor
     hw = not is_interpret()
     args = (p, *_buffers(vc), dst, p.stride(0), p.stride(1), *strides, Hkv, S, chunk)
     meta = dict(NC=nc, G=G, BITS=vc.bits, BLOCK_S=step, BLOCK_G=max(16, next_pow2(G)),
-                FILL=cfg["FILL"], TRANS=cfg["TRANS"], HW=hw,
+                FILL=cfg["FILL"], TRANS=cfg["TRANS"], LAYOUT=cfg["LAYOUT"], HW=hw,
                 DOT_PRECISION=DOT_INPUT_PRECISION, num_warps=cfg["values_warps"],
                 num_stages=cfg["num_stages"])
     then = None

@@ -161,10 +161,11 @@ def _tile_codes2(BITMAPS, OFFSETS, PACKED, tiles, ok, F, FILL: tl.constexpr):
 
 
 @triton.jit
-def _octet16(BITMAPS, OFFSETS, PACKED, tile0, tstride, n_ok, NT: tl.constexpr, HW: tl.constexpr):
-    """fp16 [NT, 64]: 16-bit tiles tile0 + t * tstride, t < NT (from n_ok on: zeros), one
-    thread per (tile, octet) as a flat axis u = 8 t + o, so that a warp's lanes hold 4 tiles'
-    octets and each element's predicated load at its slot touches about two cache lines."""
+def _flat_octets(BITMAPS, OFFSETS, tile0, tstride, n_ok, NT: tl.constexpr, HW: tl.constexpr):
+    """Per (tile, octet) on a flat axis u = 8 t + o of NT * 8 (a warp's lanes hold 4 tiles'
+    octets, so the decoded [NT, 64] tile rows sit 8 elements to a thread, the layout whose
+    shared-memory stores are vectors): tile index, whether it is real, its packed offset, the
+    octet's bitmap byte y (element i = bit 7 - i) and its first slot r0 in the tile."""
     u = tl.arange(0, NT * 8)
     t = u // 8
     o = u % 8
@@ -181,6 +182,32 @@ def _octet16(BITMAPS, OFFSETS, PACKED, tile0, tstride, n_ok, NT: tl.constexpr, H
     mhi = tl.where(o >= 4, full, ~(full >> (8 * (o & 3)).to(tl.uint32)))
     mlo = tl.where(o > 4, ~(full >> (8 * ((o - 4) & 3)).to(tl.uint32)), 0)
     r0 = _popc32(hi & mhi, HW) + _popc32(lo & mlo, HW)
+    return tile, ok, off, y, r0
+
+
+@triton.jit
+def _flat_codes2(BITMAPS, OFFSETS, PACKED, tile0, tstride, n_ok, F, NT: tl.constexpr,
+                 FILL: tl.constexpr, HW: tl.constexpr):
+    """int32 [NT, 64] codes of 2-bit tiles tile0 + t * tstride (unkept: F [NT * 8], per octet
+    row), one thread per (tile, octet): the octet's 16 code bits come from the two words at its
+    first slot."""
+    tile, ok, off, y, r0 = _flat_octets(BITMAPS, OFFSETS, tile0, tstride, n_ok, NT, HW)
+    nw = tl.load(OFFSETS + tile + 1, mask=ok, other=0) - off
+    wi = r0 >> 4
+    wa = tl.load(PACKED + off + wi, mask=wi < nw, other=0).to(tl.uint32, bitcast=True)
+    wb = tl.load(PACKED + off + wi + 1, mask=wi + 1 < nw, other=0).to(tl.uint32, bitcast=True)
+    win = (((wb.to(tl.uint64) << 32) | wa.to(tl.uint64)) >> (2 * (r0 & 15)).to(tl.uint64))
+    c0, c1, c2, c3, c4, c5, c6, c7, n = _octet_codes2(y, win.to(tl.uint32), F, FILL)
+    z = _cat8(c0, c1, c2, c3, c4, c5, c6, c7)          # [NT * 8, 8]: row u, element i
+    return tl.reshape(z, (NT, 64))
+
+
+@triton.jit
+def _octet16(BITMAPS, OFFSETS, PACKED, tile0, tstride, n_ok, NT: tl.constexpr, HW: tl.constexpr):
+    """fp16 [NT, 64]: 16-bit tiles tile0 + t * tstride, t < NT (from n_ok on: zeros), one
+    thread per (tile, octet) (``_flat_octets``), one predicated load per element at its slot
+    (a warp's lanes read 4 tiles' contiguous data: about two cache lines)."""
+    tile, ok, off, y, r0 = _flat_octets(BITMAPS, OFFSETS, tile0, tstride, n_ok, NT, HW)
     X = _spread(y)
     P = X * 0x11111111
     R = (P >> 28) * 0x11111111 - P          # nibble k: slot of element 7 - k in the octet
@@ -225,24 +252,50 @@ def _dot2(hi, lo, b, TRANS: tl.constexpr, DOT_PRECISION: tl.constexpr):
 
 
 @triton.jit
-def _contract2(a, BITMAPS, OFFSETS, PACKED, ZERO, tiles, ok,
-               FILL: tl.constexpr, DOT_PRECISION: tl.constexpr, TRANS: tl.constexpr):
+def _codes2(BITMAPS, OFFSETS, PACKED, ZERO, tile0, tstride, n_ok, fill, NT: tl.constexpr,
+            FILL: tl.constexpr, LAYOUT: tl.constexpr, HW: tl.constexpr):
+    """int32 [NT, 64] codes of 2-bit tiles tile0 + t * tstride (t < n_ok; later rows: all
+    unkept), unkept elements ``fill`` (None: the tile's zero, else an int32 constant).
+    LAYOUT 0: one thread per tile; 1: one per (tile, octet)."""
+    if LAYOUT == 0:
+        t = tl.arange(0, NT)
+    else:
+        t = tl.arange(0, NT * 8) // 8
+    ok = t < n_ok
+    tile = tile0 + t * tstride
+    if fill is None:
+        F = tl.load(ZERO + tile, mask=ok, other=0)
+    else:
+        F = tl.full(t.shape, fill, tl.int32)
+    if LAYOUT == 0:
+        c = _tile_codes2(BITMAPS, OFFSETS, PACKED, tile, ok, F, FILL)
+    else:
+        c = _flat_codes2(BITMAPS, OFFSETS, PACKED, tile0, tstride, n_ok, F, NT, FILL, HW)
+    return c
+
+
+@triton.jit
+def _contract2(a, BITMAPS, OFFSETS, PACKED, ZERO, tile0, tstride, n_ok, NT: tl.constexpr,
+               FILL: tl.constexpr, LAYOUT: tl.constexpr, HW: tl.constexpr,
+               DOT_PRECISION: tl.constexpr, TRANS: tl.constexpr):
     """[BLOCK_G, 64] fp32: sum over tiles t of a[:, t] * (value of element j of tile t) for 2-bit
-    tiles, a = (q or p) * scale [BLOCK_G, NT] fp32."""
-    zero = tl.load(ZERO + tiles, mask=ok, other=0)
+    tiles tile0 + t * tstride (t < n_ok), a = (q or p) * scale [BLOCK_G, NT] fp32."""
+    t = tl.arange(0, NT)
+    zero = tl.load(ZERO + tile0 + t * tstride, mask=t < n_ok, other=0)
     odd = tl.max(((zero < 0) | (zero > 3)).to(tl.int32), 0)
     hi, lo, unit = _split_fp16(a)
     if odd == 0:
         # Unkept elements read the code `zero`; fp16 (1024 + code) - (1024 + zero) is exactly
         # kept ? code - zero : 0.
-        c = _tile_codes2(BITMAPS, OFFSETS, PACKED, tiles, ok, zero, FILL)
+        c = _codes2(BITMAPS, OFFSETS, PACKED, ZERO, tile0, tstride, n_ok, None, NT, FILL, LAYOUT,
+                    HW)
         b = (c | 0x6400).to(tl.int16).to(tl.float16, bitcast=True) \
             - (zero + 1024).to(tl.float16)[:, None]
         acc = _dot2(hi, lo, b, TRANS, DOT_PRECISION) * unit
     else:
         # Exact integers kept ? code - zero : 0 (|.| < 2^17 for fp16 data), as hi + lo fp16.
-        c = _tile_codes2(BITMAPS, OFFSETS, PACKED, tiles, ok, tl.full(zero.shape, -1, tl.int32),
-                         False)
+        c = _codes2(BITMAPS, OFFSETS, PACKED, ZERO, tile0, tstride, n_ok, -1, NT, False, LAYOUT,
+                    HW)
         v = tl.where(c >= 0, c - zero[:, None], 0).to(tl.float32)
         bh = v.to(tl.float16)
         bl = (v - bh.to(tl.float32)).to(tl.float16)
@@ -268,7 +321,7 @@ def _keys_fast(
     stride_qb, stride_qh, stride_ob, stride_oh, Hkv, n_tblocks, blocks_per_prog,
     D: tl.constexpr, G: tl.constexpr, BITS: tl.constexpr, BLOCK_C: tl.constexpr,
     BLOCK_G: tl.constexpr, FILL: tl.constexpr, HW: tl.constexpr, DOT_PRECISION: tl.constexpr,
-    TRANS: tl.constexpr,
+    TRANS: tl.constexpr, LAYOUT: tl.constexpr,
 ):
     """scores [B, Hq, S_c]: program (b * Hkv + hk, chunk) runs blocks_per_prog 64-token blocks;
     per block its D key tiles (consecutive) are one step's B operand."""
@@ -289,8 +342,8 @@ def _keys_fast(
         tiles = tile0 + chans
         if BITS == 2:
             a = q * tl.load(SCALE + tiles, mask=c_ok, other=0.0)[None, :]
-            acc = _contract2(a, BITMAPS, OFFSETS, PACKED, ZERO, tiles, c_ok, FILL,
-                             DOT_PRECISION, TRANS)
+            acc = _contract2(a, BITMAPS, OFFSETS, PACKED, ZERO, tile0, 1, D, BLOCK_C, FILL, LAYOUT,
+                             HW, DOT_PRECISION, TRANS)
         else:
             acc = _contract16(q, BITMAPS, OFFSETS, PACKED, tile0, 1, D, BLOCK_C, HW, DOT_PRECISION,
                               TRANS)
@@ -305,7 +358,7 @@ def _values_fast(
     stride_pb, stride_ph, stride_os, stride_ob, stride_oh, Hkv, S, chunk,
     NC: tl.constexpr, G: tl.constexpr, BITS: tl.constexpr, BLOCK_S: tl.constexpr,
     BLOCK_G: tl.constexpr, FILL: tl.constexpr, HW: tl.constexpr, DOT_PRECISION: tl.constexpr,
-    TRANS: tl.constexpr,
+    TRANS: tl.constexpr, LAYOUT: tl.constexpr,
 ):
     """out partials [n_chunks, B, Hq, D]: program (b * Hkv + hk, channel block cb, chunk) sums
     p @ V over the chunk's tokens for channels 64 cb .. 64 cb + 63; a step's B operand is the
@@ -329,8 +382,8 @@ def _values_fast(
                     mask=g_ok[:, None] & s_ok[None, :], other=0.0).to(tl.float32)
         if BITS == 2:
             a = p * tl.load(SCALE + tiles, mask=s_ok, other=0.0)[None, :]
-            acc += _contract2(a, BITMAPS, OFFSETS, PACKED, ZERO, tiles, s_ok, FILL,
-                              DOT_PRECISION, TRANS)
+            acc += _contract2(a, BITMAPS, OFFSETS, PACKED, ZERO, (bk.to(tl.int64) * S + s0) * NC + cb,
+                              NC, s_end - s0, BLOCK_S, FILL, LAYOUT, HW, DOT_PRECISION, TRANS)
         else:
             acc += _contract16(p, BITMAPS, OFFSETS, PACKED, (bk.to(tl.int64) * S + s0) * NC + cb, NC,
                                s_end - s0, BLOCK_S, HW, DOT_PRECISION, TRANS)

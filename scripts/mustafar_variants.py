@@ -41,14 +41,17 @@ from kernels.mustafar_format import TILE, compress, decompress  # noqa: E402
 VARIANTS = {
     "old": None,
     "new": {},
+    "new/L0": {"LAYOUT": 0},
     "new/T0": {"TRANS": False},
+    "new/L0T0": {"LAYOUT": 0, "TRANS": False},
     "new/nofill": {"FILL": False},
     "new/w8": {"keys_warps": 8, "values_warps": 8},
     "new/pps4": {"programs_per_sm": 4},
     "new/pps16": {"programs_per_sm": 16},
     "new/bs64": {"values_block_s": 64},
 }
-ONLY = {"new/nofill": {"bits": (2,)}, "new/bs64": {"op": ("values",)}}
+ONLY = {"new/nofill": {"bits": (2,)}, "new/bs64": {"op": ("values",)}, "new/L0": {"bits": (2,)},
+        "new/L0T0": {"bits": (2,)}}
 
 
 def old_plan(op, x, c, out):
