@@ -452,9 +452,21 @@ def mustafar_values_plan(p: torch.Tensor, vc: Compressed, out: torch.Tensor, *,
 #: The fast path's default tile config; ``scripts/mustafar_variants.py`` times alternatives.
 #: FILL: unkept 2-bit elements read a planted fill code (no select); TRANS: the decoded tiles
 #: are the dot's first operand (see ``_dot2``); LAYOUT 2-bit decode: 0 one thread per tile, 1
-#: one per (tile, octet); programs_per_sm: programs to aim for per SM.
-FAST = dict(FILL=True, TRANS=True, LAYOUT=1, keys_warps=4, values_warps=4, values_block_s=128,
+#: one per (tile, octet), 2 as 1 with byte permutes (``_flat_prmt2``); programs_per_sm: programs to aim for per SM.
+FAST = dict(FILL=True, TRANS=True, LAYOUT=2, keys_warps=4, values_warps=4, values_block_s=128,
             programs_per_sm=8, sms=132, num_stages=1)
+
+
+_LUTS: dict = {}
+
+
+def _prmt_lut(device: torch.device) -> torch.Tensor:
+    """The 2-bit decode's byte-permute table (``mustafar_fast.prmt_table_rows``), once per
+    device."""
+    lut = _LUTS.get(device)
+    if lut is None:
+        lut = _LUTS[device] = torch.tensor(_fast.prmt_table_rows(), dtype=torch.int64, device=device)
+    return lut
 
 
 def _fast_cfg(overrides: Optional[dict]) -> dict:
@@ -474,8 +486,8 @@ def mustafar_keys_fast_plan(q: torch.Tensor, kc: Compressed, out: torch.Tensor,
     want = max(1, cfg["programs_per_sm"] * cfg["sms"])
     per = max(1, cdiv(B * Hkv * n_tblocks, want))
     hw = not is_interpret()
-    args = (q, *_buffers(kc), out, q.stride(0), q.stride(1), out.stride(0), out.stride(1),
-            Hkv, n_tblocks, per)
+    args = (q, *_buffers(kc), _prmt_lut(q.device), out, q.stride(0), q.stride(1), out.stride(0),
+            out.stride(1), Hkv, n_tblocks, per)
     meta = dict(D=D, G=G, BITS=kc.bits, BLOCK_C=next_pow2(D), BLOCK_G=max(16, next_pow2(G)),
                 FILL=cfg["FILL"], TRANS=cfg["TRANS"], LAYOUT=cfg["LAYOUT"], HW=hw,
                 DOT_PRECISION=DOT_INPUT_PRECISION, num_warps=cfg["keys_warps"],
@@ -504,7 +516,8 @@ def mustafar_values_fast_plan(p: torch.Tensor, vc: Compressed, out: torch.Tensor
         dst = torch.empty((n_chunks, B, Hq, D), dtype=torch.float32, device=p.device)
         strides = dst.stride()[:3]
     hw = not is_interpret()
-    args = (p, *_buffers(vc), dst, p.stride(0), p.stride(1), *strides, Hkv, S, chunk)
+    args = (p, *_buffers(vc), _prmt_lut(p.device), dst, p.stride(0), p.stride(1), *strides, Hkv, S,
+            chunk)
     meta = dict(NC=nc, G=G, BITS=vc.bits, BLOCK_S=step, BLOCK_G=max(16, next_pow2(G)),
                 FILL=cfg["FILL"], TRANS=cfg["TRANS"], LAYOUT=cfg["LAYOUT"], HW=hw,
                 DOT_PRECISION=DOT_INPUT_PRECISION, num_warps=cfg["values_warps"],

@@ -41,6 +41,21 @@ except ImportError:  # pragma: no cover - a Triton without the CUDA extras
     _libdevice = None
 
 
+def prmt_table_rows() -> list:
+    """The 256 rows of the 2-bit decode's table (int64), indexed by a bitmap byte y (element i
+    kept iff bit 7 - i): bits 0-15 the byte-permute selector of elements 0-3 (nibble i: the
+    element's slot if kept, else 4, the fill byte), bits 16-31 that of elements 4-7 (slot
+    minus the slot of element 4), bits 32-35 the slot of element 4."""
+    rows = []
+    for y in range(256):
+        kept = [(y >> (7 - i)) & 1 for i in range(8)]
+        rank = [sum(kept[:i]) for i in range(8)]
+        lo = sum((rank[i] if kept[i] else 4) << (4 * i) for i in range(4))
+        hi = sum((rank[i] - rank[4] if kept[i] else 4) << (4 * (i - 4)) for i in range(4, 8))
+        rows.append(lo | (hi << 16) | (rank[4] << 32))
+    return rows
+
+
 @triton.jit
 def _cat8(a0, a1, a2, a3, a4, a5, a6, a7):
     """[..., 8] with [..., i] = a_i: a join tree (new axes in registers), leaves in bit-reversed
@@ -203,6 +218,85 @@ def _flat_codes2(BITMAPS, OFFSETS, PACKED, tile0, tstride, n_ok, F, NT: tl.const
 
 
 @triton.jit
+def _prmt(a, b, c, HW: tl.constexpr):
+    """CUDA's byte permute (uint32): result byte n = byte (c >> 4n) & 7 of {b, a} (a = bytes
+    0-3). Selectors never set bit 3 here (no sign replication), which the emulation leaves out."""
+    if HW:
+        r = tl.inline_asm_elementwise("prmt.b32 $0, $1, $2, $3;", "=r,r,r,r",
+                                      [a.to(tl.int32, bitcast=True), b.to(tl.int32, bitcast=True),
+                                       c.to(tl.int32, bitcast=True)],
+                                      dtype=tl.int32, is_pure=True, pack=1).to(tl.uint32, bitcast=True)
+    else:
+        ab = (b.to(tl.uint64) << 32) | a.to(tl.uint64)
+        r = ((ab >> (8 * (c & 7)).to(tl.uint64)) & 0xFF).to(tl.uint32)
+        r |= ((ab >> (8 * ((c >> 4) & 7)).to(tl.uint64)) & 0xFF).to(tl.uint32) << 8
+        r |= ((ab >> (8 * ((c >> 8) & 7)).to(tl.uint64)) & 0xFF).to(tl.uint32) << 16
+        r |= ((ab >> (8 * ((c >> 12) & 7)).to(tl.uint64)) & 0xFF).to(tl.uint32) << 24
+    return r
+
+
+@triton.jit
+def _code_bytes(w):
+    """The 4 two-bit codes in the low byte of w (LSB first) as bytes 0-3."""
+    x = ((w & 0xFF) * 0x1001) & 0x000F000F
+    return (x * 0x41) & 0x03030303
+
+
+@triton.jit
+def _byte_pairs(e, h2, F, HW: tl.constexpr):
+    """Bytes 0-3 of e (codes 0..3) as 4 fp16 values byte - F: the halves 0x64NN are 1024 + NN,
+    minus 1024 + F (h2 holds it twice, as fp16x2 bits); exact."""
+    if HW:
+        v0, v1, v2, v3 = tl.inline_asm_elementwise(
+            "{ .reg .b32 t, p, q;\n"
+            " mov.b32 t, 0x64646464;\n"
+            " prmt.b32 p, $4, t, 0x4140;\n"
+            " prmt.b32 q, $4, t, 0x4342;\n"
+            " sub.f16x2 p, p, $5;\n"
+            " sub.f16x2 q, q, $5;\n"
+            " mov.b32 {$0, $1}, p;\n"
+            " mov.b32 {$2, $3}, q; }",
+            "=h,=h,=h,=h,r,r", [e.to(tl.int32, bitcast=True), h2.to(tl.int32, bitcast=True)],
+            dtype=(tl.float16, tl.float16, tl.float16, tl.float16), is_pure=True, pack=1)
+    else:
+        f = (F + 1024).to(tl.float16)
+        v0 = ((e & 0xFF) | 0x6400).to(tl.int16).to(tl.float16, bitcast=True) - f
+        v1 = (((e >> 8) & 0xFF) | 0x6400).to(tl.int16).to(tl.float16, bitcast=True) - f
+        v2 = (((e >> 16) & 0xFF) | 0x6400).to(tl.int16).to(tl.float16, bitcast=True) - f
+        v3 = (((e >> 24) & 0xFF) | 0x6400).to(tl.int16).to(tl.float16, bitcast=True) - f
+    return v0, v1, v2, v3
+
+
+@triton.jit
+def _flat_prmt2(BITMAPS, OFFSETS, PACKED, ZERO, LUT, tile0, tstride, n_ok, NT: tl.constexpr,
+                HW: tl.constexpr):
+    """fp16 [NT, 64]: kept ? code - zero : 0 for 2-bit tiles whose zero is in [0, 3], one
+    thread per (tile, octet). Per octet a table row (``prmt_table``) gives the byte-permute
+    selectors of elements 0-3 and 4-7 (kept: slot, unkept: the fill byte) and the slot of
+    element 4; two byte permutes expand the octet's codes into element order with the tile's
+    zero as fill, two more per 4 elements make fp16 pairs 1024 + code, minus 1024 + zero."""
+    tile, ok, off, y, r0 = _flat_octets(BITMAPS, OFFSETS, tile0, tstride, n_ok, NT, HW)
+    nw = tl.load(OFFSETS + tile + 1, mask=ok, other=0) - off
+    wi = r0 >> 4
+    wa = tl.load(PACKED + off + wi, mask=wi < nw, other=0).to(tl.uint32, bitcast=True)
+    wb = tl.load(PACKED + off + wi + 1, mask=wi + 1 < nw, other=0).to(tl.uint32, bitcast=True)
+    win = ((((wb.to(tl.uint64) << 32) | wa.to(tl.uint64)) >> (2 * (r0 & 15)).to(tl.uint64))
+           ).to(tl.uint32)
+    F = tl.load(ZERO + tile, mask=ok, other=0)
+    e = tl.load(LUT + y).to(tl.uint64, bitcast=True)
+    sel = e.to(tl.uint32)
+    r4 = ((e >> 32) & 15).to(tl.uint32)
+    F4 = F.to(tl.uint32) * 0x01010101
+    lo = _prmt(_code_bytes(win), F4, sel & 0xFFFF, HW)
+    hi = _prmt(_code_bytes(win >> (2 * r4)), F4, sel >> 16, HW)
+    h2 = (F.to(tl.uint32) + 0x6400) * 0x00010001
+    v0, v1, v2, v3 = _byte_pairs(lo, h2, F, HW)
+    v4, v5, v6, v7 = _byte_pairs(hi, h2, F, HW)
+    z = _cat8(v0, v1, v2, v3, v4, v5, v6, v7)          # [NT * 8, 8]: row u, element i
+    return tl.reshape(z, (NT, 64))
+
+
+@triton.jit
 def _octet16(BITMAPS, OFFSETS, PACKED, tile0, tstride, n_ok, NT: tl.constexpr, HW: tl.constexpr):
     """fp16 [NT, 64]: 16-bit tiles tile0 + t * tstride, t < NT (from n_ok on: zeros), one
     thread per (tile, octet) (``_flat_octets``), one predicated load per element at its slot
@@ -257,6 +351,7 @@ def _codes2(BITMAPS, OFFSETS, PACKED, ZERO, tile0, tstride, n_ok, fill, NT: tl.c
     """int32 [NT, 64] codes of 2-bit tiles tile0 + t * tstride (t < n_ok; later rows: all
     unkept), unkept elements ``fill`` (None: the tile's zero, else an int32 constant).
     LAYOUT 0: one thread per tile; 1: one per (tile, octet)."""
+    tl.static_assert(LAYOUT < 2)
     if LAYOUT == 0:
         t = tl.arange(0, NT)
     else:
@@ -275,7 +370,7 @@ def _codes2(BITMAPS, OFFSETS, PACKED, ZERO, tile0, tstride, n_ok, fill, NT: tl.c
 
 
 @triton.jit
-def _contract2(a, BITMAPS, OFFSETS, PACKED, ZERO, tile0, tstride, n_ok, NT: tl.constexpr,
+def _contract2(a, BITMAPS, OFFSETS, PACKED, ZERO, LUT, tile0, tstride, n_ok, NT: tl.constexpr,
                FILL: tl.constexpr, LAYOUT: tl.constexpr, HW: tl.constexpr,
                DOT_PRECISION: tl.constexpr, TRANS: tl.constexpr):
     """[BLOCK_G, 64] fp32: sum over tiles t of a[:, t] * (value of element j of tile t) for 2-bit
@@ -287,15 +382,17 @@ def _contract2(a, BITMAPS, OFFSETS, PACKED, ZERO, tile0, tstride, n_ok, NT: tl.c
     if odd == 0:
         # Unkept elements read the code `zero`; fp16 (1024 + code) - (1024 + zero) is exactly
         # kept ? code - zero : 0.
-        c = _codes2(BITMAPS, OFFSETS, PACKED, ZERO, tile0, tstride, n_ok, None, NT, FILL, LAYOUT,
-                    HW)
-        b = (c | 0x6400).to(tl.int16).to(tl.float16, bitcast=True) \
-            - (zero + 1024).to(tl.float16)[:, None]
+        if LAYOUT == 2:
+            b = _flat_prmt2(BITMAPS, OFFSETS, PACKED, ZERO, LUT, tile0, tstride, n_ok, NT, HW)
+        else:
+            c = _codes2(BITMAPS, OFFSETS, PACKED, ZERO, tile0, tstride, n_ok, None, NT, FILL,
+                        LAYOUT, HW)
+            b = (c | 0x6400).to(tl.int16).to(tl.float16, bitcast=True) \
+                - (zero + 1024).to(tl.float16)[:, None]
         acc = _dot2(hi, lo, b, TRANS, DOT_PRECISION) * unit
     else:
         # Exact integers kept ? code - zero : 0 (|.| < 2^17 for fp16 data), as hi + lo fp16.
-        c = _codes2(BITMAPS, OFFSETS, PACKED, ZERO, tile0, tstride, n_ok, -1, NT, False, LAYOUT,
-                    HW)
+        c = _codes2(BITMAPS, OFFSETS, PACKED, ZERO, tile0, tstride, n_ok, -1, NT, False, 1, HW)
         v = tl.where(c >= 0, c - zero[:, None], 0).to(tl.float32)
         bh = v.to(tl.float16)
         bl = (v - bh.to(tl.float32)).to(tl.float16)
@@ -317,7 +414,7 @@ def _contract16(a, BITMAPS, OFFSETS, PACKED, tile0, tstride, n_ok, NT: tl.conste
 # sizes unspecialized: see kernels/__init__.py
 @triton.jit(do_not_specialize=["Hkv", "n_tblocks", "blocks_per_prog"])
 def _keys_fast(
-    Q, BITMAPS, OFFSETS, PACKED, SCALE, ZERO, O,
+    Q, BITMAPS, OFFSETS, PACKED, SCALE, ZERO, LUT, O,
     stride_qb, stride_qh, stride_ob, stride_oh, Hkv, n_tblocks, blocks_per_prog,
     D: tl.constexpr, G: tl.constexpr, BITS: tl.constexpr, BLOCK_C: tl.constexpr,
     BLOCK_G: tl.constexpr, FILL: tl.constexpr, HW: tl.constexpr, DOT_PRECISION: tl.constexpr,
@@ -342,7 +439,7 @@ def _keys_fast(
         tiles = tile0 + chans
         if BITS == 2:
             a = q * tl.load(SCALE + tiles, mask=c_ok, other=0.0)[None, :]
-            acc = _contract2(a, BITMAPS, OFFSETS, PACKED, ZERO, tile0, 1, D, BLOCK_C, FILL, LAYOUT,
+            acc = _contract2(a, BITMAPS, OFFSETS, PACKED, ZERO, LUT, tile0, 1, D, BLOCK_C, FILL, LAYOUT,
                              HW, DOT_PRECISION, TRANS)
         else:
             acc = _contract16(q, BITMAPS, OFFSETS, PACKED, tile0, 1, D, BLOCK_C, HW, DOT_PRECISION,
@@ -354,7 +451,7 @@ def _keys_fast(
 # sizes unspecialized: see kernels/__init__.py
 @triton.jit(do_not_specialize=["Hkv", "S", "chunk"])
 def _values_fast(
-    P, BITMAPS, OFFSETS, PACKED, SCALE, ZERO, O,
+    P, BITMAPS, OFFSETS, PACKED, SCALE, ZERO, LUT, O,
     stride_pb, stride_ph, stride_os, stride_ob, stride_oh, Hkv, S, chunk,
     NC: tl.constexpr, G: tl.constexpr, BITS: tl.constexpr, BLOCK_S: tl.constexpr,
     BLOCK_G: tl.constexpr, FILL: tl.constexpr, HW: tl.constexpr, DOT_PRECISION: tl.constexpr,
@@ -382,7 +479,7 @@ def _values_fast(
                     mask=g_ok[:, None] & s_ok[None, :], other=0.0).to(tl.float32)
         if BITS == 2:
             a = p * tl.load(SCALE + tiles, mask=s_ok, other=0.0)[None, :]
-            acc += _contract2(a, BITMAPS, OFFSETS, PACKED, ZERO, (bk.to(tl.int64) * S + s0) * NC + cb,
+            acc += _contract2(a, BITMAPS, OFFSETS, PACKED, ZERO, LUT, (bk.to(tl.int64) * S + s0) * NC + cb,
                               NC, s_end - s0, BLOCK_S, FILL, LAYOUT, HW, DOT_PRECISION, TRANS)
         else:
             acc += _contract16(p, BITMAPS, OFFSETS, PACKED, (bk.to(tl.int64) * S + s0) * NC + cb, NC,

@@ -41,17 +41,18 @@ from kernels.mustafar_format import TILE, compress, decompress  # noqa: E402
 VARIANTS = {
     "old": None,
     "new": {},
-    "new/L0": {"LAYOUT": 0},
     "new/T0": {"TRANS": False},
-    "new/L0T0": {"LAYOUT": 0, "TRANS": False},
-    "new/nofill": {"FILL": False},
+    "new/L1": {"LAYOUT": 1},
+    "new/L0": {"LAYOUT": 0},
+    "new/L1T0": {"LAYOUT": 1, "TRANS": False},
+    "new/L1nofill": {"LAYOUT": 1, "FILL": False},
     "new/w8": {"keys_warps": 8, "values_warps": 8},
     "new/pps4": {"programs_per_sm": 4},
     "new/pps16": {"programs_per_sm": 16},
     "new/bs64": {"values_block_s": 64},
 }
-ONLY = {"new/nofill": {"bits": (2,)}, "new/bs64": {"op": ("values",)}, "new/L0": {"bits": (2,)},
-        "new/L0T0": {"bits": (2,)}}
+ONLY = {"new/L1nofill": {"bits": (2,)}, "new/bs64": {"op": ("values",)}, "new/L0": {"bits": (2,)},
+        "new/L1": {"bits": (2,)}, "new/L1T0": {"bits": (2,)}}
 
 
 def old_plan(op, x, c, out):
