@@ -453,7 +453,7 @@ def mustafar_values_plan(p: torch.Tensor, vc: Compressed, out: torch.Tensor, *,
 #: FILL: unkept 2-bit elements read a planted fill code (no select); TRANS: the decoded tiles
 #: are the dot's first operand (see ``_dot2``); LAYOUT 2-bit decode: 0 one thread per tile, 1
 #: one per (tile, octet), 2 as 1 with byte permutes (``_flat_prmt2``); programs_per_sm: programs to aim for per SM.
-FAST = dict(FILL=True, TRANS=True, LAYOUT=2, keys_warps=4, values_warps=4, values_block_s=128,
+FAST = dict(FILL=True, TRANS=True, LAYOUT=2, KSPLIT=1, keys_warps=4, values_warps=4, values_block_s=128,
             programs_per_sm=8, sms=132, num_stages=1)
 
 
@@ -488,7 +488,9 @@ def mustafar_keys_fast_plan(q: torch.Tensor, kc: Compressed, out: torch.Tensor,
     hw = not is_interpret()
     args = (q, *_buffers(kc), _prmt_lut(q.device), out, q.stride(0), q.stride(1), out.stride(0),
             out.stride(1), Hkv, n_tblocks, per)
-    meta = dict(D=D, G=G, BITS=kc.bits, BLOCK_C=next_pow2(D), BLOCK_G=max(16, next_pow2(G)),
+    block_c = max(16, next_pow2(D))
+    meta = dict(D=D, G=G, BITS=kc.bits, BLOCK_C=block_c, BLOCK_G=max(16, next_pow2(G)),
+                KSPLIT=cfg["KSPLIT"] if block_c >= 32 else 1,
                 FILL=cfg["FILL"], TRANS=cfg["TRANS"], LAYOUT=cfg["LAYOUT"], HW=hw,
                 DOT_PRECISION=DOT_INPUT_PRECISION, num_warps=cfg["keys_warps"],
                 num_stages=cfg["num_stages"])
@@ -524,11 +526,10 @@ def mustafar_values_fast_plan(p: torch.Tensor, vc: Compressed, out: torch.Tensor
                 num_stages=cfg["num_stages"])
     then = None
     if n_chunks > 1:
-        block_h = min(next_pow2(Hq), 16)
-        then = LaunchPlan(kernel=_sum_chunks, grid=(B, cdiv(Hq, block_h)),
-                          args=(dst, out, n_chunks, dst.stride(0), dst.stride(1), out.stride(0),
-                                out.stride(1), Hq),
-                          meta=dict(D=D, BLOCK_H=block_h))
+        then = LaunchPlan(kernel=_fast._merge_chunks, grid=(B * Hq, nc),
+                          args=(dst, out, n_chunks, dst.stride(0), dst.stride(1), dst.stride(2),
+                                out.stride(0), out.stride(1), Hq),
+                          meta=dict(CB=min(64, next_pow2(n_chunks))))
     return LaunchPlan(kernel=_fast._values_fast, grid=(B * Hkv, nc, n_chunks), args=args,
                       meta=meta, then=then, workspace=((dst, False),) if then is not None else ())
 

@@ -411,6 +411,23 @@ def _contract16(a, BITMAPS, OFFSETS, PACKED, tile0, tstride, n_ok, NT: tl.conste
     return _dot2(hi, lo, b, TRANS, DOT_PRECISION) * unit
 
 
+@triton.jit
+def _keys_step(q, qs, BITMAPS, OFFSETS, PACKED, SCALE, ZERO, LUT, tile0, n_ok, KC: tl.constexpr,
+               BITS: tl.constexpr, FILL: tl.constexpr, LAYOUT: tl.constexpr, HW: tl.constexpr,
+               DOT_PRECISION: tl.constexpr, TRANS: tl.constexpr):
+    """[BLOCK_G, 64]: q [BLOCK_G, KC] against key tiles tile0 .. tile0 + KC - 1 (n_ok real);
+    qs: (hi, lo, unit) of q, used for 16-bit tiles."""
+    if BITS == 2:
+        t = tl.arange(0, KC)
+        a = q * tl.load(SCALE + tile0 + t, mask=t < n_ok, other=0.0)[None, :]
+        acc = _contract2(a, BITMAPS, OFFSETS, PACKED, ZERO, LUT, tile0, 1, n_ok, KC, FILL, LAYOUT,
+                         HW, DOT_PRECISION, TRANS)
+    else:
+        b = _octet16(BITMAPS, OFFSETS, PACKED, tile0, 1, n_ok, KC, HW)
+        acc = _dot2(qs[0], qs[1], b, TRANS, DOT_PRECISION) * qs[2]
+    return acc
+
+
 # sizes unspecialized: see kernels/__init__.py
 @triton.jit(do_not_specialize=["Hkv", "n_tblocks", "blocks_per_prog"])
 def _keys_fast(
@@ -418,32 +435,34 @@ def _keys_fast(
     stride_qb, stride_qh, stride_ob, stride_oh, Hkv, n_tblocks, blocks_per_prog,
     D: tl.constexpr, G: tl.constexpr, BITS: tl.constexpr, BLOCK_C: tl.constexpr,
     BLOCK_G: tl.constexpr, FILL: tl.constexpr, HW: tl.constexpr, DOT_PRECISION: tl.constexpr,
-    TRANS: tl.constexpr, LAYOUT: tl.constexpr,
+    TRANS: tl.constexpr, LAYOUT: tl.constexpr, KSPLIT: tl.constexpr,
 ):
     """scores [B, Hq, S_c]: program (b * Hkv + hk, chunk) runs blocks_per_prog 64-token blocks;
-    per block its D key tiles (consecutive) are one step's B operand."""
+    per block its D key tiles (consecutive) are the B operand, in KSPLIT (1 or 2) dots."""
+    KC: tl.constexpr = BLOCK_C // KSPLIT
     bk = tl.program_id(0)
     tb0 = tl.program_id(1) * blocks_per_prog
     b = (bk // Hkv).to(tl.int64)
     hk = (bk % Hkv).to(tl.int64)
     offs_g = tl.arange(0, BLOCK_G)
     g_ok = offs_g < G
-    chans = tl.arange(0, BLOCK_C)
-    c_ok = chans < D
+    chans = tl.arange(0, KC)
     heads = hk * G + offs_g
-    q = tl.load(Q + b * stride_qb + heads[:, None] * stride_qh + chans[None, :],
-                mask=g_ok[:, None] & c_ok[None, :], other=0.0).to(tl.float32)
+    qp = Q + b * stride_qb + heads[:, None] * stride_qh + chans[None, :]
+    q0 = tl.load(qp, mask=g_ok[:, None] & (chans < D)[None, :], other=0.0).to(tl.float32)
+    qs0 = _split_fp16(q0)    # q is fixed per program: 16-bit tiles reuse its split
+    if KSPLIT == 2:
+        q1 = tl.load(qp + KC, mask=g_ok[:, None] & (chans + KC < D)[None, :], other=0.0
+                     ).to(tl.float32)
+        qs1 = _split_fp16(q1)
     tok = tl.arange(0, 64)
     for tb in range(tb0, tl.minimum(tb0 + blocks_per_prog, n_tblocks)):
         tile0 = (bk.to(tl.int64) * n_tblocks + tb) * D
-        tiles = tile0 + chans
-        if BITS == 2:
-            a = q * tl.load(SCALE + tiles, mask=c_ok, other=0.0)[None, :]
-            acc = _contract2(a, BITMAPS, OFFSETS, PACKED, ZERO, LUT, tile0, 1, D, BLOCK_C, FILL, LAYOUT,
-                             HW, DOT_PRECISION, TRANS)
-        else:
-            acc = _contract16(q, BITMAPS, OFFSETS, PACKED, tile0, 1, D, BLOCK_C, HW, DOT_PRECISION,
-                              TRANS)
+        acc = _keys_step(q0, qs0, BITMAPS, OFFSETS, PACKED, SCALE, ZERO, LUT, tile0,
+                         tl.minimum(D, KC), KC, BITS, FILL, LAYOUT, HW, DOT_PRECISION, TRANS)
+        if KSPLIT == 2:
+            acc += _keys_step(q1, qs1, BITMAPS, OFFSETS, PACKED, SCALE, ZERO, LUT, tile0 + KC,
+                              D - KC, KC, BITS, FILL, LAYOUT, HW, DOT_PRECISION, TRANS)
         tl.store(O + b * stride_ob + heads[:, None] * stride_oh + tb * 64 + tok[None, :],
                  acc, mask=g_ok[:, None])
 
@@ -486,3 +505,23 @@ def _values_fast(
                                s_end - s0, BLOCK_S, HW, DOT_PRECISION, TRANS)
     dst = O + ch * stride_os + b * stride_ob + heads[:, None] * stride_oh + cb * 64
     tl.store(dst + tl.arange(0, 64)[None, :], acc.to(O.dtype.element_ty), mask=g_ok[:, None])
+
+
+# sizes unspecialized: see kernels/__init__.py
+@triton.jit(do_not_specialize=["n_chunks", "Hq"])
+def _merge_chunks(W, O, n_chunks, stride_wc, stride_wb, stride_wh, stride_ob, stride_oh, Hq,
+                  CB: tl.constexpr):
+    """O[b, h, 64 j .. 64 j + 63] = the sum over chunks c of W[c, b, h, ...] (W fp32
+    [n_chunks, B, Hq, D]): program (b * Hq + h, j) reads CB chunks per load, so a long split is
+    one or two loads per program rather than n_chunks dependent ones."""
+    b = (tl.program_id(0) // Hq).to(tl.int64)
+    h = (tl.program_id(0) % Hq).to(tl.int64)
+    d = tl.program_id(1) * 64 + tl.arange(0, 64)
+    c = tl.arange(0, CB)
+    acc = tl.zeros([64], dtype=tl.float32)
+    for c0 in range(0, n_chunks, CB):
+        cc = c0 + c
+        w = tl.load(W + cc[:, None].to(tl.int64) * stride_wc + b * stride_wb + h * stride_wh
+                    + d[None, :], mask=(cc < n_chunks)[:, None], other=0.0)
+        acc += tl.sum(w, 0)
+    tl.store(O + b * stride_ob + h * stride_oh + d, acc.to(O.dtype.element_ty))
