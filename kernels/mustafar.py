@@ -23,8 +23,9 @@ octet's 16 code bits. No address depends on an element, so Ascend compiles no sc
 Paths: the portable kernels (``_mustafar_keys_fwd``, ``_mustafar_values_fwd``) run everywhere
 (interpreter, Ascend, compile-only); on Ascend their grid is one program per vector core, each
 looping over work items (a program is bound to a physical core there), and the element axis is
-the inner one (UB use). The CUDA fast path (``kernel_path`` fast / auto on CUDA) decodes the
-same way and does the head contraction on tensor cores (``_mustafar_*_fast``).
+the inner one (UB use). The CUDA fast path (``kernel_path`` fast / auto on CUDA) is
+``kernels/mustafar_fast.py`` (issue 25): a cheaper decode per element, the head contraction on
+tensor cores.
 
 Every launch goes through ``_checks.launch`` as a ``LaunchPlan`` built by a ``*_plan``
 function. Validation (types, shapes, buffer sizes, offsets and per-tile popcounts) runs before
@@ -241,96 +242,6 @@ def _sum_chunks(W, O, n_chunks, stride_wc, stride_wb, stride_ob, stride_oh, Hq,
              mask=h_ok)
 
 
-# --- CUDA fast path: the same decode, the head contraction on tensor cores -----------------------
-
-@triton.jit
-def _split_fp16(a):
-    """a (fp32) as hi + lo fp16 parts times a power of two (returned), so that a dot of both parts
-    with exact fp16 operands keeps ~22 bits of a over fp32's whole range."""
-    m = tl.max(tl.max(tl.abs(a), 1), 0)
-    e = tl.maximum((m.to(tl.int32, bitcast=True) >> 23) & 0xFF, 15)
-    a = a * ((268 - e) << 23).to(tl.float32, bitcast=True)  # max |a| now below 2^15
-    hi = a.to(tl.float16)
-    lo = (a - hi.to(tl.float32)).to(tl.float16)
-    return hi, lo, ((e - 14) << 23).to(tl.float32, bitcast=True)
-
-
-@triton.jit
-def _tiles_by_row(v, NT: tl.constexpr):
-    """[8, NT * 8] decode (element axis outer) -> fp16 [NT, 64], row t = tile t: exact, as the
-    values are 2-bit codes minus zero (|.| <= 3) or fp16 values."""
-    return tl.reshape(tl.permute(tl.reshape(v, (8, NT, 8)), (1, 2, 0)), (NT, 64)).to(tl.float16)
-
-
-# sizes and LSE strides unspecialized: see kernels/__init__.py
-@triton.jit(do_not_specialize=["Hkv", "n_tblocks"])
-def _mustafar_keys_fast(
-    Q, BITMAPS, OFFSETS, PACKED, SCALE, ZERO, O,
-    stride_qb, stride_qh, stride_ob, stride_oh, Hkv, D, n_tblocks,
-    G: tl.constexpr, BITS: tl.constexpr, BLOCK_C: tl.constexpr, BLOCK_G: tl.constexpr,
-    DOT_PRECISION: tl.constexpr,
-):
-    bk = tl.program_id(0) // n_tblocks
-    t = tl.program_id(0) % n_tblocks
-    b = (bk // Hkv).to(tl.int64)
-    heads = (bk % Hkv).to(tl.int64) * G + tl.arange(0, BLOCK_G)
-    g_ok = (tl.arange(0, BLOCK_G) < G)[:, None]
-    tile0 = (bk.to(tl.int64) * n_tblocks + t) * D
-    acc = tl.zeros([BLOCK_G, 64], dtype=tl.float32)
-    for c0 in range(0, D, BLOCK_C):
-        chans = c0 + tl.arange(0, BLOCK_C)
-        c_ok = chans < D
-        k = _tiles_by_row(_decode_tiles(BITMAPS, OFFSETS, PACKED, ZERO, tile0 + c0, D - c0,
-                                        BLOCK_C, BITS, True), BLOCK_C)
-        q = tl.load(Q + b * stride_qb + heads[:, None] * stride_qh + chans[None, :],
-                    mask=g_ok & c_ok[None, :], other=0.0).to(tl.float32)
-        if BITS == 2:
-            q = q * tl.load(SCALE + tile0 + chans, mask=c_ok, other=0.0)[None, :]
-        hi, lo, unit = _split_fp16(q)
-        acc += (tl.dot(hi, k, input_precision=DOT_PRECISION)
-                + tl.dot(lo, k, input_precision=DOT_PRECISION)) * unit
-    tl.store(O + b * stride_ob + heads[:, None] * stride_oh + t.to(tl.int64) * 64
-             + tl.arange(0, 64)[None, :], acc, mask=g_ok)
-
-
-# sizes and LSE strides unspecialized: see kernels/__init__.py
-@triton.jit(do_not_specialize=["Hkv", "S", "chunk", "n_chunks"])
-def _mustafar_values_fast(
-    P, BITMAPS, OFFSETS, PACKED, SCALE, ZERO, O,
-    stride_pb, stride_ph, stride_os, stride_ob, stride_oh, Hkv, S, chunk, n_chunks,
-    G: tl.constexpr, BITS: tl.constexpr, NC: tl.constexpr, BLOCK_S: tl.constexpr,
-    BLOCK_G: tl.constexpr, DOT_PRECISION: tl.constexpr,
-):
-    NT: tl.constexpr = BLOCK_S * NC
-    bk = tl.program_id(0) // n_chunks
-    ch = tl.program_id(0) % n_chunks
-    b = (bk // Hkv).to(tl.int64)
-    heads = (bk % Hkv).to(tl.int64) * G + tl.arange(0, BLOCK_G)
-    g_ok = (tl.arange(0, BLOCK_G) < G)[:, None]
-    tt = tl.arange(0, NT)
-    cbs = tl.arange(0, NC)[:, None, None]
-    acc = tl.zeros([NC, BLOCK_G, 64], dtype=tl.float32)
-    s_end = tl.minimum(ch * chunk + chunk, S)
-    for s0 in range(ch * chunk, s_end, BLOCK_S):
-        tile0 = (bk.to(tl.int64) * S + s0) * NC
-        t_ok = tt < (s_end - s0) * NC
-        v = _tiles_by_row(_decode_tiles(BITMAPS, OFFSETS, PACKED, ZERO, tile0, (s_end - s0) * NC,
-                                        NT, BITS, True), NT)
-        # Row t of v is token s0 + t // NC, channel block t % NC: p per tile, one dot per block.
-        p = tl.load(P + b * stride_pb + heads[:, None] * stride_ph + s0 + tt[None, :] // NC,
-                    mask=g_ok & t_ok[None, :], other=0.0).to(tl.float32)
-        if BITS == 2:
-            p = p * tl.load(SCALE + tile0 + tt, mask=t_ok, other=0.0)[None, :]
-        for cb in tl.static_range(NC):
-            hi, lo, unit = _split_fp16(tl.where((tt % NC == cb)[None, :], p, 0.0))
-            part = (tl.dot(hi, v, input_precision=DOT_PRECISION)
-                    + tl.dot(lo, v, input_precision=DOT_PRECISION)) * unit
-            acc += tl.where(cbs == cb, part[None, :, :], 0.0)
-    dst = O + ch * stride_os + b * stride_ob + heads[None, :, None] * stride_oh
-    tl.store(dst + cbs * 64 + tl.arange(0, 64)[None, None, :], acc.to(O.dtype.element_ty),
-             mask=g_ok[None, :, :])
-
-
 # --- planning ----------------------------------------------------------------------------------
 
 def _buffers(c: Compressed) -> tuple:
@@ -379,11 +290,7 @@ def mustafar_keys_plan(q: torch.Tensor, kc: Compressed, out: torch.Tensor, *,
     n_tblocks = S // TILE
     n_work = B * Hkv * n_tblocks
     if use_fast_path(q):
-        args = (q, *_buffers(kc), out, q.stride(0), q.stride(1), out.stride(0), out.stride(1),
-                Hkv, D, n_tblocks)
-        meta = dict(G=G, BITS=kc.bits, BLOCK_C=min(next_pow2(D), 128), BLOCK_G=max(16, next_pow2(G)),
-                    DOT_PRECISION=DOT_INPUT_PRECISION, num_warps=4, num_stages=1)
-        return LaunchPlan(kernel=_mustafar_keys_fast, grid=(n_work,), args=args, meta=meta)
+        return mustafar_keys_fast_plan(q, kc, out)
     cfg = mustafar_keys_config(D, G, kc.bits, interpret, on_ascend(q))
     n_programs = _programs(n_work, q)
     args = (q, *_buffers(kc), out,
@@ -406,10 +313,9 @@ def mustafar_values_plan(p: torch.Tensor, vc: Compressed, out: torch.Tensor, *,
     G = Hq // Hkv
     interpret = is_interpret() if interpret is None else interpret
     ascend = on_ascend(p)
-    fast = use_fast_path(p)
+    if use_fast_path(p):
+        return mustafar_values_fast_plan(p, vc, out)
     cfg = mustafar_values_config(S, D, G, vc.bits, interpret, ascend)
-    if fast:
-        cfg.update(BLOCK_G=max(16, cfg["BLOCK_G"]), num_warps=4)
     step = cfg["BLOCK_S"]
     if ascend:
         # Enough chunks to give every core work, each a multiple of the step.
@@ -426,15 +332,10 @@ def mustafar_values_plan(p: torch.Tensor, vc: Compressed, out: torch.Tensor, *,
     else:
         dst = torch.empty((n_chunks, B, Hq, D), dtype=torch.float32, device=p.device)
         strides = dst.stride()[:3]
-    if fast:
-        kernel, n_programs = _mustafar_values_fast, n_work
-        args = (p, *_buffers(vc), dst, p.stride(0), p.stride(1), *strides, Hkv, S, chunk, n_chunks)
-        meta = dict(G=G, BITS=vc.bits, NC=D // TILE, DOT_PRECISION=DOT_INPUT_PRECISION, **cfg)
-    else:
-        kernel = _mustafar_values_fwd
-        args = (p, *_buffers(vc), dst, p.stride(0), p.stride(1), *strides,
-                Hkv, S, chunk, n_chunks, n_work, n_programs)
-        meta = dict(G=G, BITS=vc.bits, NC=D // TILE, I_OUTER=not ascend, **cfg)
+    kernel = _mustafar_values_fwd
+    args = (p, *_buffers(vc), dst, p.stride(0), p.stride(1), *strides,
+            Hkv, S, chunk, n_chunks, n_work, n_programs)
+    meta = dict(G=G, BITS=vc.bits, NC=D // TILE, I_OUTER=not ascend, **cfg)
     then = None
     if n_chunks > 1:
         block_h = min(next_pow2(Hq), 16)

@@ -32,10 +32,101 @@ if DRY:
 
 import torch  # noqa: E402
 import triton  # noqa: E402
+import triton.language as tl  # noqa: E402
 
 from kernels import mustafar as M  # noqa: E402
 from kernels._checks import DOT_INPUT_PRECISION, LaunchPlan, cdiv, next_pow2, run_plan  # noqa: E402
 from kernels.mustafar_format import TILE, compress, decompress  # noqa: E402
+
+# --- the fast path before issue 25 (kernels/mustafar.py at 43468e5), kept here as the baseline ---
+
+@triton.jit
+def _old_split_fp16(a):
+    """a (fp32) as hi + lo fp16 parts times a power of two (returned), so that a dot of both parts
+    with exact fp16 operands keeps ~22 bits of a over fp32's whole range."""
+    m = tl.max(tl.max(tl.abs(a), 1), 0)
+    e = tl.maximum((m.to(tl.int32, bitcast=True) >> 23) & 0xFF, 15)
+    a = a * ((268 - e) << 23).to(tl.float32, bitcast=True)  # max |a| now below 2^15
+    hi = a.to(tl.float16)
+    lo = (a - hi.to(tl.float32)).to(tl.float16)
+    return hi, lo, ((e - 14) << 23).to(tl.float32, bitcast=True)
+
+
+@triton.jit
+def _old_tiles_by_row(v, NT: tl.constexpr):
+    """[8, NT * 8] decode (element axis outer) -> fp16 [NT, 64], row t = tile t: exact, as the
+    values are 2-bit codes minus zero (|.| <= 3) or fp16 values."""
+    return tl.reshape(tl.permute(tl.reshape(v, (8, NT, 8)), (1, 2, 0)), (NT, 64)).to(tl.float16)
+
+
+# sizes and LSE strides unspecialized: see kernels/__init__.py
+@triton.jit(do_not_specialize=["Hkv", "n_tblocks"])
+def _mustafar_keys_fast(
+    Q, BITMAPS, OFFSETS, PACKED, SCALE, ZERO, O,
+    stride_qb, stride_qh, stride_ob, stride_oh, Hkv, D, n_tblocks,
+    G: tl.constexpr, BITS: tl.constexpr, BLOCK_C: tl.constexpr, BLOCK_G: tl.constexpr,
+    DOT_PRECISION: tl.constexpr,
+):
+    bk = tl.program_id(0) // n_tblocks
+    t = tl.program_id(0) % n_tblocks
+    b = (bk // Hkv).to(tl.int64)
+    heads = (bk % Hkv).to(tl.int64) * G + tl.arange(0, BLOCK_G)
+    g_ok = (tl.arange(0, BLOCK_G) < G)[:, None]
+    tile0 = (bk.to(tl.int64) * n_tblocks + t) * D
+    acc = tl.zeros([BLOCK_G, 64], dtype=tl.float32)
+    for c0 in range(0, D, BLOCK_C):
+        chans = c0 + tl.arange(0, BLOCK_C)
+        c_ok = chans < D
+        k = _old_tiles_by_row(M._decode_tiles(BITMAPS, OFFSETS, PACKED, ZERO, tile0 + c0, D - c0,
+                                        BLOCK_C, BITS, True), BLOCK_C)
+        q = tl.load(Q + b * stride_qb + heads[:, None] * stride_qh + chans[None, :],
+                    mask=g_ok & c_ok[None, :], other=0.0).to(tl.float32)
+        if BITS == 2:
+            q = q * tl.load(SCALE + tile0 + chans, mask=c_ok, other=0.0)[None, :]
+        hi, lo, unit = _old_split_fp16(q)
+        acc += (tl.dot(hi, k, input_precision=DOT_PRECISION)
+                + tl.dot(lo, k, input_precision=DOT_PRECISION)) * unit
+    tl.store(O + b * stride_ob + heads[:, None] * stride_oh + t.to(tl.int64) * 64
+             + tl.arange(0, 64)[None, :], acc, mask=g_ok)
+
+
+# sizes and LSE strides unspecialized: see kernels/__init__.py
+@triton.jit(do_not_specialize=["Hkv", "S", "chunk", "n_chunks"])
+def _mustafar_values_fast(
+    P, BITMAPS, OFFSETS, PACKED, SCALE, ZERO, O,
+    stride_pb, stride_ph, stride_os, stride_ob, stride_oh, Hkv, S, chunk, n_chunks,
+    G: tl.constexpr, BITS: tl.constexpr, NC: tl.constexpr, BLOCK_S: tl.constexpr,
+    BLOCK_G: tl.constexpr, DOT_PRECISION: tl.constexpr,
+):
+    NT: tl.constexpr = BLOCK_S * NC
+    bk = tl.program_id(0) // n_chunks
+    ch = tl.program_id(0) % n_chunks
+    b = (bk // Hkv).to(tl.int64)
+    heads = (bk % Hkv).to(tl.int64) * G + tl.arange(0, BLOCK_G)
+    g_ok = (tl.arange(0, BLOCK_G) < G)[:, None]
+    tt = tl.arange(0, NT)
+    cbs = tl.arange(0, NC)[:, None, None]
+    acc = tl.zeros([NC, BLOCK_G, 64], dtype=tl.float32)
+    s_end = tl.minimum(ch * chunk + chunk, S)
+    for s0 in range(ch * chunk, s_end, BLOCK_S):
+        tile0 = (bk.to(tl.int64) * S + s0) * NC
+        t_ok = tt < (s_end - s0) * NC
+        v = _old_tiles_by_row(M._decode_tiles(BITMAPS, OFFSETS, PACKED, ZERO, tile0, (s_end - s0) * NC,
+                                        NT, BITS, True), NT)
+        # Row t of v is token s0 + t // NC, channel block t % NC: p per tile, one dot per block.
+        p = tl.load(P + b * stride_pb + heads[:, None] * stride_ph + s0 + tt[None, :] // NC,
+                    mask=g_ok & t_ok[None, :], other=0.0).to(tl.float32)
+        if BITS == 2:
+            p = p * tl.load(SCALE + tile0 + tt, mask=t_ok, other=0.0)[None, :]
+        for cb in tl.static_range(NC):
+            hi, lo, unit = _old_split_fp16(tl.where((tt % NC == cb)[None, :], p, 0.0))
+            part = (tl.dot(hi, v, input_precision=DOT_PRECISION)
+                    + tl.dot(lo, v, input_precision=DOT_PRECISION)) * unit
+            acc += tl.where(cbs == cb, part[None, :, :], 0.0)
+    dst = O + ch * stride_os + b * stride_ob + heads[None, :, None] * stride_oh
+    tl.store(dst + cbs * 64 + tl.arange(0, 64)[None, None, :], acc.to(O.dtype.element_ty),
+             mask=g_ok[None, :, :])
+
 
 #: name -> config overrides of kernels.mustafar.FAST (None: the pre-issue-25 fast path).
 VARIANTS = {
@@ -67,7 +158,7 @@ def old_plan(op, x, c, out):
                 Hkv, D, n_tblocks)
         meta = dict(G=G, BITS=c.bits, BLOCK_C=min(next_pow2(D), 128), BLOCK_G=max(16, next_pow2(G)),
                     DOT_PRECISION=DOT_INPUT_PRECISION, num_warps=4, num_stages=1)
-        return LaunchPlan(kernel=M._mustafar_keys_fast, grid=(B * Hkv * n_tblocks,), args=args, meta=meta)
+        return LaunchPlan(kernel=_mustafar_keys_fast, grid=(B * Hkv * n_tblocks,), args=args, meta=meta)
     cfg = M.mustafar_values_config(S, D, G, c.bits, False, False)
     cfg.update(BLOCK_G=max(16, cfg["BLOCK_G"]), num_warps=4)
     step = cfg["BLOCK_S"]
@@ -86,7 +177,7 @@ def old_plan(op, x, c, out):
         then = LaunchPlan(kernel=M._sum_chunks, grid=(B, cdiv(Hq, block_h)),
                           args=(dst, out, n_chunks, dst.stride(0), dst.stride(1), out.stride(0),
                                 out.stride(1), Hq), meta=dict(D=D, BLOCK_H=block_h))
-    return LaunchPlan(kernel=M._mustafar_values_fast, grid=(B * Hkv * n_chunks,), args=args,
+    return LaunchPlan(kernel=_mustafar_values_fast, grid=(B * Hkv * n_chunks,), args=args,
                       meta=meta, then=then)
 
 
