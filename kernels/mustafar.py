@@ -350,12 +350,14 @@ def mustafar_values_plan(p: torch.Tensor, vc: Compressed, out: torch.Tensor, *,
 
 # --- CUDA fast path, issue 25 (kernels/mustafar_fast.py) ----------------------------------------
 
-#: The fast path's default tile config; ``scripts/mustafar_variants.py`` times alternatives.
+#: The fast path's default config; ``scripts/mustafar_variants.py`` times alternatives.
 #: FILL: unkept 2-bit elements read a planted fill code (no select); TRANS: the decoded tiles
-#: are the dot's first operand (see ``_dot2``); LAYOUT 2-bit decode: 0 one thread per tile, 1
-#: one per (tile, octet), 2 as 1 with byte permutes (``_flat_prmt2``); programs_per_sm: programs to aim for per SM.
-FAST = dict(FILL=True, TRANS=True, LAYOUT=2, KSPLIT=1, keys_warps=4, values_warps=4, values_block_s=128,
-            programs_per_sm=8, sms=132, num_stages=1)
+#: are the dot's first operand (see ``_dot2``); LAYOUT, the 2-bit decode: 0 one thread per
+#: tile, 1 one per (tile, octet), 2 as 1 with byte permutes (``_flat_prmt2``); KSPLIT: keys in
+#: 1 or 2 dots per block (fewer registers); gmin: heads a dot pads to (see ``_gmin``);
+#: programs_per_sm: programs to aim for per SM.
+FAST = dict(FILL=True, TRANS=True, LAYOUT=2, KSPLIT=1, gmin=16, keys_warps=4, values_warps=4,
+            values_block_s=128, programs_per_sm=8, num_stages=1)
 
 
 _LUTS: dict = {}
@@ -370,10 +372,23 @@ def _prmt_lut(device: torch.device) -> torch.Tensor:
     return lut
 
 
+def _sms(t: torch.Tensor) -> int:
+    """Streaming multiprocessors of t's device (an H100's 132 off a GPU)."""
+    if t.device.type == "cuda":
+        return torch.cuda.get_device_properties(t.device).multi_processor_count
+    return 132
+
+
 def _fast_cfg(overrides: Optional[dict]) -> dict:
     cfg = dict(FAST)
     cfg.update(overrides or {})
     return cfg
+
+
+def _gmin(cfg: dict) -> int:
+    """Query heads a dot pads to: 16, or 8 where the tiles are the first operand (Hopper's
+    wgmma takes N = 8)."""
+    return 8 if cfg["TRANS"] and cfg["gmin"] <= 8 else 16
 
 
 def mustafar_keys_fast_plan(q: torch.Tensor, kc: Compressed, out: torch.Tensor,
@@ -384,13 +399,13 @@ def mustafar_keys_fast_plan(q: torch.Tensor, kc: Compressed, out: torch.Tensor,
     B, Hkv, S, D = kc.shape
     G = q.shape[1] // Hkv
     n_tblocks = S // TILE
-    want = max(1, cfg["programs_per_sm"] * cfg["sms"])
+    want = max(1, cfg["programs_per_sm"] * _sms(q))
     per = max(1, cdiv(B * Hkv * n_tblocks, want))
     hw = not is_interpret()
     args = (q, *_buffers(kc), _prmt_lut(q.device), out, q.stride(0), q.stride(1), out.stride(0),
             out.stride(1), Hkv, n_tblocks, per)
     block_c = max(16, next_pow2(D))
-    meta = dict(D=D, G=G, BITS=kc.bits, BLOCK_C=block_c, BLOCK_G=max(16, next_pow2(G)),
+    meta = dict(D=D, G=G, BITS=kc.bits, BLOCK_C=block_c, BLOCK_G=max(_gmin(cfg), next_pow2(G)),
                 KSPLIT=cfg["KSPLIT"] if block_c >= 32 else 1,
                 FILL=cfg["FILL"], TRANS=cfg["TRANS"], LAYOUT=cfg["LAYOUT"], HW=hw,
                 DOT_PRECISION=DOT_INPUT_PRECISION, num_warps=cfg["keys_warps"],
@@ -409,7 +424,7 @@ def mustafar_values_fast_plan(p: torch.Tensor, vc: Compressed, out: torch.Tensor
     G = Hq // Hkv
     nc = D // TILE
     step = min(cfg["values_block_s"], next_pow2(S))
-    want = max(1, cfg["programs_per_sm"] * cfg["sms"])
+    want = max(1, cfg["programs_per_sm"] * _sms(p))
     n_chunks = max(1, min(cdiv(S, step), want // max(1, B * Hkv * nc)))
     chunk = cdiv(cdiv(S, n_chunks), step) * step
     n_chunks = cdiv(S, chunk)
@@ -421,7 +436,7 @@ def mustafar_values_fast_plan(p: torch.Tensor, vc: Compressed, out: torch.Tensor
     hw = not is_interpret()
     args = (p, *_buffers(vc), _prmt_lut(p.device), dst, p.stride(0), p.stride(1), *strides, Hkv, S,
             chunk)
-    meta = dict(NC=nc, G=G, BITS=vc.bits, BLOCK_S=step, BLOCK_G=max(16, next_pow2(G)),
+    meta = dict(NC=nc, G=G, BITS=vc.bits, BLOCK_S=step, BLOCK_G=max(_gmin(cfg), next_pow2(G)),
                 FILL=cfg["FILL"], TRANS=cfg["TRANS"], LAYOUT=cfg["LAYOUT"], HW=hw,
                 DOT_PRECISION=DOT_INPUT_PRECISION, num_warps=cfg["values_warps"],
                 num_stages=cfg["num_stages"])

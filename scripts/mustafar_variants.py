@@ -139,12 +139,14 @@ VARIANTS = {
     "new/L1nofill": {"LAYOUT": 1, "FILL": False},
     "new/w8": {"keys_warps": 8, "values_warps": 8},
     "new/K2": {"KSPLIT": 2},
+    "new/g8": {"gmin": 8},
     "new/pps4": {"programs_per_sm": 4},
     "new/pps16": {"programs_per_sm": 16},
     "new/bs64": {"values_block_s": 64},
 }
-ONLY = {"new/K2": {"op": ("keys",)}, "new/L1nofill": {"bits": (2,)}, "new/bs64": {"op": ("values",)}, "new/L0": {"bits": (2,)},
-        "new/L1": {"bits": (2,)}, "new/L1T0": {"bits": (2,)}}
+#: Variants that only make sense for some ops or packings.
+ONLY = {"new/K2": {"op": ("keys",)}, "new/bs64": {"op": ("values",)},
+        **{v: {"bits": (2,)} for v in ("new/L1", "new/L0", "new/L1T0", "new/L1nofill")}}
 
 
 def old_plan(op, x, c, out):
