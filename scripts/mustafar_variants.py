@@ -135,8 +135,6 @@ VARIANTS = {
     "new/T0": {"TRANS": False},
     "new/L1": {"LAYOUT": 1},
     "new/L0": {"LAYOUT": 0},
-    "new/L1T0": {"LAYOUT": 1, "TRANS": False},
-    "new/L1nofill": {"LAYOUT": 1, "FILL": False},
     "new/w8": {"keys_warps": 8, "values_warps": 8},
     "new/K2": {"KSPLIT": 2},
     "new/g8": {"gmin": 8},
@@ -146,7 +144,7 @@ VARIANTS = {
 }
 #: Variants that only make sense for some ops or packings.
 ONLY = {"new/K2": {"op": ("keys",)}, "new/bs64": {"op": ("values",)},
-        **{v: {"bits": (2,)} for v in ("new/L1", "new/L0", "new/L1T0", "new/L1nofill")}}
+        **{v: {"bits": (2,)} for v in ("new/L1", "new/L0")}}
 
 
 def old_plan(op, x, c, out):
