@@ -353,10 +353,11 @@ def mustafar_values_plan(p: torch.Tensor, vc: Compressed, out: torch.Tensor, *,
 #: The fast path's default config; ``scripts/mustafar_variants.py`` times alternatives.
 #: FILL: unkept 2-bit elements read a planted fill code (no select); TRANS: the decoded tiles
 #: are the dot's first operand (see ``_dot2``); LAYOUT, the 2-bit decode: 0 one thread per
-#: tile, 1 one per (tile, octet), 2 as 1 with byte permutes (``_flat_prmt2``); KSPLIT: keys in
+#: tile, 1 one per (tile, octet), 2 as 1 with byte permutes (``_flat_prmt2``), 3 byte permutes
+#: with one thread per half tile (``_half_prmt2``); KSPLIT: keys in
 #: 1 or 2 dots per block (fewer registers); gmin: heads a dot pads to (see ``_gmin``);
 #: programs_per_sm: programs to aim for per SM.
-FAST = dict(FILL=True, TRANS=True, LAYOUT=2, KSPLIT=1, gmin=16, keys_warps=4, values_warps=4,
+FAST = dict(FILL=True, TRANS=True, LAYOUT=3, KSPLIT=1, gmin=16, keys_warps=4, values_warps=4,
             values_block_s=128, programs_per_sm=8, num_stages=1)
 
 

@@ -45,14 +45,14 @@ def prmt_table_rows() -> list:
     """The 256 rows of the 2-bit decode's table (int64), indexed by a bitmap byte y (element i
     kept iff bit 7 - i): bits 0-15 the byte-permute selector of elements 0-3 (nibble i: the
     element's slot if kept, else 4, the fill byte), bits 16-31 that of elements 4-7 (slot
-    minus the slot of element 4), bits 32-35 the slot of element 4."""
+    minus the slot of element 4), bits 32-35 the slot of element 4, bits 40-43 the count kept."""
     rows = []
     for y in range(256):
         kept = [(y >> (7 - i)) & 1 for i in range(8)]
         rank = [sum(kept[:i]) for i in range(8)]
         lo = sum((rank[i] if kept[i] else 4) << (4 * i) for i in range(4))
         hi = sum((rank[i] - rank[4] if kept[i] else 4) << (4 * (i - 4)) for i in range(4, 8))
-        rows.append(lo | (hi << 16) | (rank[4] << 32))
+        rows.append(lo | (hi << 16) | (rank[4] << 32) | (sum(kept) << 40))
     return rows
 
 
@@ -66,6 +66,13 @@ def _cat8(a0, a1, a2, a3, a4, a5, a6, a7):
     else:
         r = tl.reshape(z, (a0.shape[0], a0.shape[1], 8))
     return r
+
+
+@triton.jit
+def _cat4(a0, a1, a2, a3):
+    """[..., 4] with [..., i] = a_i (join tree, leaves in bit-reversed order)."""
+    z = tl.join(tl.join(a0, a2), tl.join(a1, a3))
+    return tl.reshape(z, (a0.shape[0], 4))
 
 
 @triton.jit
@@ -297,6 +304,69 @@ def _flat_prmt2(BITMAPS, OFFSETS, PACKED, ZERO, LUT, tile0, tstride, n_ok, NT: t
 
 
 @triton.jit
+def _prmt_octet(y, win, F4, h2, F, LUT, HW: tl.constexpr):
+    """The 8 fp16 values kept ? code - F : 0 of one octet (bitmap byte y, its code stream win,
+    LSB first; F4 / h2 the fill byte and 1024 + F as byte and fp16x2 patterns), then the stream
+    bits it used (2 * count kept)."""
+    e = tl.load(LUT + y).to(tl.uint64, bitcast=True)
+    sel = e.to(tl.uint32)
+    r4 = ((e >> 32) & 15).to(tl.uint32)
+    used = ((e >> 39) & 30).to(tl.uint32)
+    lo = _prmt(_code_bytes(win), F4, sel & 0xFFFF, HW)
+    hi = _prmt(_code_bytes(win >> (2 * r4)), F4, sel >> 16, HW)
+    v0, v1, v2, v3 = _byte_pairs(lo, h2, F, HW)
+    v4, v5, v6, v7 = _byte_pairs(hi, h2, F, HW)
+    return v0, v1, v2, v3, v4, v5, v6, v7, used
+
+
+@triton.jit
+def _half_prmt2(BITMAPS, OFFSETS, PACKED, ZERO, LUT, tile0, tstride, n_ok, NT: tl.constexpr,
+                HW: tl.constexpr):
+    """As ``_flat_prmt2`` with one thread per half tile (u = 2 t + half, 32 elements): the
+    thread loads its half's bitmap word and at most 3 code words once and walks its 4 octets,
+    consuming the code stream as it goes (no per-octet slot count or window load)."""
+    u = tl.arange(0, NT * 2)
+    t = u // 2
+    second = (u % 2) == 1
+    ok = t < n_ok
+    tile = tile0 + t * tstride
+    bm = tl.load(BITMAPS + tile, mask=ok, other=0).to(tl.uint64, bitcast=True)
+    off = tl.load(OFFSETS + tile, mask=ok, other=0)
+    nw = tl.load(OFFSETS + tile + 1, mask=ok, other=0) - off
+    F = tl.load(ZERO + tile, mask=ok, other=0)
+    hi = (bm >> 32).to(tl.uint32)
+    half = tl.where(second, bm.to(tl.uint32), hi)
+    # The second half's codes start after the first half's kept ones.
+    start = tl.where(second, _popc32(hi, HW), 0)
+    wi = start >> 4
+    w0 = tl.load(PACKED + off + wi, mask=wi < nw, other=0).to(tl.uint32, bitcast=True)
+    w1 = tl.load(PACKED + off + wi + 1, mask=wi + 1 < nw, other=0).to(tl.uint32, bitcast=True)
+    w2 = tl.load(PACKED + off + wi + 2, mask=wi + 2 < nw, other=0).to(tl.uint32, bitcast=True)
+    sh = (2 * (start & 15)).to(tl.uint64)
+    lo64 = (w0.to(tl.uint64) | (w1.to(tl.uint64) << 32)) >> sh
+    # Bits 64.. of the 96-bit stream, moved down by sh (two shifts: sh may be 0).
+    x = lo64 | ((w2.to(tl.uint64) << 31) << (33 - sh))
+    F4 = F.to(tl.uint32) * 0x01010101
+    h2 = (F.to(tl.uint32) + 0x6400) * 0x00010001
+    a0, a1, a2, a3, a4, a5, a6, a7, n = _prmt_octet(half >> 24, x.to(tl.uint32), F4, h2, F, LUT,
+                                                    HW)
+    x = x >> n.to(tl.uint64)
+    b0, b1, b2, b3, b4, b5, b6, b7, n = _prmt_octet((half >> 16) & 0xFF, x.to(tl.uint32), F4, h2,
+                                                    F, LUT, HW)
+    x = x >> n.to(tl.uint64)
+    c0, c1, c2, c3, c4, c5, c6, c7, n = _prmt_octet((half >> 8) & 0xFF, x.to(tl.uint32), F4, h2,
+                                                    F, LUT, HW)
+    x = x >> n.to(tl.uint64)
+    d0, d1, d2, d3, d4, d5, d6, d7, n = _prmt_octet(half & 0xFF, x.to(tl.uint32), F4, h2, F, LUT,
+                                                    HW)
+    # Octets, then elements as the last joins: registers in element order (vector stores).
+    z = _cat8(_cat4(a0, b0, c0, d0), _cat4(a1, b1, c1, d1), _cat4(a2, b2, c2, d2),
+              _cat4(a3, b3, c3, d3), _cat4(a4, b4, c4, d4), _cat4(a5, b5, c5, d5),
+              _cat4(a6, b6, c6, d6), _cat4(a7, b7, c7, d7))   # [NT * 2, 4 (octet), 8 (element)]
+    return tl.reshape(z, (NT, 64))
+
+
+@triton.jit
 def _octet16(BITMAPS, OFFSETS, PACKED, tile0, tstride, n_ok, NT: tl.constexpr, HW: tl.constexpr):
     """fp16 [NT, 64]: 16-bit tiles tile0 + t * tstride, t < NT (from n_ok on: zeros), one
     thread per (tile, octet) (``_flat_octets``), one predicated load per element at its slot
@@ -384,6 +454,8 @@ def _contract2(a, BITMAPS, OFFSETS, PACKED, ZERO, LUT, tile0, tstride, n_ok, NT:
         # kept ? code - zero : 0.
         if LAYOUT == 2:
             b = _flat_prmt2(BITMAPS, OFFSETS, PACKED, ZERO, LUT, tile0, tstride, n_ok, NT, HW)
+        elif LAYOUT == 3:
+            b = _half_prmt2(BITMAPS, OFFSETS, PACKED, ZERO, LUT, tile0, tstride, n_ok, NT, HW)
         else:
             c = _codes2(BITMAPS, OFFSETS, PACKED, ZERO, tile0, tstride, n_ok, None, NT, FILL,
                         LAYOUT, HW)

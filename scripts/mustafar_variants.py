@@ -133,6 +133,7 @@ VARIANTS = {
     "old": None,
     "new": {},
     "new/T0": {"TRANS": False},
+    "new/L2": {"LAYOUT": 2},
     "new/L1": {"LAYOUT": 1},
     "new/L0": {"LAYOUT": 0},
     "new/w8": {"keys_warps": 8, "values_warps": 8},
@@ -144,7 +145,7 @@ VARIANTS = {
 }
 #: Variants that only make sense for some ops or packings.
 ONLY = {"new/K2": {"op": ("keys",)}, "new/bs64": {"op": ("values",)},
-        **{v: {"bits": (2,)} for v in ("new/L1", "new/L0")}}
+        **{v: {"bits": (2,)} for v in ("new/L2", "new/L1", "new/L0")}}
 
 
 def old_plan(op, x, c, out):
