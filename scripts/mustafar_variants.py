@@ -141,6 +141,7 @@ VARIANTS = {
     "new/g8": {"gmin": 8},
     "new/pps4": {"programs_per_sm": 4},
     "new/pps16": {"programs_per_sm": 16},
+    "new/pps32": {"programs_per_sm": 32},
     "new/bs64": {"values_block_s": 64},
 }
 #: Variants that only make sense for some ops or packings.
