@@ -424,7 +424,7 @@ def mustafar_values_fast_plan(p: torch.Tensor, vc: Compressed, out: torch.Tensor
     Hq = p.shape[1]
     G = Hq // Hkv
     nc = D // TILE
-    step = min(cfg["values_block_s"], next_pow2(S))
+    step = max(16, min(cfg["values_block_s"], next_pow2(S)))  # a dot needs K >= 16
     want = max(1, cfg["programs_per_sm"] * _sms(p))
     n_chunks = max(1, min(cdiv(S, step), want // max(1, B * Hkv * nc)))
     chunk = cdiv(cdiv(S, n_chunks), step) * step
