@@ -355,10 +355,12 @@ def mustafar_values_plan(p: torch.Tensor, vc: Compressed, out: torch.Tensor, *,
 #: are the dot's first operand (see ``_dot2``); LAYOUT, the 2-bit decode: 0 one thread per
 #: tile, 1 one per (tile, octet), 2 as 1 with byte permutes (``_flat_prmt2``), 3 byte permutes
 #: with one thread per half tile (``_half_prmt2``); KSPLIT: keys in
-#: 1 or 2 dots per block (fewer registers); gmin: heads a dot pads to (see ``_gmin``);
+#: 1 or 2 dots per block (fewer registers); PREFETCH: a 2-bit step loads the next step's tile
+#: metadata, scales (and p) while it decodes (LAYOUT 3, KSPLIT 1); maxnreg: a register cap
+#: (more programs per SM; the rare odd-zero branch may spill); gmin: heads a dot pads to (see ``_gmin``);
 #: programs_per_sm: programs to aim for per SM.
-FAST = dict(FILL=True, TRANS=True, LAYOUT=3, KSPLIT=1, gmin=16, keys_warps=4, values_warps=4,
-            values_block_s=128, programs_per_sm=8, num_stages=1)
+FAST = dict(FILL=True, TRANS=True, LAYOUT=3, KSPLIT=1, PREFETCH=True, gmin=16, keys_warps=4, values_warps=4,
+            values_block_s=128, programs_per_sm=8, num_stages=1, maxnreg=None)
 
 
 _LUTS: dict = {}
@@ -386,6 +388,16 @@ def _fast_cfg(overrides: Optional[dict]) -> dict:
     return cfg
 
 
+def _prefetch(cfg: dict, bits: int, ksplit: int) -> bool:
+    """Whether a step loads the next step's tile metadata while it decodes (2-bit, LAYOUT 3)."""
+    return bool(cfg["PREFETCH"]) and bits == 2 and cfg["LAYOUT"] == 3 and ksplit == 1
+
+
+def _regs(cfg: dict) -> dict:
+    """The launch's register cap, if the config has one (off a GPU it means nothing)."""
+    return {} if cfg["maxnreg"] is None or is_interpret() else {"maxnreg": int(cfg["maxnreg"])}
+
+
 def _gmin(cfg: dict) -> int:
     """Query heads a dot pads to: 16, or 8 where the tiles are the first operand (Hopper's
     wgmma takes N = 8)."""
@@ -406,11 +418,12 @@ def mustafar_keys_fast_plan(q: torch.Tensor, kc: Compressed, out: torch.Tensor,
     args = (q, *_buffers(kc), _prmt_lut(q.device), out, q.stride(0), q.stride(1), out.stride(0),
             out.stride(1), Hkv, n_tblocks, per)
     block_c = max(16, next_pow2(D))
+    ksplit = cfg["KSPLIT"] if block_c >= 32 else 1
     meta = dict(D=D, G=G, BITS=kc.bits, BLOCK_C=block_c, BLOCK_G=max(_gmin(cfg), next_pow2(G)),
-                KSPLIT=cfg["KSPLIT"] if block_c >= 32 else 1,
+                KSPLIT=ksplit, PREFETCH=_prefetch(cfg, kc.bits, ksplit),
                 FILL=cfg["FILL"], TRANS=cfg["TRANS"], LAYOUT=cfg["LAYOUT"], HW=hw,
                 DOT_PRECISION=DOT_INPUT_PRECISION, num_warps=cfg["keys_warps"],
-                num_stages=cfg["num_stages"])
+                num_stages=cfg["num_stages"], **_regs(cfg))
     return LaunchPlan(kernel=_fast._keys_fast, grid=(B * Hkv, cdiv(n_tblocks, per)), args=args,
                       meta=meta)
 
@@ -438,9 +451,10 @@ def mustafar_values_fast_plan(p: torch.Tensor, vc: Compressed, out: torch.Tensor
     args = (p, *_buffers(vc), _prmt_lut(p.device), dst, p.stride(0), p.stride(1), *strides, Hkv, S,
             chunk)
     meta = dict(NC=nc, G=G, BITS=vc.bits, BLOCK_S=step, BLOCK_G=max(_gmin(cfg), next_pow2(G)),
+                PREFETCH=_prefetch(cfg, vc.bits, 1),
                 FILL=cfg["FILL"], TRANS=cfg["TRANS"], LAYOUT=cfg["LAYOUT"], HW=hw,
                 DOT_PRECISION=DOT_INPUT_PRECISION, num_warps=cfg["values_warps"],
-                num_stages=cfg["num_stages"])
+                num_stages=cfg["num_stages"], **_regs(cfg))
     then = None
     if n_chunks > 1:
         then = LaunchPlan(kernel=_fast._merge_chunks, grid=(B * Hq, nc),

@@ -325,27 +325,50 @@ def _half_prmt2(BITMAPS, OFFSETS, PACKED, ZERO, LUT, tile0, tstride, n_ok, NT: t
     """As ``_flat_prmt2`` with one thread per half tile (u = 2 t + half, 32 elements): the
     thread loads its half's bitmap word and at most 3 code words once and walks its 4 octets,
     consuming the code stream as it goes (no per-octet slot count or window load)."""
+    bm, off, nw, F = _half_meta(BITMAPS, OFFSETS, ZERO, tile0, tstride, n_ok, NT)
+    return _half_decode(bm, off, nw, F, PACKED, LUT, NT, HW)
+
+
+@triton.jit
+def _half_meta(BITMAPS, OFFSETS, ZERO, tile0, tstride, n_ok, NT: tl.constexpr):
+    """Per half tile (u = 2 t + half of NT * 2): the tile's bitmap, packed offset, word count
+    and zero (tiles from n_ok on: empty). Split from the decode so a loop can load the next
+    step's while it decodes this one."""
     u = tl.arange(0, NT * 2)
     t = u // 2
-    second = (u % 2) == 1
     ok = t < n_ok
     tile = tile0 + t * tstride
-    bm = tl.load(BITMAPS + tile, mask=ok, other=0).to(tl.uint64, bitcast=True)
+    bm = tl.load(BITMAPS + tile, mask=ok, other=0)
     off = tl.load(OFFSETS + tile, mask=ok, other=0)
     nw = tl.load(OFFSETS + tile + 1, mask=ok, other=0) - off
     F = tl.load(ZERO + tile, mask=ok, other=0)
+    return bm, off, nw, F
+
+
+@triton.jit
+def _half_decode(bm, off, nw, F, PACKED, LUT, NT: tl.constexpr, HW: tl.constexpr,
+                 KEPT: tl.constexpr = False):
+    """``_half_prmt2`` from the half tiles' metadata (``_half_meta``); KEPT: every code 1 (no
+    code words read), so with F = 0 the result is the 0/1 kept mask."""
+    second = (tl.arange(0, NT * 2) % 2) == 1
+    bm = bm.to(tl.uint64, bitcast=True)
     hi = (bm >> 32).to(tl.uint32)
     half = tl.where(second, bm.to(tl.uint32), hi)
     # The second half's codes start after the first half's kept ones.
     start = tl.where(second, _popc32(hi, HW), 0)
-    wi = start >> 4
-    w0 = tl.load(PACKED + off + wi, mask=wi < nw, other=0).to(tl.uint32, bitcast=True)
-    w1 = tl.load(PACKED + off + wi + 1, mask=wi + 1 < nw, other=0).to(tl.uint32, bitcast=True)
-    w2 = tl.load(PACKED + off + wi + 2, mask=wi + 2 < nw, other=0).to(tl.uint32, bitcast=True)
-    sh = (2 * (start & 15)).to(tl.uint64)
-    lo64 = (w0.to(tl.uint64) | (w1.to(tl.uint64) << 32)) >> sh
-    # Bits 64.. of the 96-bit stream, moved down by sh (two shifts: sh may be 0).
-    x = lo64 | ((w2.to(tl.uint64) << 31) << (33 - sh))
+    if KEPT:
+        x = tl.full(start.shape, 0x5555555555555555, tl.uint64)
+    else:
+        wi = start >> 4
+        w0 = tl.load(PACKED + off + wi, mask=wi < nw, other=0).to(tl.uint32, bitcast=True)
+        w1 = tl.load(PACKED + off + wi + 1, mask=wi + 1 < nw, other=0).to(tl.uint32,
+                                                                           bitcast=True)
+        w2 = tl.load(PACKED + off + wi + 2, mask=wi + 2 < nw, other=0).to(tl.uint32,
+                                                                           bitcast=True)
+        sh = (2 * (start & 15)).to(tl.uint64)
+        lo64 = (w0.to(tl.uint64) | (w1.to(tl.uint64) << 32)) >> sh
+        # Bits 64.. of the 96-bit stream, moved down by sh (two shifts: sh may be 0).
+        x = lo64 | ((w2.to(tl.uint64) << 31) << (33 - sh))
     F4 = F.to(tl.uint32) * 0x01010101
     h2 = (F.to(tl.uint32) + 0x6400) * 0x00010001
     a0, a1, a2, a3, a4, a5, a6, a7, n = _prmt_octet(half >> 24, x.to(tl.uint32), F4, h2, F, LUT,
@@ -440,6 +463,39 @@ def _codes2(BITMAPS, OFFSETS, PACKED, ZERO, tile0, tstride, n_ok, fill, NT: tl.c
 
 
 @triton.jit
+def _contract2_pre(a, bm, off, nw, F, BITMAPS, OFFSETS, PACKED, ZERO, LUT, tile0, tstride, n_ok,
+                   NT: tl.constexpr, HW: tl.constexpr, DOT_PRECISION: tl.constexpr,
+                   TRANS: tl.constexpr):
+    """``_contract2`` (LAYOUT 3) with the half tiles' metadata already loaded (``_half_meta``)."""
+    odd = tl.max(((F < 0) | (F > 3)).to(tl.int32), 0)
+    hi, lo, unit = _split_fp16(a)
+    if odd == 0:
+        b = _half_decode(bm, off, nw, F, PACKED, LUT, NT, HW)
+        acc = _dot2(hi, lo, b, TRANS, DOT_PRECISION) * unit
+    else:
+        acc = _odd_half(a, hi, lo, unit, bm, off, nw, F, PACKED, ZERO, LUT, tile0, tstride, n_ok,
+                        NT, HW, DOT_PRECISION, TRANS)
+    return acc
+
+
+@triton.jit
+def _odd_half(a, hi, lo, unit, bm, off, nw, F, PACKED, ZERO, LUT, tile0, tstride, n_ok,
+              NT: tl.constexpr, HW: tl.constexpr, DOT_PRECISION: tl.constexpr,
+              TRANS: tl.constexpr):
+    """A step holding a tile whose zero is outside [0, 3] (all-positive or flat tiles, offset
+    values): sum_t a (code - zero) kept = a @ C - (a zero) @ K with C the codes (unkept 0) and
+    K the kept mask, both decoded like the fast path (exact fp16), a zero split hi + lo."""
+    none = tl.zeros_like(F)
+    c = _half_decode(bm, off, nw, none, PACKED, LUT, NT, HW)
+    acc = _dot2(hi, lo, c, TRANS, DOT_PRECISION) * unit
+    t = tl.arange(0, NT)
+    zero = tl.load(ZERO + tile0 + t * tstride, mask=t < n_ok, other=0)
+    hz, lz, uz = _split_fp16(a * zero.to(tl.float32)[None, :])
+    k = _half_decode(bm, off, nw, none, PACKED, LUT, NT, HW, True)
+    return acc - _dot2(hz, lz, k, TRANS, DOT_PRECISION) * uz
+
+
+@triton.jit
 def _contract2(a, BITMAPS, OFFSETS, PACKED, ZERO, LUT, tile0, tstride, n_ok, NT: tl.constexpr,
                FILL: tl.constexpr, LAYOUT: tl.constexpr, HW: tl.constexpr,
                DOT_PRECISION: tl.constexpr, TRANS: tl.constexpr):
@@ -462,6 +518,10 @@ def _contract2(a, BITMAPS, OFFSETS, PACKED, ZERO, LUT, tile0, tstride, n_ok, NT:
             b = (c | 0x6400).to(tl.int16).to(tl.float16, bitcast=True) \
                 - (zero + 1024).to(tl.float16)[:, None]
         acc = _dot2(hi, lo, b, TRANS, DOT_PRECISION) * unit
+    elif LAYOUT == 3:
+        bm, off, nw, F = _half_meta(BITMAPS, OFFSETS, ZERO, tile0, tstride, n_ok, NT)
+        acc = _odd_half(a, hi, lo, unit, bm, off, nw, F, PACKED, ZERO, LUT, tile0, tstride, n_ok,
+                        NT, HW, DOT_PRECISION, TRANS)
     else:
         # Exact integers kept ? code - zero : 0 (|.| < 2^17 for fp16 data), as hi + lo fp16.
         c = _codes2(BITMAPS, OFFSETS, PACKED, ZERO, tile0, tstride, n_ok, -1, NT, False, 1, HW)
@@ -507,7 +567,7 @@ def _keys_fast(
     stride_qb, stride_qh, stride_ob, stride_oh, Hkv, n_tblocks, blocks_per_prog,
     D: tl.constexpr, G: tl.constexpr, BITS: tl.constexpr, BLOCK_C: tl.constexpr,
     BLOCK_G: tl.constexpr, FILL: tl.constexpr, HW: tl.constexpr, DOT_PRECISION: tl.constexpr,
-    TRANS: tl.constexpr, LAYOUT: tl.constexpr, KSPLIT: tl.constexpr,
+    TRANS: tl.constexpr, LAYOUT: tl.constexpr, KSPLIT: tl.constexpr, PREFETCH: tl.constexpr,
 ):
     """scores [B, Hq, S_c]: program (b * Hkv + hk, chunk) runs blocks_per_prog 64-token blocks;
     per block its D key tiles (consecutive) are the B operand, in KSPLIT (1 or 2) dots."""
@@ -528,10 +588,27 @@ def _keys_fast(
                      ).to(tl.float32)
         qs1 = _split_fp16(q1)
     tok = tl.arange(0, 64)
-    for tb in range(tb0, tl.minimum(tb0 + blocks_per_prog, n_tblocks)):
+    tb_end = tl.minimum(tb0 + blocks_per_prog, n_tblocks)
+    if PREFETCH:
+        # The first block's tile metadata and scales; each step then loads the next block's
+        # while it decodes its own (their latency hidden behind the decode).
+        tl.static_assert(BITS == 2 and LAYOUT == 3 and KSPLIT == 1)
+        first = (bk.to(tl.int64) * n_tblocks + tb0) * D
+        n0 = tl.where(tb0 < tb_end, D, 0)
+        p_bm, p_off, p_nw, p_F = _half_meta(BITMAPS, OFFSETS, ZERO, first, 1, n0, KC)
+        p_sc = tl.load(SCALE + first + chans, mask=chans < n0, other=0.0)
+    for tb in range(tb0, tb_end):
         tile0 = (bk.to(tl.int64) * n_tblocks + tb) * D
-        acc = _keys_step(q0, qs0, BITMAPS, OFFSETS, PACKED, SCALE, ZERO, LUT, tile0,
-                         tl.minimum(D, KC), KC, BITS, FILL, LAYOUT, HW, DOT_PRECISION, TRANS)
+        if PREFETCH:
+            c_bm, c_off, c_nw, c_F, c_sc = p_bm, p_off, p_nw, p_F, p_sc
+            n1 = tl.where(tb + 1 < tb_end, D, 0)
+            p_bm, p_off, p_nw, p_F = _half_meta(BITMAPS, OFFSETS, ZERO, tile0 + D, 1, n1, KC)
+            p_sc = tl.load(SCALE + tile0 + D + chans, mask=chans < n1, other=0.0)
+            acc = _contract2_pre(q0 * c_sc[None, :], c_bm, c_off, c_nw, c_F, BITMAPS, OFFSETS,
+                                 PACKED, ZERO, LUT, tile0, 1, D, KC, HW, DOT_PRECISION, TRANS)
+        else:
+            acc = _keys_step(q0, qs0, BITMAPS, OFFSETS, PACKED, SCALE, ZERO, LUT, tile0,
+                             tl.minimum(D, KC), KC, BITS, FILL, LAYOUT, HW, DOT_PRECISION, TRANS)
         if KSPLIT == 2:
             acc += _keys_step(q1, qs1, BITMAPS, OFFSETS, PACKED, SCALE, ZERO, LUT, tile0 + KC,
                               D - KC, KC, BITS, FILL, LAYOUT, HW, DOT_PRECISION, TRANS)
@@ -546,7 +623,7 @@ def _values_fast(
     stride_pb, stride_ph, stride_os, stride_ob, stride_oh, Hkv, S, chunk,
     NC: tl.constexpr, G: tl.constexpr, BITS: tl.constexpr, BLOCK_S: tl.constexpr,
     BLOCK_G: tl.constexpr, FILL: tl.constexpr, HW: tl.constexpr, DOT_PRECISION: tl.constexpr,
-    TRANS: tl.constexpr, LAYOUT: tl.constexpr,
+    TRANS: tl.constexpr, LAYOUT: tl.constexpr, PREFETCH: tl.constexpr,
 ):
     """out partials [n_chunks, B, Hq, D]: program (b * Hkv + hk, channel block cb, chunk) sums
     p @ V over the chunk's tokens for channels 64 cb .. 64 cb + 63; a step's B operand is the
@@ -561,20 +638,47 @@ def _values_fast(
     heads = hk * G + offs_g
     ss = tl.arange(0, BLOCK_S)
     acc = tl.zeros([BLOCK_G, 64], dtype=tl.float32)
-    s_end = tl.minimum(ch * chunk + chunk, S)
-    for s0 in range(ch * chunk, s_end, BLOCK_S):
-        toks = s0 + ss
+    s_begin = ch * chunk
+    s_end = tl.minimum(s_begin + chunk, S)
+    if PREFETCH:
+        # The first step's p, scales and tile metadata; each step loads the next one's while
+        # it decodes its own.
+        tl.static_assert(BITS == 2 and LAYOUT == 3)
+        toks = s_begin + ss
         s_ok = toks < s_end
-        tiles = (bk.to(tl.int64) * S + toks) * NC + cb
-        p = tl.load(P + b * stride_pb + heads[:, None] * stride_ph + toks[None, :],
-                    mask=g_ok[:, None] & s_ok[None, :], other=0.0).to(tl.float32)
-        if BITS == 2:
-            a = p * tl.load(SCALE + tiles, mask=s_ok, other=0.0)[None, :]
-            acc += _contract2(a, BITMAPS, OFFSETS, PACKED, ZERO, LUT, (bk.to(tl.int64) * S + s0) * NC + cb,
-                              NC, s_end - s0, BLOCK_S, FILL, LAYOUT, HW, DOT_PRECISION, TRANS)
+        first = (bk.to(tl.int64) * S + s_begin) * NC + cb
+        p_p = tl.load(P + b * stride_pb + heads[:, None] * stride_ph + toks[None, :],
+                      mask=g_ok[:, None] & s_ok[None, :], other=0.0).to(tl.float32)
+        p_sc = tl.load(SCALE + first + ss * NC, mask=s_ok, other=0.0)
+        p_bm, p_off, p_nw, p_F = _half_meta(BITMAPS, OFFSETS, ZERO, first, NC, s_end - s_begin,
+                                            BLOCK_S)
+    for s0 in range(s_begin, s_end, BLOCK_S):
+        tile0 = (bk.to(tl.int64) * S + s0) * NC + cb
+        if PREFETCH:
+            c_p, c_sc, c_bm, c_off, c_nw, c_F = p_p, p_sc, p_bm, p_off, p_nw, p_F
+            toks = s0 + BLOCK_S + ss
+            s_ok = toks < s_end
+            nxt = tile0 + BLOCK_S * NC
+            p_p = tl.load(P + b * stride_pb + heads[:, None] * stride_ph + toks[None, :],
+                          mask=g_ok[:, None] & s_ok[None, :], other=0.0).to(tl.float32)
+            p_sc = tl.load(SCALE + nxt + ss * NC, mask=s_ok, other=0.0)
+            p_bm, p_off, p_nw, p_F = _half_meta(BITMAPS, OFFSETS, ZERO, nxt, NC,
+                                                s_end - s0 - BLOCK_S, BLOCK_S)
+            acc += _contract2_pre(c_p * c_sc[None, :], c_bm, c_off, c_nw, c_F, BITMAPS, OFFSETS,
+                                  PACKED, ZERO, LUT, tile0, NC, s_end - s0, BLOCK_S, HW,
+                                  DOT_PRECISION, TRANS)
         else:
-            acc += _contract16(p, BITMAPS, OFFSETS, PACKED, (bk.to(tl.int64) * S + s0) * NC + cb, NC,
-                               s_end - s0, BLOCK_S, HW, DOT_PRECISION, TRANS)
+            toks = s0 + ss
+            s_ok = toks < s_end
+            p = tl.load(P + b * stride_pb + heads[:, None] * stride_ph + toks[None, :],
+                        mask=g_ok[:, None] & s_ok[None, :], other=0.0).to(tl.float32)
+            if BITS == 2:
+                a = p * tl.load(SCALE + tile0 + ss * NC, mask=s_ok, other=0.0)[None, :]
+                acc += _contract2(a, BITMAPS, OFFSETS, PACKED, ZERO, LUT, tile0, NC, s_end - s0,
+                                  BLOCK_S, FILL, LAYOUT, HW, DOT_PRECISION, TRANS)
+            else:
+                acc += _contract16(p, BITMAPS, OFFSETS, PACKED, tile0, NC, s_end - s0, BLOCK_S,
+                                   HW, DOT_PRECISION, TRANS)
     dst = O + ch * stride_os + b * stride_ob + heads[:, None] * stride_oh + cb * 64
     tl.store(dst + tl.arange(0, 64)[None, :], acc.to(O.dtype.element_ty), mask=g_ok[:, None])
 

@@ -132,11 +132,11 @@ def _mustafar_values_fast(
 VARIANTS = {
     "old": None,
     "new": {},
-    "new/T0": {"TRANS": False},
+    "new/noPF": {"PREFETCH": False},
+    "new/r128": {"maxnreg": 128},
+    "new/r104": {"maxnreg": 104},
     "new/L2": {"LAYOUT": 2},
     "new/L1": {"LAYOUT": 1},
-    "new/L0": {"LAYOUT": 0},
-    "new/w8": {"keys_warps": 8, "values_warps": 8},
     "new/K2": {"KSPLIT": 2},
     "new/g8": {"gmin": 8},
     "new/pps4": {"programs_per_sm": 4},
@@ -146,7 +146,7 @@ VARIANTS = {
 }
 #: Variants that only make sense for some ops or packings.
 ONLY = {"new/K2": {"op": ("keys",)}, "new/bs64": {"op": ("values",)},
-        **{v: {"bits": (2,)} for v in ("new/L2", "new/L1", "new/L0")}}
+        **{v: {"bits": (2,)} for v in ("new/L2", "new/L1", "new/noPF")}}
 
 
 def old_plan(op, x, c, out):
