@@ -355,8 +355,8 @@ def mustafar_values_plan(p: torch.Tensor, vc: Compressed, out: torch.Tensor, *,
 #: are the dot's first operand (see ``_dot2``); LAYOUT, the 2-bit decode: 0 one thread per
 #: tile, 1 one per (tile, octet), 2 as 1 with byte permutes (``_flat_prmt2``), 3 byte permutes
 #: with one thread per half tile (``_half_prmt2``); KSPLIT: keys in
-#: 1 or 2 dots per block (fewer registers); PREFETCH: a 2-bit step loads the next step's tile
-#: metadata, scales (and p) while it decodes (LAYOUT 3, KSPLIT 1); maxnreg: a register cap
+#: 1 or 2 dots per block (fewer registers); PREFETCH: a step loads the next step's tile
+#: metadata, scales (and p) while it decodes (2-bit: LAYOUT 3; KSPLIT 1); maxnreg: a register cap
 #: (more programs per SM; the rare odd-zero branch may spill); gmin: heads a dot pads to (see ``_gmin``);
 #: programs_per_sm: programs to aim for per SM.
 FAST = dict(FILL=True, TRANS=True, LAYOUT=3, KSPLIT=1, PREFETCH=True, gmin=16, keys_warps=4, values_warps=4,
@@ -389,8 +389,9 @@ def _fast_cfg(overrides: Optional[dict]) -> dict:
 
 
 def _prefetch(cfg: dict, bits: int, ksplit: int) -> bool:
-    """Whether a step loads the next step's tile metadata while it decodes (2-bit, LAYOUT 3)."""
-    return bool(cfg["PREFETCH"]) and bits == 2 and cfg["LAYOUT"] == 3 and ksplit == 1
+    """Whether a step loads the next step's tile metadata while it decodes (16-bit, or 2-bit
+    with LAYOUT 3; one dot per step)."""
+    return bool(cfg["PREFETCH"]) and (bits == 16 or cfg["LAYOUT"] == 3) and ksplit == 1
 
 
 def _regs(cfg: dict) -> dict:

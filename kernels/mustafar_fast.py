@@ -394,7 +394,35 @@ def _octet16(BITMAPS, OFFSETS, PACKED, tile0, tstride, n_ok, NT: tl.constexpr, H
     """fp16 [NT, 64]: 16-bit tiles tile0 + t * tstride, t < NT (from n_ok on: zeros), one
     thread per (tile, octet) (``_flat_octets``), one predicated load per element at its slot
     (a warp's lanes read 4 tiles' contiguous data: about two cache lines)."""
-    tile, ok, off, y, r0 = _flat_octets(BITMAPS, OFFSETS, tile0, tstride, n_ok, NT, HW)
+    bm, off = _octet_meta(BITMAPS, OFFSETS, tile0, tstride, n_ok, NT)
+    return _octet16_decode(bm, off, PACKED, NT, HW)
+
+
+@triton.jit
+def _octet_meta(BITMAPS, OFFSETS, tile0, tstride, n_ok, NT: tl.constexpr):
+    """Per (tile, octet) on the flat axis u = 8 t + o: the tile's bitmap and packed offset
+    (tiles from n_ok on: empty). Split from the decode so a loop can load the next step's while
+    it decodes this one."""
+    t = tl.arange(0, NT * 8) // 8
+    ok = t < n_ok
+    tile = tile0 + t * tstride
+    return tl.load(BITMAPS + tile, mask=ok, other=0), tl.load(OFFSETS + tile, mask=ok, other=0)
+
+
+@triton.jit
+def _octet16_decode(bm, off, PACKED, NT: tl.constexpr, HW: tl.constexpr):
+    """``_octet16`` from the octets' metadata (``_octet_meta``)."""
+    o = tl.arange(0, NT * 8) % 8
+    bm = bm.to(tl.uint64, bitcast=True)
+    hi = (bm >> 32).to(tl.uint32)
+    lo = bm.to(tl.uint32)
+    # Octet o is byte 7 - o; the slots before it are the set bits of the bytes above.
+    sh = (24 - 8 * (o & 3)).to(tl.uint32)
+    y = tl.where(o < 4, hi >> sh, lo >> sh) & 0xFF
+    full = tl.full(o.shape, 0xFFFFFFFF, tl.uint32)
+    mhi = tl.where(o >= 4, full, ~(full >> (8 * (o & 3)).to(tl.uint32)))
+    mlo = tl.where(o > 4, ~(full >> (8 * ((o - 4) & 3)).to(tl.uint32)), 0)
+    r0 = _popc32(hi & mhi, HW) + _popc32(lo & mlo, HW)
     X = _spread(y)
     P = X * 0x11111111
     R = (P >> 28) * 0x11111111 - P          # nibble k: slot of element 7 - k in the octet
@@ -590,16 +618,25 @@ def _keys_fast(
     tok = tl.arange(0, 64)
     tb_end = tl.minimum(tb0 + blocks_per_prog, n_tblocks)
     if PREFETCH:
-        # The first block's tile metadata and scales; each step then loads the next block's
+        # The first block's tile metadata (and scales); each step then loads the next block's
         # while it decodes its own (their latency hidden behind the decode).
-        tl.static_assert(BITS == 2 and LAYOUT == 3 and KSPLIT == 1)
+        tl.static_assert((BITS == 16 or LAYOUT == 3) and KSPLIT == 1)
         first = (bk.to(tl.int64) * n_tblocks + tb0) * D
         n0 = tl.where(tb0 < tb_end, D, 0)
-        p_bm, p_off, p_nw, p_F = _half_meta(BITMAPS, OFFSETS, ZERO, first, 1, n0, KC)
-        p_sc = tl.load(SCALE + first + chans, mask=chans < n0, other=0.0)
+        if BITS == 2:
+            p_bm, p_off, p_nw, p_F = _half_meta(BITMAPS, OFFSETS, ZERO, first, 1, n0, KC)
+            p_sc = tl.load(SCALE + first + chans, mask=chans < n0, other=0.0)
+        else:
+            p_bm, p_off = _octet_meta(BITMAPS, OFFSETS, first, 1, n0, KC)
     for tb in range(tb0, tb_end):
         tile0 = (bk.to(tl.int64) * n_tblocks + tb) * D
-        if PREFETCH:
+        if PREFETCH and BITS == 16:
+            c_bm, c_off = p_bm, p_off
+            p_bm, p_off = _octet_meta(BITMAPS, OFFSETS, tile0 + D, 1,
+                                      tl.where(tb + 1 < tb_end, D, 0), KC)
+            b16 = _octet16_decode(c_bm, c_off, PACKED, KC, HW)
+            acc = _dot2(qs0[0], qs0[1], b16, TRANS, DOT_PRECISION) * qs0[2]
+        elif PREFETCH:
             c_bm, c_off, c_nw, c_F, c_sc = p_bm, p_off, p_nw, p_F, p_sc
             n1 = tl.where(tb + 1 < tb_end, D, 0)
             p_bm, p_off, p_nw, p_F = _half_meta(BITMAPS, OFFSETS, ZERO, tile0 + D, 1, n1, KC)
@@ -643,18 +680,32 @@ def _values_fast(
     if PREFETCH:
         # The first step's p, scales and tile metadata; each step loads the next one's while
         # it decodes its own.
-        tl.static_assert(BITS == 2 and LAYOUT == 3)
+        tl.static_assert(BITS == 16 or LAYOUT == 3)
         toks = s_begin + ss
         s_ok = toks < s_end
         first = (bk.to(tl.int64) * S + s_begin) * NC + cb
         p_p = tl.load(P + b * stride_pb + heads[:, None] * stride_ph + toks[None, :],
                       mask=g_ok[:, None] & s_ok[None, :], other=0.0).to(tl.float32)
-        p_sc = tl.load(SCALE + first + ss * NC, mask=s_ok, other=0.0)
-        p_bm, p_off, p_nw, p_F = _half_meta(BITMAPS, OFFSETS, ZERO, first, NC, s_end - s_begin,
-                                            BLOCK_S)
+        if BITS == 2:
+            p_sc = tl.load(SCALE + first + ss * NC, mask=s_ok, other=0.0)
+            p_bm, p_off, p_nw, p_F = _half_meta(BITMAPS, OFFSETS, ZERO, first, NC,
+                                                s_end - s_begin, BLOCK_S)
+        else:
+            p_bm, p_off = _octet_meta(BITMAPS, OFFSETS, first, NC, s_end - s_begin, BLOCK_S)
     for s0 in range(s_begin, s_end, BLOCK_S):
         tile0 = (bk.to(tl.int64) * S + s0) * NC + cb
-        if PREFETCH:
+        if PREFETCH and BITS == 16:
+            c_p, c_bm, c_off = p_p, p_bm, p_off
+            toks = s0 + BLOCK_S + ss
+            s_ok = toks < s_end
+            nxt = tile0 + BLOCK_S * NC
+            p_p = tl.load(P + b * stride_pb + heads[:, None] * stride_ph + toks[None, :],
+                          mask=g_ok[:, None] & s_ok[None, :], other=0.0).to(tl.float32)
+            p_bm, p_off = _octet_meta(BITMAPS, OFFSETS, nxt, NC, s_end - s0 - BLOCK_S, BLOCK_S)
+            b16 = _octet16_decode(c_bm, c_off, PACKED, BLOCK_S, HW)
+            hi, lo, unit = _split_fp16(c_p)
+            acc += _dot2(hi, lo, b16, TRANS, DOT_PRECISION) * unit
+        elif PREFETCH:
             c_p, c_sc, c_bm, c_off, c_nw, c_F = p_p, p_sc, p_bm, p_off, p_nw, p_F
             toks = s0 + BLOCK_S + ss
             s_ok = toks < s_end

@@ -146,7 +146,7 @@ VARIANTS = {
 }
 #: Variants that only make sense for some ops or packings.
 ONLY = {"new/K2": {"op": ("keys",)}, "new/bs64": {"op": ("values",)},
-        **{v: {"bits": (2,)} for v in ("new/L2", "new/L1", "new/noPF")}}
+        **{v: {"bits": (2,)} for v in ("new/L2", "new/L1")}}
 
 
 def old_plan(op, x, c, out):
