@@ -351,15 +351,15 @@ def mustafar_values_plan(p: torch.Tensor, vc: Compressed, out: torch.Tensor, *,
 # --- CUDA fast path, issue 25 (kernels/mustafar_fast.py) ----------------------------------------
 
 #: The fast path's default config; ``scripts/mustafar_variants.py`` times alternatives.
-#: FILL: unkept 2-bit elements read a planted fill code (no select); TRANS: the decoded tiles
-#: are the dot's first operand (see ``_dot2``); LAYOUT, the 2-bit decode: 0 one thread per
+#: FILL: unkept 2-bit elements read a planted fill code (no select); TRANS: 1 the decoded
+#: tiles are the dot's first operand, 2 also keeps the result transposed (see ``_dot2``); LAYOUT, the 2-bit decode: 0 one thread per
 #: tile, 1 one per (tile, octet), 2 as 1 with byte permutes (``_flat_prmt2``), 3 byte permutes
 #: with one thread per half tile (``_half_prmt2``); KSPLIT: keys in
 #: 1 or 2 dots per block (fewer registers); PREFETCH: a step loads the next step's tile
 #: metadata, scales (and p) while it decodes (2-bit: LAYOUT 3; KSPLIT 1); maxnreg: a register cap
 #: (more programs per SM; the rare odd-zero branch may spill); gmin: heads a dot pads to (see ``_gmin``);
 #: programs_per_sm: programs to aim for per SM.
-FAST = dict(FILL=True, TRANS=True, LAYOUT=3, KSPLIT=1, PREFETCH=True, gmin=16, keys_warps=4, values_warps=4,
+FAST = dict(FILL=True, TRANS=2, LAYOUT=3, KSPLIT=1, PREFETCH=True, gmin=16, keys_warps=4, values_warps=4,
             values_block_s=128, programs_per_sm=8, num_stages=1, maxnreg=None)
 
 
@@ -402,7 +402,7 @@ def _regs(cfg: dict) -> dict:
 def _gmin(cfg: dict) -> int:
     """Query heads a dot pads to: 16, or 8 where the tiles are the first operand (Hopper's
     wgmma takes N = 8)."""
-    return 8 if cfg["TRANS"] and cfg["gmin"] <= 8 else 16
+    return 8 if int(cfg["TRANS"]) > 0 and cfg["gmin"] <= 8 else 16
 
 
 def mustafar_keys_fast_plan(q: torch.Tensor, kc: Compressed, out: torch.Tensor,
@@ -422,7 +422,7 @@ def mustafar_keys_fast_plan(q: torch.Tensor, kc: Compressed, out: torch.Tensor,
     ksplit = cfg["KSPLIT"] if block_c >= 32 else 1
     meta = dict(D=D, G=G, BITS=kc.bits, BLOCK_C=block_c, BLOCK_G=max(_gmin(cfg), next_pow2(G)),
                 KSPLIT=ksplit, PREFETCH=_prefetch(cfg, kc.bits, ksplit),
-                FILL=cfg["FILL"], TRANS=cfg["TRANS"], LAYOUT=cfg["LAYOUT"], HW=hw,
+                FILL=cfg["FILL"], TRANS=int(cfg["TRANS"]), LAYOUT=cfg["LAYOUT"], HW=hw,
                 DOT_PRECISION=DOT_INPUT_PRECISION, num_warps=cfg["keys_warps"],
                 num_stages=cfg["num_stages"], **_regs(cfg))
     return LaunchPlan(kernel=_fast._keys_fast, grid=(B * Hkv, cdiv(n_tblocks, per)), args=args,
@@ -453,7 +453,7 @@ def mustafar_values_fast_plan(p: torch.Tensor, vc: Compressed, out: torch.Tensor
             chunk)
     meta = dict(NC=nc, G=G, BITS=vc.bits, BLOCK_S=step, BLOCK_G=max(_gmin(cfg), next_pow2(G)),
                 PREFETCH=_prefetch(cfg, vc.bits, 1),
-                FILL=cfg["FILL"], TRANS=cfg["TRANS"], LAYOUT=cfg["LAYOUT"], HW=hw,
+                FILL=cfg["FILL"], TRANS=int(cfg["TRANS"]), LAYOUT=cfg["LAYOUT"], HW=hw,
                 DOT_PRECISION=DOT_INPUT_PRECISION, num_warps=cfg["values_warps"],
                 num_stages=cfg["num_stages"], **_regs(cfg))
     then = None

@@ -454,40 +454,19 @@ def _split_fp16(a):
 
 @triton.jit
 def _dot2(hi, lo, b, TRANS: tl.constexpr, DOT_PRECISION: tl.constexpr):
-    """(hi + lo) @ b, fp32 [M, N]; TRANS computes it as (b^T @ (hi + lo)^T)^T, which puts the
-    decoded tiles on the side whose shared-memory layout takes their rows as vector stores."""
-    if TRANS:
+    """(hi + lo) @ b, fp32 [M, N]. TRANS 1 computes it as (b^T @ (hi + lo)^T)^T, which puts the
+    decoded tiles on the side whose shared-memory layout takes their rows as vector stores; TRANS
+    2 returns b^T @ (hi + lo)^T itself ([N, M]: no layout change before a store)."""
+    if TRANS > 0:
         bt = tl.trans(b)
         acc = tl.dot(bt, tl.trans(hi), input_precision=DOT_PRECISION)
-        acc = tl.trans(tl.dot(bt, tl.trans(lo), acc, input_precision=DOT_PRECISION))
+        acc = tl.dot(bt, tl.trans(lo), acc, input_precision=DOT_PRECISION)
+        if TRANS == 1:
+            acc = tl.trans(acc)
     else:
         acc = tl.dot(hi, b, input_precision=DOT_PRECISION)
         acc = tl.dot(lo, b, acc, input_precision=DOT_PRECISION)
     return acc
-
-
-@triton.jit
-def _codes2(BITMAPS, OFFSETS, PACKED, ZERO, tile0, tstride, n_ok, fill, NT: tl.constexpr,
-            FILL: tl.constexpr, LAYOUT: tl.constexpr, HW: tl.constexpr):
-    """int32 [NT, 64] codes of 2-bit tiles tile0 + t * tstride (t < n_ok; later rows: all
-    unkept), unkept elements ``fill`` (None: the tile's zero, else an int32 constant).
-    LAYOUT 0: one thread per tile; 1: one per (tile, octet)."""
-    tl.static_assert(LAYOUT < 2)
-    if LAYOUT == 0:
-        t = tl.arange(0, NT)
-    else:
-        t = tl.arange(0, NT * 8) // 8
-    ok = t < n_ok
-    tile = tile0 + t * tstride
-    if fill is None:
-        F = tl.load(ZERO + tile, mask=ok, other=0)
-    else:
-        F = tl.full(t.shape, fill, tl.int32)
-    if LAYOUT == 0:
-        c = _tile_codes2(BITMAPS, OFFSETS, PACKED, tile, ok, F, FILL)
-    else:
-        c = _flat_codes2(BITMAPS, OFFSETS, PACKED, tile0, tstride, n_ok, F, NT, FILL, HW)
-    return c
 
 
 @triton.jit
@@ -649,8 +628,12 @@ def _keys_fast(
         if KSPLIT == 2:
             acc += _keys_step(q1, qs1, BITMAPS, OFFSETS, PACKED, SCALE, ZERO, LUT, tile0 + KC,
                               D - KC, KC, BITS, FILL, LAYOUT, HW, DOT_PRECISION, TRANS)
-        tl.store(O + b * stride_ob + heads[:, None] * stride_oh + tb * 64 + tok[None, :],
-                 acc, mask=g_ok[:, None])
+        if TRANS == 2:  # acc is [64 tokens, BLOCK_G]
+            tl.store(O + b * stride_ob + heads[None, :] * stride_oh + tb * 64 + tok[:, None],
+                     acc, mask=g_ok[None, :])
+        else:
+            tl.store(O + b * stride_ob + heads[:, None] * stride_oh + tb * 64 + tok[None, :],
+                     acc, mask=g_ok[:, None])
 
 
 # sizes unspecialized: see kernels/__init__.py
@@ -674,7 +657,10 @@ def _values_fast(
     g_ok = offs_g < G
     heads = hk * G + offs_g
     ss = tl.arange(0, BLOCK_S)
-    acc = tl.zeros([BLOCK_G, 64], dtype=tl.float32)
+    if TRANS == 2:
+        acc = tl.zeros([64, BLOCK_G], dtype=tl.float32)
+    else:
+        acc = tl.zeros([BLOCK_G, 64], dtype=tl.float32)
     s_begin = ch * chunk
     s_end = tl.minimum(s_begin + chunk, S)
     if PREFETCH:
@@ -730,8 +716,13 @@ def _values_fast(
             else:
                 acc += _contract16(p, BITMAPS, OFFSETS, PACKED, tile0, NC, s_end - s0, BLOCK_S,
                                    HW, DOT_PRECISION, TRANS)
-    dst = O + ch * stride_os + b * stride_ob + heads[:, None] * stride_oh + cb * 64
-    tl.store(dst + tl.arange(0, 64)[None, :], acc.to(O.dtype.element_ty), mask=g_ok[:, None])
+    dst = O + ch * stride_os + b * stride_ob + cb * 64
+    if TRANS == 2:
+        tl.store(dst + heads[None, :] * stride_oh + tl.arange(0, 64)[:, None],
+                 acc.to(O.dtype.element_ty), mask=g_ok[None, :])
+    else:
+        tl.store(dst + heads[:, None] * stride_oh + tl.arange(0, 64)[None, :],
+                 acc.to(O.dtype.element_ty), mask=g_ok[:, None])
 
 
 # sizes unspecialized: see kernels/__init__.py

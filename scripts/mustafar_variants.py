@@ -132,21 +132,17 @@ def _mustafar_values_fast(
 VARIANTS = {
     "old": None,
     "new": {},
+    "new/T1": {"TRANS": 1},
     "new/noPF": {"PREFETCH": False},
     "new/r128": {"maxnreg": 128},
     "new/r104": {"maxnreg": 104},
-    "new/L2": {"LAYOUT": 2},
-    "new/L1": {"LAYOUT": 1},
-    "new/K2": {"KSPLIT": 2},
     "new/g8": {"gmin": 8},
     "new/pps4": {"programs_per_sm": 4},
     "new/pps16": {"programs_per_sm": 16},
-    "new/pps32": {"programs_per_sm": 32},
-    "new/bs64": {"values_block_s": 64},
+    "new/L2": {"LAYOUT": 2, "TRANS": 1},
 }
 #: Variants that only make sense for some ops or packings.
-ONLY = {"new/K2": {"op": ("keys",)}, "new/bs64": {"op": ("values",)},
-        **{v: {"bits": (2,)} for v in ("new/L2", "new/L1")}}
+ONLY = {"new/L2": {"bits": (2,)}}
 
 
 def old_plan(op, x, c, out):
