@@ -357,9 +357,10 @@ def mustafar_values_plan(p: torch.Tensor, vc: Compressed, out: torch.Tensor, *,
 #: with one thread per half tile (``_half_prmt2``); KSPLIT: keys in
 #: 1 or 2 dots per block (fewer registers); PREFETCH: a step loads the next step's tile
 #: metadata, scales (and p) while it decodes (2-bit: LAYOUT 3; KSPLIT 1); maxnreg: a register cap
-#: (more programs per SM; the rare odd-zero branch may spill); gmin: heads a dot pads to (see ``_gmin``);
+#: (more programs per SM; the rare odd-zero branch may spill); KB: 16-bit keys, 64-token blocks
+#: per dot (2: one M = 128 dot, q being the same for both); gmin: heads a dot pads to (see ``_gmin``);
 #: programs_per_sm: programs to aim for per SM.
-FAST = dict(FILL=True, TRANS=2, LAYOUT=3, KSPLIT=1, PREFETCH=True, gmin=16, keys_warps=4, values_warps=4,
+FAST = dict(FILL=True, TRANS=2, LAYOUT=3, KSPLIT=1, PREFETCH=True, KB=1, gmin=16, keys_warps=4, values_warps=4,
             values_block_s=128, programs_per_sm=8, num_stages=1, maxnreg=None)
 
 
@@ -422,6 +423,8 @@ def mustafar_keys_fast_plan(q: torch.Tensor, kc: Compressed, out: torch.Tensor,
     ksplit = cfg["KSPLIT"] if block_c >= 32 else 1
     meta = dict(D=D, G=G, BITS=kc.bits, BLOCK_C=block_c, BLOCK_G=max(_gmin(cfg), next_pow2(G)),
                 KSPLIT=ksplit, PREFETCH=_prefetch(cfg, kc.bits, ksplit),
+                KB=2 if cfg["KB"] == 2 and kc.bits == 16 and ksplit == 1 and int(cfg["TRANS"]) == 2
+                else 1,
                 FILL=cfg["FILL"], TRANS=int(cfg["TRANS"]), LAYOUT=cfg["LAYOUT"], HW=hw,
                 DOT_PRECISION=DOT_INPUT_PRECISION, num_warps=cfg["keys_warps"],
                 num_stages=cfg["num_stages"], **_regs(cfg))

@@ -567,6 +567,46 @@ def _keys_step(q, qs, BITMAPS, OFFSETS, PACKED, SCALE, ZERO, LUT, tile0, n_ok, K
     return acc
 
 
+@triton.jit
+def _pair_meta(BITMAPS, OFFSETS, tile0, D, n_ok0, n_ok1, NT: tl.constexpr):
+    """``_octet_meta`` of two consecutive 64-token key blocks (tiles tile0 + t and tile0 + D + t,
+    t < NT), block-major on the flat axis."""
+    u = tl.arange(0, 2 * NT * 8)
+    blk = u // (NT * 8)
+    t = (u // 8) % NT
+    ok = t < tl.where(blk == 0, n_ok0, n_ok1)
+    tile = tile0 + blk * D + t
+    return tl.load(BITMAPS + tile, mask=ok, other=0), tl.load(OFFSETS + tile, mask=ok, other=0)
+
+
+@triton.jit
+def _keys16_pairs(qs, BITMAPS, OFFSETS, PACKED, OUT, g_ok, bk, tb0, tb_end, n_tblocks,
+                  D: tl.constexpr, NT: tl.constexpr, HW: tl.constexpr,
+                  DOT_PRECISION: tl.constexpr, PREFETCH: tl.constexpr):
+    """16-bit keys, two 64-token blocks per dot (q is the same for both: one [128, NT] operand,
+    M = 128), OUT pointing at the program's heads ([1, BLOCK_G])."""
+    tok = tl.arange(0, 128)
+    if PREFETCH:
+        first = (bk.to(tl.int64) * n_tblocks + tb0) * D
+        p_bm, p_off = _pair_meta(BITMAPS, OFFSETS, first, D, tl.where(tb0 < tb_end, D, 0),
+                                 tl.where(tb0 + 1 < tb_end, D, 0), NT)
+    for tb in range(tb0, tb_end, 2):
+        tile0 = (bk.to(tl.int64) * n_tblocks + tb) * D
+        if PREFETCH:
+            c_bm, c_off = p_bm, p_off
+            p_bm, p_off = _pair_meta(BITMAPS, OFFSETS, tile0 + 2 * D, D,
+                                     tl.where(tb + 2 < tb_end, D, 0),
+                                     tl.where(tb + 3 < tb_end, D, 0), NT)
+        else:
+            c_bm, c_off = _pair_meta(BITMAPS, OFFSETS, tile0, D, D,
+                                     tl.where(tb + 1 < tb_end, D, 0), NT)
+        v = _octet16_decode(c_bm, c_off, PACKED, 2 * NT, HW)          # [2 NT, 64]: block-major
+        v = tl.reshape(tl.permute(tl.reshape(v, (2, NT, 64)), (1, 0, 2)), (NT, 128))
+        acc = _dot2(qs[0], qs[1], v, 2, DOT_PRECISION) * qs[2]          # [128 tokens, BLOCK_G]
+        tl.store(OUT + tb * 64 + tok[:, None], acc,
+                 mask=(tb * 64 + tok < tb_end * 64)[:, None] & g_ok[None, :])
+
+
 # sizes unspecialized: see kernels/__init__.py
 @triton.jit(do_not_specialize=["Hkv", "n_tblocks", "blocks_per_prog"])
 def _keys_fast(
@@ -575,6 +615,7 @@ def _keys_fast(
     D: tl.constexpr, G: tl.constexpr, BITS: tl.constexpr, BLOCK_C: tl.constexpr,
     BLOCK_G: tl.constexpr, FILL: tl.constexpr, HW: tl.constexpr, DOT_PRECISION: tl.constexpr,
     TRANS: tl.constexpr, LAYOUT: tl.constexpr, KSPLIT: tl.constexpr, PREFETCH: tl.constexpr,
+    KB: tl.constexpr,
 ):
     """scores [B, Hq, S_c]: program (b * Hkv + hk, chunk) runs blocks_per_prog 64-token blocks;
     per block its D key tiles (consecutive) are the B operand, in KSPLIT (1 or 2) dots."""
@@ -594,46 +635,52 @@ def _keys_fast(
         q1 = tl.load(qp + KC, mask=g_ok[:, None] & (chans + KC < D)[None, :], other=0.0
                      ).to(tl.float32)
         qs1 = _split_fp16(q1)
-    tok = tl.arange(0, 64)
-    tb_end = tl.minimum(tb0 + blocks_per_prog, n_tblocks)
-    if PREFETCH:
-        # The first block's tile metadata (and scales); each step then loads the next block's
-        # while it decodes its own (their latency hidden behind the decode).
-        tl.static_assert((BITS == 16 or LAYOUT == 3) and KSPLIT == 1)
-        first = (bk.to(tl.int64) * n_tblocks + tb0) * D
-        n0 = tl.where(tb0 < tb_end, D, 0)
-        if BITS == 2:
-            p_bm, p_off, p_nw, p_F = _half_meta(BITMAPS, OFFSETS, ZERO, first, 1, n0, KC)
-            p_sc = tl.load(SCALE + first + chans, mask=chans < n0, other=0.0)
-        else:
-            p_bm, p_off = _octet_meta(BITMAPS, OFFSETS, first, 1, n0, KC)
-    for tb in range(tb0, tb_end):
-        tile0 = (bk.to(tl.int64) * n_tblocks + tb) * D
-        if PREFETCH and BITS == 16:
-            c_bm, c_off = p_bm, p_off
-            p_bm, p_off = _octet_meta(BITMAPS, OFFSETS, tile0 + D, 1,
-                                      tl.where(tb + 1 < tb_end, D, 0), KC)
-            b16 = _octet16_decode(c_bm, c_off, PACKED, KC, HW)
-            acc = _dot2(qs0[0], qs0[1], b16, TRANS, DOT_PRECISION) * qs0[2]
-        elif PREFETCH:
-            c_bm, c_off, c_nw, c_F, c_sc = p_bm, p_off, p_nw, p_F, p_sc
-            n1 = tl.where(tb + 1 < tb_end, D, 0)
-            p_bm, p_off, p_nw, p_F = _half_meta(BITMAPS, OFFSETS, ZERO, tile0 + D, 1, n1, KC)
-            p_sc = tl.load(SCALE + tile0 + D + chans, mask=chans < n1, other=0.0)
-            acc = _contract2_pre(q0 * c_sc[None, :], c_bm, c_off, c_nw, c_F, BITMAPS, OFFSETS,
-                                 PACKED, ZERO, LUT, tile0, 1, D, KC, HW, DOT_PRECISION, TRANS)
-        else:
-            acc = _keys_step(q0, qs0, BITMAPS, OFFSETS, PACKED, SCALE, ZERO, LUT, tile0,
-                             tl.minimum(D, KC), KC, BITS, FILL, LAYOUT, HW, DOT_PRECISION, TRANS)
-        if KSPLIT == 2:
-            acc += _keys_step(q1, qs1, BITMAPS, OFFSETS, PACKED, SCALE, ZERO, LUT, tile0 + KC,
-                              D - KC, KC, BITS, FILL, LAYOUT, HW, DOT_PRECISION, TRANS)
-        if TRANS == 2:  # acc is [64 tokens, BLOCK_G]
-            tl.store(O + b * stride_ob + heads[None, :] * stride_oh + tb * 64 + tok[:, None],
-                     acc, mask=g_ok[None, :])
-        else:
-            tl.store(O + b * stride_ob + heads[:, None] * stride_oh + tb * 64 + tok[None, :],
-                     acc, mask=g_ok[:, None])
+    if KB == 2:
+        tl.static_assert(BITS == 16 and KSPLIT == 1 and TRANS == 2)
+        _keys16_pairs(qs0, BITMAPS, OFFSETS, PACKED, O + b * stride_ob + heads[None, :] * stride_oh,
+                      g_ok, bk, tb0, tl.minimum(tb0 + blocks_per_prog, n_tblocks), n_tblocks, D, KC,
+                      HW, DOT_PRECISION, PREFETCH)
+    else:
+        tok = tl.arange(0, 64)
+        tb_end = tl.minimum(tb0 + blocks_per_prog, n_tblocks)
+        if PREFETCH:
+            # The first block's tile metadata (and scales); each step then loads the next block's
+            # while it decodes its own (their latency hidden behind the decode).
+            tl.static_assert((BITS == 16 or LAYOUT == 3) and KSPLIT == 1)
+            first = (bk.to(tl.int64) * n_tblocks + tb0) * D
+            n0 = tl.where(tb0 < tb_end, D, 0)
+            if BITS == 2:
+                p_bm, p_off, p_nw, p_F = _half_meta(BITMAPS, OFFSETS, ZERO, first, 1, n0, KC)
+                p_sc = tl.load(SCALE + first + chans, mask=chans < n0, other=0.0)
+            else:
+                p_bm, p_off = _octet_meta(BITMAPS, OFFSETS, first, 1, n0, KC)
+        for tb in range(tb0, tb_end):
+            tile0 = (bk.to(tl.int64) * n_tblocks + tb) * D
+            if PREFETCH and BITS == 16:
+                c_bm, c_off = p_bm, p_off
+                p_bm, p_off = _octet_meta(BITMAPS, OFFSETS, tile0 + D, 1,
+                                          tl.where(tb + 1 < tb_end, D, 0), KC)
+                b16 = _octet16_decode(c_bm, c_off, PACKED, KC, HW)
+                acc = _dot2(qs0[0], qs0[1], b16, TRANS, DOT_PRECISION) * qs0[2]
+            elif PREFETCH:
+                c_bm, c_off, c_nw, c_F, c_sc = p_bm, p_off, p_nw, p_F, p_sc
+                n1 = tl.where(tb + 1 < tb_end, D, 0)
+                p_bm, p_off, p_nw, p_F = _half_meta(BITMAPS, OFFSETS, ZERO, tile0 + D, 1, n1, KC)
+                p_sc = tl.load(SCALE + tile0 + D + chans, mask=chans < n1, other=0.0)
+                acc = _contract2_pre(q0 * c_sc[None, :], c_bm, c_off, c_nw, c_F, BITMAPS, OFFSETS,
+                                     PACKED, ZERO, LUT, tile0, 1, D, KC, HW, DOT_PRECISION, TRANS)
+            else:
+                acc = _keys_step(q0, qs0, BITMAPS, OFFSETS, PACKED, SCALE, ZERO, LUT, tile0,
+                                 tl.minimum(D, KC), KC, BITS, FILL, LAYOUT, HW, DOT_PRECISION, TRANS)
+            if KSPLIT == 2:
+                acc += _keys_step(q1, qs1, BITMAPS, OFFSETS, PACKED, SCALE, ZERO, LUT, tile0 + KC,
+                                  D - KC, KC, BITS, FILL, LAYOUT, HW, DOT_PRECISION, TRANS)
+            if TRANS == 2:  # acc is [64 tokens, BLOCK_G]
+                tl.store(O + b * stride_ob + heads[None, :] * stride_oh + tb * 64 + tok[:, None],
+                         acc, mask=g_ok[None, :])
+            else:
+                tl.store(O + b * stride_ob + heads[:, None] * stride_oh + tb * 64 + tok[None, :],
+                         acc, mask=g_ok[:, None])
 
 
 # sizes unspecialized: see kernels/__init__.py

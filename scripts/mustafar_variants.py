@@ -140,9 +140,12 @@ VARIANTS = {
     "new/pps4": {"programs_per_sm": 4},
     "new/pps16": {"programs_per_sm": 16},
     "new/L2": {"LAYOUT": 2, "TRANS": 1},
+    "new/KB2": {"KB": 2},
+    "new/KB2r128": {"KB": 2, "maxnreg": 128},
 }
 #: Variants that only make sense for some ops or packings.
-ONLY = {"new/L2": {"bits": (2,)}}
+ONLY = {"new/L2": {"bits": (2,)}, "new/KB2": {"bits": (16,), "op": ("keys",)},
+        "new/KB2r128": {"bits": (16,), "op": ("keys",)}}
 
 
 def old_plan(op, x, c, out):
