@@ -350,18 +350,16 @@ def mustafar_values_plan(p: torch.Tensor, vc: Compressed, out: torch.Tensor, *,
 
 # --- CUDA fast path, issue 25 (kernels/mustafar_fast.py) ----------------------------------------
 
-#: The fast path's default config; ``scripts/mustafar_variants.py`` times alternatives.
-#: FILL: unkept 2-bit elements read a planted fill code (no select); TRANS: 1 the decoded
-#: tiles are the dot's first operand, 2 also keeps the result transposed (see ``_dot2``); LAYOUT, the 2-bit decode: 0 one thread per
-#: tile, 1 one per (tile, octet), 2 as 1 with byte permutes (``_flat_prmt2``), 3 byte permutes
-#: with one thread per half tile (``_half_prmt2``); KSPLIT: keys in
-#: 1 or 2 dots per block (fewer registers); PREFETCH: a step loads the next step's tile
-#: metadata, scales (and p) while it decodes (2-bit: LAYOUT 3; KSPLIT 1); maxnreg: a register cap
-#: (more programs per SM; the rare odd-zero branch may spill); KB: 16-bit keys, 64-token blocks
-#: per dot (2: one M = 128 dot, q being the same for both); gmin: heads a dot pads to (see ``_gmin``);
-#: programs_per_sm: programs to aim for per SM.
-FAST = dict(FILL=True, TRANS=2, LAYOUT=3, KSPLIT=1, PREFETCH=True, KB=1, gmin=16, keys_warps=4, values_warps=4,
-            values_block_s=128, programs_per_sm=8, num_stages=1, maxnreg=None)
+#: The fast path's config; ``scripts/mustafar_variants.py`` times alternatives. TRANS: 0 the
+#: decoded tiles are the dot's second operand, 1 its first, 2 the first with the result kept
+#: transposed (``mustafar_fast._dot2``); PREFETCH: a step loads the next step's metadata before
+#: it decodes; maxnreg: a register cap (more programs per SM); gmin: heads a dot pads to (see
+#: ``_gmin``); programs_per_sm: programs to aim for per SM. FAST_BY: the H100 figures' best per
+#: (op, bits) (scripts/mustafar_variants.py, November 2026).
+FAST = dict(TRANS=2, PREFETCH=True, gmin=16, keys_warps=4, values_warps=4, values_block_s=128,
+            programs_per_sm=8, num_stages=1, maxnreg=None)
+FAST_BY = {("keys", 2): dict(maxnreg=128), ("values", 2): dict(maxnreg=128),
+           ("keys", 16): dict(programs_per_sm=4), ("values", 16): dict(gmin=8)}
 
 
 _LUTS: dict = {}
@@ -383,16 +381,10 @@ def _sms(t: torch.Tensor) -> int:
     return 132
 
 
-def _fast_cfg(overrides: Optional[dict]) -> dict:
-    cfg = dict(FAST)
+def _fast_cfg(op: str, bits: int, overrides: Optional[dict]) -> dict:
+    cfg = dict(FAST, **FAST_BY.get((op, bits), {}))
     cfg.update(overrides or {})
     return cfg
-
-
-def _prefetch(cfg: dict, bits: int, ksplit: int) -> bool:
-    """Whether a step loads the next step's tile metadata while it decodes (16-bit, or 2-bit
-    with LAYOUT 3; one dot per step)."""
-    return bool(cfg["PREFETCH"]) and (bits == 16 or cfg["LAYOUT"] == 3) and ksplit == 1
 
 
 def _regs(cfg: dict) -> dict:
@@ -409,8 +401,8 @@ def _gmin(cfg: dict) -> int:
 def mustafar_keys_fast_plan(q: torch.Tensor, kc: Compressed, out: torch.Tensor,
                             cfg: Optional[dict] = None) -> LaunchPlan:
     """The CUDA fast path's launch (also runs in the interpreter): grid (B * Hkv, chunks of
-    64-token blocks), one step per block."""
-    cfg = _fast_cfg(cfg)
+    64-token blocks), one step per block. ``cfg`` overrides ``FAST`` / ``FAST_BY``."""
+    cfg = _fast_cfg("keys", kc.bits, cfg)
     B, Hkv, S, D = kc.shape
     G = q.shape[1] // Hkv
     n_tblocks = S // TILE
@@ -419,14 +411,9 @@ def mustafar_keys_fast_plan(q: torch.Tensor, kc: Compressed, out: torch.Tensor,
     hw = not is_interpret()
     args = (q, *_buffers(kc), _prmt_lut(q.device), out, q.stride(0), q.stride(1), out.stride(0),
             out.stride(1), Hkv, n_tblocks, per)
-    block_c = max(16, next_pow2(D))
-    ksplit = cfg["KSPLIT"] if block_c >= 32 else 1
-    meta = dict(D=D, G=G, BITS=kc.bits, BLOCK_C=block_c, BLOCK_G=max(_gmin(cfg), next_pow2(G)),
-                KSPLIT=ksplit, PREFETCH=_prefetch(cfg, kc.bits, ksplit),
-                KB=2 if cfg["KB"] == 2 and kc.bits == 16 and ksplit == 1 and int(cfg["TRANS"]) == 2
-                else 1,
-                FILL=cfg["FILL"], TRANS=int(cfg["TRANS"]), LAYOUT=cfg["LAYOUT"], HW=hw,
-                DOT_PRECISION=DOT_INPUT_PRECISION, num_warps=cfg["keys_warps"],
+    meta = dict(D=D, G=G, BITS=kc.bits, BLOCK_C=max(16, next_pow2(D)),
+                BLOCK_G=max(_gmin(cfg), next_pow2(G)), PREFETCH=bool(cfg["PREFETCH"]),
+                TRANS=int(cfg["TRANS"]), HW=hw, DOT_PRECISION=DOT_INPUT_PRECISION, num_warps=cfg["keys_warps"],
                 num_stages=cfg["num_stages"], **_regs(cfg))
     return LaunchPlan(kernel=_fast._keys_fast, grid=(B * Hkv, cdiv(n_tblocks, per)), args=args,
                       meta=meta)
@@ -435,8 +422,8 @@ def mustafar_keys_fast_plan(q: torch.Tensor, kc: Compressed, out: torch.Tensor,
 def mustafar_values_fast_plan(p: torch.Tensor, vc: Compressed, out: torch.Tensor,
                               cfg: Optional[dict] = None) -> LaunchPlan:
     """The CUDA fast path's launch: grid (B * Hkv, D / 64 channel blocks, token chunks); with
-    more than one chunk the fp32 partials are summed by ``_sum_chunks``."""
-    cfg = _fast_cfg(cfg)
+    more than one chunk the fp32 partials are summed by ``mustafar_fast._merge_chunks``."""
+    cfg = _fast_cfg("values", vc.bits, cfg)
     B, Hkv, S, D = vc.shape
     Hq = p.shape[1]
     G = Hq // Hkv
@@ -455,9 +442,7 @@ def mustafar_values_fast_plan(p: torch.Tensor, vc: Compressed, out: torch.Tensor
     args = (p, *_buffers(vc), _prmt_lut(p.device), dst, p.stride(0), p.stride(1), *strides, Hkv, S,
             chunk)
     meta = dict(NC=nc, G=G, BITS=vc.bits, BLOCK_S=step, BLOCK_G=max(_gmin(cfg), next_pow2(G)),
-                PREFETCH=_prefetch(cfg, vc.bits, 1),
-                FILL=cfg["FILL"], TRANS=int(cfg["TRANS"]), LAYOUT=cfg["LAYOUT"], HW=hw,
-                DOT_PRECISION=DOT_INPUT_PRECISION, num_warps=cfg["values_warps"],
+                PREFETCH=bool(cfg["PREFETCH"]), TRANS=int(cfg["TRANS"]), HW=hw, DOT_PRECISION=DOT_INPUT_PRECISION, num_warps=cfg["values_warps"],
                 num_stages=cfg["num_stages"], **_regs(cfg))
     then = None
     if n_chunks > 1:

@@ -1,34 +1,30 @@
-"""The CUDA fast path of the Mustafar kernels (kernels.md section 9), issue 25: decode cost per
-element down to a handful of integer operations, the head contraction on tensor cores.
+"""The CUDA fast path of the Mustafar kernels (kernels.md section 9), issue 25: fewer operations
+per decoded element, the head contraction on tensor cores, the next step's loads in flight.
 
 Both formulations are one shape of work: a step decodes NT tiles into an fp16 operand
 ``B [NT, 64]`` (row = tile, column = element j of the tile) and contracts it with
-``A [G, NT]`` (keys: ``q[h, c] * scale``, tiles = the D channels of one 64-token block; values:
-``p[h, s] * scale``, tiles = one channel block of NT tokens): ``acc [G, 64] += A @ B``.
+``A [G, NT]`` (keys: ``q[h, c] * scale``, the D channel tiles of one 64-token block; values:
+``p[h, s] * scale``, one channel block of NT tokens). ``A`` (fp32) is split into hi + lo fp16
+parts (``_split_fp16``), so fp32 precision is kept; ``B`` holds exact small integers (2-bit:
+``code - zero``) or the fp16 values themselves.
 
-Decoding (see ``_tile_codes2`` / ``_octet16``):
+* 2-bit (``_half_decode``): one thread per half tile loads its bitmap word and at most 3 code
+  words once and walks its 4 bitmap bytes. Per byte, a row of a 256-row table
+  (``prmt_table_rows``) holds the byte-permute selectors that put each element's code (kept:
+  its slot among the kept; unkept: a fill byte) in element order; the fill is the tile's zero,
+  so fp16 ``(1024 + code) - (1024 + zero)`` (two more permutes and a half2 subtract per 4
+  elements) is exactly ``kept ? code - zero : 0`` with no select. A step holding a tile whose
+  zero is outside [0, 3] (all-positive or flat tiles, offset values) contracts ``A @ C -
+  (A zero) @ K`` instead, C the codes and K the kept mask decoded the same way (``_odd_half``).
+* 16-bit (``_octet16_decode``): one thread per bitmap byte, one predicated 2-byte load per
+  element at its slot: the load unit does the gather.
+* Prefetch: a step issues the next step's metadata loads (bitmaps, offsets, zeros, scales, p)
+  before decoding its own; the decode's code-word loads depend on them.
 
-* 2-bit, one thread per tile: the thread loads the tile's bitmap, offsets and its (at most 4)
-  code words once, then walks the 8 octets (bytes of the bitmap) with compile-time element
-  indices. Per octet, SWAR on the byte gives every element's slot among the kept (a bit spread
-  into nibbles, one multiply for prefix counts); per element it is then a nibble extract and a
-  shift of the octet's code window. Unkept elements read a fill code planted above the
-  octet's codes (``FILL``), so they need no select: with fill = zero (when 0 <= zero <= 3)
-  ``sum_t A[t] (B[t, j] - zero[t])`` is ``A @ B`` minus one per-head constant.
-* 16-bit, one thread per octet: per element one predicated 2-byte load at the element's slot
-  (the LSU does the gather; a warp's lanes read 4 tiles' contiguous data).
-* Codes go to the tensor cores as fp16 subnormals (bit pattern = the code, value code * 2^-24,
-  exact) and the result is scaled back by 2^24, so no int-to-float conversion per element
-  (``SUBNORMAL``; the other form ORs 0x6400 and subtracts 1024 in fp16).
-* A tile whose zero lies outside [0, 3] (an all-positive tile, a flat tile, offset values)
-  cannot take the fill: a step holding one decodes again with a select and contracts the exact
-  integer ``kept ? code - zero : 0`` split into two fp16 parts (rare; conformance covers it).
-
-``A`` (fp32) is split into hi + lo fp16 parts (``_split_fp16``), so fp32 precision is kept.
-
-The portable kernels in ``kernels.mustafar`` stay what Ascend and the interpreter run by
-default; these need CUDA's tensor cores to pay off but run in the interpreter too (the
-``HW`` constexpr picks hardware popcount on CUDA, SWAR in the interpreter).
+``prmt`` and ``sub.f16x2`` are inline PTX and the popcount is CUDA's; in the interpreter (the
+``HW`` constexpr off) exact emulations run instead, which is how CPU CI checks this path. The
+portable kernels in ``kernels.mustafar`` stay what Ascend, the interpreter and compile-only
+run by default.
 """
 from __future__ import annotations
 
@@ -96,135 +92,6 @@ def _popc32(x, HW: tl.constexpr):
 
 
 @triton.jit
-def _octet_codes2(y, win, F, FILL: tl.constexpr):
-    """The 8 codes (int32 [N] each) of one octet per row (element i = bit 7 - i of y [N]): kept
-    elements' codes from ``win`` (the octet's code stream, LSB first), unkept ones ``F``; then
-    the count kept [N]."""
-    X = _spread(y)                       # nibble k: element 7 - k kept
-    P = X * 0x11111111                   # nibble k: kept among bits <= k (top nibble: all)
-    tot = P >> 28
-    S = (tot * 0x11111111 - P) * 2       # nibble k: 2 * (slot of element 7 - k)
-    if FILL:
-        # Unkept elements shift by 14 and read F planted at bits 14-15 (free unless all 8 are
-        # kept, when nothing reads it).
-        Xm = X * 15
-        S = (S & Xm) | ((~Xm & 0x77777777) << 1)
-        w = tl.where(tot == 8, win, (win & 0x3FFF) | (F.to(tl.uint32) << 14))
-        c7 = (w >> (S & 15)) & 3
-        c6 = (w >> ((S >> 4) & 15)) & 3
-        c5 = (w >> ((S >> 8) & 15)) & 3
-        c4 = (w >> ((S >> 12) & 15)) & 3
-        c3 = (w >> ((S >> 16) & 15)) & 3
-        c2 = (w >> ((S >> 20) & 15)) & 3
-        c1 = (w >> ((S >> 24) & 15)) & 3
-        c0 = (w >> (S >> 28)) & 3
-        c0, c1, c2, c3 = c0.to(tl.int32), c1.to(tl.int32), c2.to(tl.int32), c3.to(tl.int32)
-        c4, c5, c6, c7 = c4.to(tl.int32), c5.to(tl.int32), c6.to(tl.int32), c7.to(tl.int32)
-    else:
-        c7 = tl.where((X & 1) != 0, ((win >> (S & 15)) & 3).to(tl.int32), F)
-        c6 = tl.where(((X >> 4) & 1) != 0, ((win >> ((S >> 4) & 15)) & 3).to(tl.int32), F)
-        c5 = tl.where(((X >> 8) & 1) != 0, ((win >> ((S >> 8) & 15)) & 3).to(tl.int32), F)
-        c4 = tl.where(((X >> 12) & 1) != 0, ((win >> ((S >> 12) & 15)) & 3).to(tl.int32), F)
-        c3 = tl.where(((X >> 16) & 1) != 0, ((win >> ((S >> 16) & 15)) & 3).to(tl.int32), F)
-        c2 = tl.where(((X >> 20) & 1) != 0, ((win >> ((S >> 20) & 15)) & 3).to(tl.int32), F)
-        c1 = tl.where(((X >> 24) & 1) != 0, ((win >> ((S >> 24) & 15)) & 3).to(tl.int32), F)
-        c0 = tl.where(((X >> 28) & 1) != 0, ((win >> (S >> 28)) & 3).to(tl.int32), F)
-    return c0, c1, c2, c3, c4, c5, c6, c7, tot.to(tl.int32)
-
-
-@triton.jit
-def _tile_codes2(BITMAPS, OFFSETS, PACKED, tiles, ok, F, FILL: tl.constexpr):
-    """int32 [NT, 64]: the codes of tiles ``tiles`` [NT] (one thread each), unkept elements F
-    (any int32 without FILL; 0..3 with FILL). Tiles with ``ok`` False decode to all F."""
-    bm = tl.load(BITMAPS + tiles, mask=ok, other=0).to(tl.uint64, bitcast=True)
-    off = tl.load(OFFSETS + tiles, mask=ok, other=0)
-    nw = tl.load(OFFSETS + tiles + 1, mask=ok, other=0) - off
-    w0 = tl.load(PACKED + off, mask=nw > 0, other=0).to(tl.uint32, bitcast=True).to(tl.uint64)
-    w1 = tl.load(PACKED + off + 1, mask=nw > 1, other=0).to(tl.uint32, bitcast=True).to(tl.uint64)
-    w2 = tl.load(PACKED + off + 2, mask=nw > 2, other=0).to(tl.uint32, bitcast=True).to(tl.uint64)
-    w3 = tl.load(PACKED + off + 3, mask=nw > 3, other=0).to(tl.uint32, bitcast=True).to(tl.uint64)
-    hi = (bm >> 32).to(tl.uint32)
-    lo = bm.to(tl.uint32)
-    s01 = w0 | (w1 << 32)
-    s23 = w2 | (w3 << 32)
-    # Octets 0-3 (bitmap bits 63..32) read the first 64 code bits.
-    a0, a1, a2, a3, a4, a5, a6, a7, n = _octet_codes2(hi >> 24, s01.to(tl.uint32), F, FILL)
-    r = n
-    b0, b1, b2, b3, b4, b5, b6, b7, n = _octet_codes2((hi >> 16) & 0xFF,
-                                                      (s01 >> (2 * r)).to(tl.uint32), F, FILL)
-    r += n
-    c0, c1, c2, c3, c4, c5, c6, c7, n = _octet_codes2((hi >> 8) & 0xFF,
-                                                      (s01 >> (2 * r)).to(tl.uint32), F, FILL)
-    r += n
-    d0, d1, d2, d3, d4, d5, d6, d7, n = _octet_codes2(hi & 0xFF, (s01 >> (2 * r)).to(tl.uint32),
-                                                      F, FILL)
-    r += n
-    # Octets 4-7 read the stream from bit 2r (r <= 32): a 128-bit shift, once per tile.
-    sh = (2 * r).to(tl.uint64)
-    m = sh & 63
-    tail = tl.where(sh >= 64, s23, (s01 >> m) | ((s23 << 1) << (63 - m)))
-    e0, e1, e2, e3, e4, e5, e6, e7, n = _octet_codes2(lo >> 24, tail.to(tl.uint32), F, FILL)
-    r = n
-    f0, f1, f2, f3, f4, f5, f6, f7, n = _octet_codes2((lo >> 16) & 0xFF,
-                                                      (tail >> (2 * r)).to(tl.uint32), F, FILL)
-    r += n
-    g0, g1, g2, g3, g4, g5, g6, g7, n = _octet_codes2((lo >> 8) & 0xFF,
-                                                      (tail >> (2 * r)).to(tl.uint32), F, FILL)
-    r += n
-    h0, h1, h2, h3, h4, h5, h6, h7, n = _octet_codes2(lo & 0xFF, (tail >> (2 * r)).to(tl.uint32),
-                                                      F, FILL)
-    # Element i of every octet, then the elements: the last join is the fastest axis, so the
-    # registers hold the tile in element order (one vector store per 8 elements).
-    z = _cat8(_cat8(a0, b0, c0, d0, e0, f0, g0, h0), _cat8(a1, b1, c1, d1, e1, f1, g1, h1),
-              _cat8(a2, b2, c2, d2, e2, f2, g2, h2), _cat8(a3, b3, c3, d3, e3, f3, g3, h3),
-              _cat8(a4, b4, c4, d4, e4, f4, g4, h4), _cat8(a5, b5, c5, d5, e5, f5, g5, h5),
-              _cat8(a6, b6, c6, d6, e6, f6, g6, h6), _cat8(a7, b7, c7, d7, e7, f7, g7, h7))
-    return tl.reshape(z, (z.shape[0], 64))
-
-
-@triton.jit
-def _flat_octets(BITMAPS, OFFSETS, tile0, tstride, n_ok, NT: tl.constexpr, HW: tl.constexpr):
-    """Per (tile, octet) on a flat axis u = 8 t + o of NT * 8 (a warp's lanes hold 4 tiles'
-    octets, so the decoded [NT, 64] tile rows sit 8 elements to a thread, the layout whose
-    shared-memory stores are vectors): tile index, whether it is real, its packed offset, the
-    octet's bitmap byte y (element i = bit 7 - i) and its first slot r0 in the tile."""
-    u = tl.arange(0, NT * 8)
-    t = u // 8
-    o = u % 8
-    ok = t < n_ok
-    tile = tile0 + t * tstride
-    bm = tl.load(BITMAPS + tile, mask=ok, other=0).to(tl.uint64, bitcast=True)
-    off = tl.load(OFFSETS + tile, mask=ok, other=0)
-    hi = (bm >> 32).to(tl.uint32)
-    lo = bm.to(tl.uint32)
-    # Octet o is byte 7 - o; the slots before it are the set bits of the bytes above.
-    sh = (24 - 8 * (o & 3)).to(tl.uint32)
-    y = tl.where(o < 4, hi >> sh, lo >> sh) & 0xFF
-    full = tl.full(o.shape, 0xFFFFFFFF, tl.uint32)
-    mhi = tl.where(o >= 4, full, ~(full >> (8 * (o & 3)).to(tl.uint32)))
-    mlo = tl.where(o > 4, ~(full >> (8 * ((o - 4) & 3)).to(tl.uint32)), 0)
-    r0 = _popc32(hi & mhi, HW) + _popc32(lo & mlo, HW)
-    return tile, ok, off, y, r0
-
-
-@triton.jit
-def _flat_codes2(BITMAPS, OFFSETS, PACKED, tile0, tstride, n_ok, F, NT: tl.constexpr,
-                 FILL: tl.constexpr, HW: tl.constexpr):
-    """int32 [NT, 64] codes of 2-bit tiles tile0 + t * tstride (unkept: F [NT * 8], per octet
-    row), one thread per (tile, octet): the octet's 16 code bits come from the two words at its
-    first slot."""
-    tile, ok, off, y, r0 = _flat_octets(BITMAPS, OFFSETS, tile0, tstride, n_ok, NT, HW)
-    nw = tl.load(OFFSETS + tile + 1, mask=ok, other=0) - off
-    wi = r0 >> 4
-    wa = tl.load(PACKED + off + wi, mask=wi < nw, other=0).to(tl.uint32, bitcast=True)
-    wb = tl.load(PACKED + off + wi + 1, mask=wi + 1 < nw, other=0).to(tl.uint32, bitcast=True)
-    win = (((wb.to(tl.uint64) << 32) | wa.to(tl.uint64)) >> (2 * (r0 & 15)).to(tl.uint64))
-    c0, c1, c2, c3, c4, c5, c6, c7, n = _octet_codes2(y, win.to(tl.uint32), F, FILL)
-    z = _cat8(c0, c1, c2, c3, c4, c5, c6, c7)          # [NT * 8, 8]: row u, element i
-    return tl.reshape(z, (NT, 64))
-
-
-@triton.jit
 def _prmt(a, b, c, HW: tl.constexpr):
     """CUDA's byte permute (uint32): result byte n = byte (c >> 4n) & 7 of {b, a} (a = bytes
     0-3). Selectors never set bit 3 here (no sign replication), which the emulation leaves out."""
@@ -275,35 +142,6 @@ def _byte_pairs(e, h2, F, HW: tl.constexpr):
 
 
 @triton.jit
-def _flat_prmt2(BITMAPS, OFFSETS, PACKED, ZERO, LUT, tile0, tstride, n_ok, NT: tl.constexpr,
-                HW: tl.constexpr):
-    """fp16 [NT, 64]: kept ? code - zero : 0 for 2-bit tiles whose zero is in [0, 3], one
-    thread per (tile, octet). Per octet a table row (``prmt_table``) gives the byte-permute
-    selectors of elements 0-3 and 4-7 (kept: slot, unkept: the fill byte) and the slot of
-    element 4; two byte permutes expand the octet's codes into element order with the tile's
-    zero as fill, two more per 4 elements make fp16 pairs 1024 + code, minus 1024 + zero."""
-    tile, ok, off, y, r0 = _flat_octets(BITMAPS, OFFSETS, tile0, tstride, n_ok, NT, HW)
-    nw = tl.load(OFFSETS + tile + 1, mask=ok, other=0) - off
-    wi = r0 >> 4
-    wa = tl.load(PACKED + off + wi, mask=wi < nw, other=0).to(tl.uint32, bitcast=True)
-    wb = tl.load(PACKED + off + wi + 1, mask=wi + 1 < nw, other=0).to(tl.uint32, bitcast=True)
-    win = ((((wb.to(tl.uint64) << 32) | wa.to(tl.uint64)) >> (2 * (r0 & 15)).to(tl.uint64))
-           ).to(tl.uint32)
-    F = tl.load(ZERO + tile, mask=ok, other=0)
-    e = tl.load(LUT + y).to(tl.uint64, bitcast=True)
-    sel = e.to(tl.uint32)
-    r4 = ((e >> 32) & 15).to(tl.uint32)
-    F4 = F.to(tl.uint32) * 0x01010101
-    lo = _prmt(_code_bytes(win), F4, sel & 0xFFFF, HW)
-    hi = _prmt(_code_bytes(win >> (2 * r4)), F4, sel >> 16, HW)
-    h2 = (F.to(tl.uint32) + 0x6400) * 0x00010001
-    v0, v1, v2, v3 = _byte_pairs(lo, h2, F, HW)
-    v4, v5, v6, v7 = _byte_pairs(hi, h2, F, HW)
-    z = _cat8(v0, v1, v2, v3, v4, v5, v6, v7)          # [NT * 8, 8]: row u, element i
-    return tl.reshape(z, (NT, 64))
-
-
-@triton.jit
 def _prmt_octet(y, win, F4, h2, F, LUT, HW: tl.constexpr):
     """The 8 fp16 values kept ? code - F : 0 of one octet (bitmap byte y, its code stream win,
     LSB first; F4 / h2 the fill byte and 1024 + F as byte and fp16x2 patterns), then the stream
@@ -317,16 +155,6 @@ def _prmt_octet(y, win, F4, h2, F, LUT, HW: tl.constexpr):
     v0, v1, v2, v3 = _byte_pairs(lo, h2, F, HW)
     v4, v5, v6, v7 = _byte_pairs(hi, h2, F, HW)
     return v0, v1, v2, v3, v4, v5, v6, v7, used
-
-
-@triton.jit
-def _half_prmt2(BITMAPS, OFFSETS, PACKED, ZERO, LUT, tile0, tstride, n_ok, NT: tl.constexpr,
-                HW: tl.constexpr):
-    """As ``_flat_prmt2`` with one thread per half tile (u = 2 t + half, 32 elements): the
-    thread loads its half's bitmap word and at most 3 code words once and walks its 4 octets,
-    consuming the code stream as it goes (no per-octet slot count or window load)."""
-    bm, off, nw, F = _half_meta(BITMAPS, OFFSETS, ZERO, tile0, tstride, n_ok, NT)
-    return _half_decode(bm, off, nw, F, PACKED, LUT, NT, HW)
 
 
 @triton.jit
@@ -348,8 +176,11 @@ def _half_meta(BITMAPS, OFFSETS, ZERO, tile0, tstride, n_ok, NT: tl.constexpr):
 @triton.jit
 def _half_decode(bm, off, nw, F, PACKED, LUT, NT: tl.constexpr, HW: tl.constexpr,
                  KEPT: tl.constexpr = False):
-    """``_half_prmt2`` from the half tiles' metadata (``_half_meta``); KEPT: every code 1 (no
-    code words read), so with F = 0 the result is the 0/1 kept mask."""
+    """fp16 [NT, 64]: kept ? code - F : 0 for 2-bit tiles (F: the tile's zero, in [0, 3]), one
+    thread per half tile (u = 2 t + half, 32 elements) from the metadata ``_half_meta`` loaded:
+    the thread loads at most 3 code words once and walks its 4 bitmap bytes, consuming the code
+    stream as it goes (``_prmt_octet``). KEPT: every code 1 (no code words read), so with F = 0
+    the result is the 0/1 kept mask."""
     second = (tl.arange(0, NT * 2) % 2) == 1
     bm = bm.to(tl.uint64, bitcast=True)
     hi = (bm >> 32).to(tl.uint32)
@@ -390,15 +221,6 @@ def _half_decode(bm, off, nw, F, PACKED, LUT, NT: tl.constexpr, HW: tl.constexpr
 
 
 @triton.jit
-def _octet16(BITMAPS, OFFSETS, PACKED, tile0, tstride, n_ok, NT: tl.constexpr, HW: tl.constexpr):
-    """fp16 [NT, 64]: 16-bit tiles tile0 + t * tstride, t < NT (from n_ok on: zeros), one
-    thread per (tile, octet) (``_flat_octets``), one predicated load per element at its slot
-    (a warp's lanes read 4 tiles' contiguous data: about two cache lines)."""
-    bm, off = _octet_meta(BITMAPS, OFFSETS, tile0, tstride, n_ok, NT)
-    return _octet16_decode(bm, off, PACKED, NT, HW)
-
-
-@triton.jit
 def _octet_meta(BITMAPS, OFFSETS, tile0, tstride, n_ok, NT: tl.constexpr):
     """Per (tile, octet) on the flat axis u = 8 t + o: the tile's bitmap and packed offset
     (tiles from n_ok on: empty). Split from the decode so a loop can load the next step's while
@@ -411,7 +233,10 @@ def _octet_meta(BITMAPS, OFFSETS, tile0, tstride, n_ok, NT: tl.constexpr):
 
 @triton.jit
 def _octet16_decode(bm, off, PACKED, NT: tl.constexpr, HW: tl.constexpr):
-    """``_octet16`` from the octets' metadata (``_octet_meta``)."""
+    """fp16 [NT, 64]: 16-bit tiles from the metadata ``_octet_meta`` loaded (one thread per
+    (tile, octet): a warp's lanes hold 4 tiles), one predicated 2-byte load per element at its
+    slot (the octet's first slot by popcount, the slots inside it by nibble prefix sums), so
+    the lanes of a load read 4 tiles' contiguous data, about two cache lines."""
     o = tl.arange(0, NT * 8) % 8
     bm = bm.to(tl.uint64, bitcast=True)
     hi = (bm >> 32).to(tl.uint32)
@@ -470,10 +295,12 @@ def _dot2(hi, lo, b, TRANS: tl.constexpr, DOT_PRECISION: tl.constexpr):
 
 
 @triton.jit
-def _contract2_pre(a, bm, off, nw, F, BITMAPS, OFFSETS, PACKED, ZERO, LUT, tile0, tstride, n_ok,
+def _contract2(a, bm, off, nw, F, PACKED, ZERO, LUT, tile0, tstride, n_ok,
                    NT: tl.constexpr, HW: tl.constexpr, DOT_PRECISION: tl.constexpr,
                    TRANS: tl.constexpr):
-    """``_contract2`` (LAYOUT 3) with the half tiles' metadata already loaded (``_half_meta``)."""
+    """[BLOCK_G, 64] fp32 ([64, BLOCK_G] for TRANS 2): sum over tiles t of a[:, t] * (value of
+    element j of tile t) for 2-bit tiles tile0 + t * tstride (t < n_ok) whose metadata
+    ``_half_meta`` loaded; a = (q or p) * scale [BLOCK_G, NT] fp32."""
     odd = tl.max(((F < 0) | (F > 3)).to(tl.int32), 0)
     hi, lo, unit = _split_fp16(a)
     if odd == 0:
@@ -502,185 +329,68 @@ def _odd_half(a, hi, lo, unit, bm, off, nw, F, PACKED, ZERO, LUT, tile0, tstride
     return acc - _dot2(hz, lz, k, TRANS, DOT_PRECISION) * uz
 
 
-@triton.jit
-def _contract2(a, BITMAPS, OFFSETS, PACKED, ZERO, LUT, tile0, tstride, n_ok, NT: tl.constexpr,
-               FILL: tl.constexpr, LAYOUT: tl.constexpr, HW: tl.constexpr,
-               DOT_PRECISION: tl.constexpr, TRANS: tl.constexpr):
-    """[BLOCK_G, 64] fp32: sum over tiles t of a[:, t] * (value of element j of tile t) for 2-bit
-    tiles tile0 + t * tstride (t < n_ok), a = (q or p) * scale [BLOCK_G, NT] fp32."""
-    t = tl.arange(0, NT)
-    zero = tl.load(ZERO + tile0 + t * tstride, mask=t < n_ok, other=0)
-    odd = tl.max(((zero < 0) | (zero > 3)).to(tl.int32), 0)
-    hi, lo, unit = _split_fp16(a)
-    if odd == 0:
-        # Unkept elements read the code `zero`; fp16 (1024 + code) - (1024 + zero) is exactly
-        # kept ? code - zero : 0.
-        if LAYOUT == 2:
-            b = _flat_prmt2(BITMAPS, OFFSETS, PACKED, ZERO, LUT, tile0, tstride, n_ok, NT, HW)
-        elif LAYOUT == 3:
-            b = _half_prmt2(BITMAPS, OFFSETS, PACKED, ZERO, LUT, tile0, tstride, n_ok, NT, HW)
-        else:
-            c = _codes2(BITMAPS, OFFSETS, PACKED, ZERO, tile0, tstride, n_ok, None, NT, FILL,
-                        LAYOUT, HW)
-            b = (c | 0x6400).to(tl.int16).to(tl.float16, bitcast=True) \
-                - (zero + 1024).to(tl.float16)[:, None]
-        acc = _dot2(hi, lo, b, TRANS, DOT_PRECISION) * unit
-    elif LAYOUT == 3:
-        bm, off, nw, F = _half_meta(BITMAPS, OFFSETS, ZERO, tile0, tstride, n_ok, NT)
-        acc = _odd_half(a, hi, lo, unit, bm, off, nw, F, PACKED, ZERO, LUT, tile0, tstride, n_ok,
-                        NT, HW, DOT_PRECISION, TRANS)
-    else:
-        # Exact integers kept ? code - zero : 0 (|.| < 2^17 for fp16 data), as hi + lo fp16.
-        c = _codes2(BITMAPS, OFFSETS, PACKED, ZERO, tile0, tstride, n_ok, -1, NT, False, 1, HW)
-        v = tl.where(c >= 0, c - zero[:, None], 0).to(tl.float32)
-        bh = v.to(tl.float16)
-        bl = (v - bh.to(tl.float32)).to(tl.float16)
-        acc = _dot2(hi, lo, bh, TRANS, DOT_PRECISION)
-        acc += _dot2(hi, lo, bl, TRANS, DOT_PRECISION)
-        acc = acc * unit
-    return acc
-
-
-@triton.jit
-def _contract16(a, BITMAPS, OFFSETS, PACKED, tile0, tstride, n_ok, NT: tl.constexpr,
-                HW: tl.constexpr, DOT_PRECISION: tl.constexpr, TRANS: tl.constexpr):
-    """As ``_contract2`` for fp16 tiles tile0 + t * tstride, t < NT (a = q or p)."""
-    b = _octet16(BITMAPS, OFFSETS, PACKED, tile0, tstride, n_ok, NT, HW)
-    hi, lo, unit = _split_fp16(a)
-    return _dot2(hi, lo, b, TRANS, DOT_PRECISION) * unit
-
-
-@triton.jit
-def _keys_step(q, qs, BITMAPS, OFFSETS, PACKED, SCALE, ZERO, LUT, tile0, n_ok, KC: tl.constexpr,
-               BITS: tl.constexpr, FILL: tl.constexpr, LAYOUT: tl.constexpr, HW: tl.constexpr,
-               DOT_PRECISION: tl.constexpr, TRANS: tl.constexpr):
-    """[BLOCK_G, 64]: q [BLOCK_G, KC] against key tiles tile0 .. tile0 + KC - 1 (n_ok real);
-    qs: (hi, lo, unit) of q, used for 16-bit tiles."""
-    if BITS == 2:
-        t = tl.arange(0, KC)
-        a = q * tl.load(SCALE + tile0 + t, mask=t < n_ok, other=0.0)[None, :]
-        acc = _contract2(a, BITMAPS, OFFSETS, PACKED, ZERO, LUT, tile0, 1, n_ok, KC, FILL, LAYOUT,
-                         HW, DOT_PRECISION, TRANS)
-    else:
-        b = _octet16(BITMAPS, OFFSETS, PACKED, tile0, 1, n_ok, KC, HW)
-        acc = _dot2(qs[0], qs[1], b, TRANS, DOT_PRECISION) * qs[2]
-    return acc
-
-
-@triton.jit
-def _pair_meta(BITMAPS, OFFSETS, tile0, D, n_ok0, n_ok1, NT: tl.constexpr):
-    """``_octet_meta`` of two consecutive 64-token key blocks (tiles tile0 + t and tile0 + D + t,
-    t < NT), block-major on the flat axis."""
-    u = tl.arange(0, 2 * NT * 8)
-    blk = u // (NT * 8)
-    t = (u // 8) % NT
-    ok = t < tl.where(blk == 0, n_ok0, n_ok1)
-    tile = tile0 + blk * D + t
-    return tl.load(BITMAPS + tile, mask=ok, other=0), tl.load(OFFSETS + tile, mask=ok, other=0)
-
-
-@triton.jit
-def _keys16_pairs(qs, BITMAPS, OFFSETS, PACKED, OUT, g_ok, bk, tb0, tb_end, n_tblocks,
-                  D: tl.constexpr, NT: tl.constexpr, HW: tl.constexpr,
-                  DOT_PRECISION: tl.constexpr, PREFETCH: tl.constexpr):
-    """16-bit keys, two 64-token blocks per dot (q is the same for both: one [128, NT] operand,
-    M = 128), OUT pointing at the program's heads ([1, BLOCK_G])."""
-    tok = tl.arange(0, 128)
-    if PREFETCH:
-        first = (bk.to(tl.int64) * n_tblocks + tb0) * D
-        p_bm, p_off = _pair_meta(BITMAPS, OFFSETS, first, D, tl.where(tb0 < tb_end, D, 0),
-                                 tl.where(tb0 + 1 < tb_end, D, 0), NT)
-    for tb in range(tb0, tb_end, 2):
-        tile0 = (bk.to(tl.int64) * n_tblocks + tb) * D
-        if PREFETCH:
-            c_bm, c_off = p_bm, p_off
-            p_bm, p_off = _pair_meta(BITMAPS, OFFSETS, tile0 + 2 * D, D,
-                                     tl.where(tb + 2 < tb_end, D, 0),
-                                     tl.where(tb + 3 < tb_end, D, 0), NT)
-        else:
-            c_bm, c_off = _pair_meta(BITMAPS, OFFSETS, tile0, D, D,
-                                     tl.where(tb + 1 < tb_end, D, 0), NT)
-        v = _octet16_decode(c_bm, c_off, PACKED, 2 * NT, HW)          # [2 NT, 64]: block-major
-        v = tl.reshape(tl.permute(tl.reshape(v, (2, NT, 64)), (1, 0, 2)), (NT, 128))
-        acc = _dot2(qs[0], qs[1], v, 2, DOT_PRECISION) * qs[2]          # [128 tokens, BLOCK_G]
-        tl.store(OUT + tb * 64 + tok[:, None], acc,
-                 mask=(tb * 64 + tok < tb_end * 64)[:, None] & g_ok[None, :])
-
-
 # sizes unspecialized: see kernels/__init__.py
 @triton.jit(do_not_specialize=["Hkv", "n_tblocks", "blocks_per_prog"])
 def _keys_fast(
     Q, BITMAPS, OFFSETS, PACKED, SCALE, ZERO, LUT, O,
     stride_qb, stride_qh, stride_ob, stride_oh, Hkv, n_tblocks, blocks_per_prog,
     D: tl.constexpr, G: tl.constexpr, BITS: tl.constexpr, BLOCK_C: tl.constexpr,
-    BLOCK_G: tl.constexpr, FILL: tl.constexpr, HW: tl.constexpr, DOT_PRECISION: tl.constexpr,
-    TRANS: tl.constexpr, LAYOUT: tl.constexpr, KSPLIT: tl.constexpr, PREFETCH: tl.constexpr,
-    KB: tl.constexpr,
+    BLOCK_G: tl.constexpr, HW: tl.constexpr, DOT_PRECISION: tl.constexpr, TRANS: tl.constexpr,
+    PREFETCH: tl.constexpr,
 ):
     """scores [B, Hq, S_c]: program (b * Hkv + hk, chunk) runs blocks_per_prog 64-token blocks;
-    per block its D key tiles (consecutive) are the B operand, in KSPLIT (1 or 2) dots."""
-    KC: tl.constexpr = BLOCK_C // KSPLIT
+    per block its D key tiles (consecutive) are one step's operand. With PREFETCH a step loads
+    the next block's tile metadata (and scales) before it decodes its own, so their latency
+    hides behind the decode."""
     bk = tl.program_id(0)
     tb0 = tl.program_id(1) * blocks_per_prog
     b = (bk // Hkv).to(tl.int64)
     hk = (bk % Hkv).to(tl.int64)
     offs_g = tl.arange(0, BLOCK_G)
     g_ok = offs_g < G
-    chans = tl.arange(0, KC)
+    chans = tl.arange(0, BLOCK_C)
     heads = hk * G + offs_g
-    qp = Q + b * stride_qb + heads[:, None] * stride_qh + chans[None, :]
-    q0 = tl.load(qp, mask=g_ok[:, None] & (chans < D)[None, :], other=0.0).to(tl.float32)
-    qs0 = _split_fp16(q0)    # q is fixed per program: 16-bit tiles reuse its split
-    if KSPLIT == 2:
-        q1 = tl.load(qp + KC, mask=g_ok[:, None] & (chans + KC < D)[None, :], other=0.0
-                     ).to(tl.float32)
-        qs1 = _split_fp16(q1)
-    if KB == 2:
-        tl.static_assert(BITS == 16 and KSPLIT == 1 and TRANS == 2)
-        _keys16_pairs(qs0, BITMAPS, OFFSETS, PACKED, O + b * stride_ob + heads[None, :] * stride_oh,
-                      g_ok, bk, tb0, tl.minimum(tb0 + blocks_per_prog, n_tblocks), n_tblocks, D, KC,
-                      HW, DOT_PRECISION, PREFETCH)
-    else:
-        tok = tl.arange(0, 64)
-        tb_end = tl.minimum(tb0 + blocks_per_prog, n_tblocks)
-        if PREFETCH:
-            # The first block's tile metadata (and scales); each step then loads the next block's
-            # while it decodes its own (their latency hidden behind the decode).
-            tl.static_assert((BITS == 16 or LAYOUT == 3) and KSPLIT == 1)
-            first = (bk.to(tl.int64) * n_tblocks + tb0) * D
-            n0 = tl.where(tb0 < tb_end, D, 0)
-            if BITS == 2:
-                p_bm, p_off, p_nw, p_F = _half_meta(BITMAPS, OFFSETS, ZERO, first, 1, n0, KC)
-                p_sc = tl.load(SCALE + first + chans, mask=chans < n0, other=0.0)
-            else:
-                p_bm, p_off = _octet_meta(BITMAPS, OFFSETS, first, 1, n0, KC)
-        for tb in range(tb0, tb_end):
-            tile0 = (bk.to(tl.int64) * n_tblocks + tb) * D
-            if PREFETCH and BITS == 16:
-                c_bm, c_off = p_bm, p_off
-                p_bm, p_off = _octet_meta(BITMAPS, OFFSETS, tile0 + D, 1,
-                                          tl.where(tb + 1 < tb_end, D, 0), KC)
-                b16 = _octet16_decode(c_bm, c_off, PACKED, KC, HW)
-                acc = _dot2(qs0[0], qs0[1], b16, TRANS, DOT_PRECISION) * qs0[2]
-            elif PREFETCH:
+    q = tl.load(Q + b * stride_qb + heads[:, None] * stride_qh + chans[None, :],
+                mask=g_ok[:, None] & (chans < D)[None, :], other=0.0).to(tl.float32)
+    qs = _split_fp16(q)    # q is fixed per program: 16-bit tiles reuse its split
+    tok = tl.arange(0, 64)
+    tb_end = tl.minimum(tb0 + blocks_per_prog, n_tblocks)
+    if PREFETCH:
+        first = (bk.to(tl.int64) * n_tblocks + tb0) * D
+        n0 = tl.where(tb0 < tb_end, D, 0)
+        if BITS == 2:
+            p_bm, p_off, p_nw, p_F = _half_meta(BITMAPS, OFFSETS, ZERO, first, 1, n0, BLOCK_C)
+            p_sc = tl.load(SCALE + first + chans, mask=chans < n0, other=0.0)
+        else:
+            p_bm, p_off = _octet_meta(BITMAPS, OFFSETS, first, 1, n0, BLOCK_C)
+    for tb in range(tb0, tb_end):
+        tile0 = (bk.to(tl.int64) * n_tblocks + tb) * D
+        n1 = tl.where(tb + 1 < tb_end, D, 0)
+        if BITS == 2:
+            if PREFETCH:
                 c_bm, c_off, c_nw, c_F, c_sc = p_bm, p_off, p_nw, p_F, p_sc
-                n1 = tl.where(tb + 1 < tb_end, D, 0)
-                p_bm, p_off, p_nw, p_F = _half_meta(BITMAPS, OFFSETS, ZERO, tile0 + D, 1, n1, KC)
+                p_bm, p_off, p_nw, p_F = _half_meta(BITMAPS, OFFSETS, ZERO, tile0 + D, 1, n1,
+                                                    BLOCK_C)
                 p_sc = tl.load(SCALE + tile0 + D + chans, mask=chans < n1, other=0.0)
-                acc = _contract2_pre(q0 * c_sc[None, :], c_bm, c_off, c_nw, c_F, BITMAPS, OFFSETS,
-                                     PACKED, ZERO, LUT, tile0, 1, D, KC, HW, DOT_PRECISION, TRANS)
             else:
-                acc = _keys_step(q0, qs0, BITMAPS, OFFSETS, PACKED, SCALE, ZERO, LUT, tile0,
-                                 tl.minimum(D, KC), KC, BITS, FILL, LAYOUT, HW, DOT_PRECISION, TRANS)
-            if KSPLIT == 2:
-                acc += _keys_step(q1, qs1, BITMAPS, OFFSETS, PACKED, SCALE, ZERO, LUT, tile0 + KC,
-                                  D - KC, KC, BITS, FILL, LAYOUT, HW, DOT_PRECISION, TRANS)
-            if TRANS == 2:  # acc is [64 tokens, BLOCK_G]
-                tl.store(O + b * stride_ob + heads[None, :] * stride_oh + tb * 64 + tok[:, None],
-                         acc, mask=g_ok[None, :])
+                c_bm, c_off, c_nw, c_F = _half_meta(BITMAPS, OFFSETS, ZERO, tile0, 1, D, BLOCK_C)
+                c_sc = tl.load(SCALE + tile0 + chans, mask=chans < D, other=0.0)
+            acc = _contract2(q * c_sc[None, :], c_bm, c_off, c_nw, c_F, PACKED, ZERO, LUT,
+                                 tile0, 1, D, BLOCK_C, HW, DOT_PRECISION, TRANS)
+        else:
+            if PREFETCH:
+                c_bm, c_off = p_bm, p_off
+                p_bm, p_off = _octet_meta(BITMAPS, OFFSETS, tile0 + D, 1, n1, BLOCK_C)
             else:
-                tl.store(O + b * stride_ob + heads[:, None] * stride_oh + tb * 64 + tok[None, :],
-                         acc, mask=g_ok[:, None])
+                c_bm, c_off = _octet_meta(BITMAPS, OFFSETS, tile0, 1, D, BLOCK_C)
+            b16 = _octet16_decode(c_bm, c_off, PACKED, BLOCK_C, HW)
+            acc = _dot2(qs[0], qs[1], b16, TRANS, DOT_PRECISION) * qs[2]
+        if TRANS == 2:  # acc is [64 tokens, BLOCK_G]
+            tl.store(O + b * stride_ob + heads[None, :] * stride_oh + tb * 64 + tok[:, None],
+                     acc, mask=g_ok[None, :])
+        else:
+            tl.store(O + b * stride_ob + heads[:, None] * stride_oh + tb * 64 + tok[None, :],
+                     acc, mask=g_ok[:, None])
 
 
 # sizes unspecialized: see kernels/__init__.py
@@ -689,12 +399,13 @@ def _values_fast(
     P, BITMAPS, OFFSETS, PACKED, SCALE, ZERO, LUT, O,
     stride_pb, stride_ph, stride_os, stride_ob, stride_oh, Hkv, S, chunk,
     NC: tl.constexpr, G: tl.constexpr, BITS: tl.constexpr, BLOCK_S: tl.constexpr,
-    BLOCK_G: tl.constexpr, FILL: tl.constexpr, HW: tl.constexpr, DOT_PRECISION: tl.constexpr,
-    TRANS: tl.constexpr, LAYOUT: tl.constexpr, PREFETCH: tl.constexpr,
+    BLOCK_G: tl.constexpr, HW: tl.constexpr, DOT_PRECISION: tl.constexpr, TRANS: tl.constexpr,
+    PREFETCH: tl.constexpr,
 ):
     """out partials [n_chunks, B, Hq, D]: program (b * Hkv + hk, channel block cb, chunk) sums
-    p @ V over the chunk's tokens for channels 64 cb .. 64 cb + 63; a step's B operand is the
-    value tiles (s, cb) of BLOCK_S tokens."""
+    p @ V over the chunk's tokens for channels 64 cb .. 64 cb + 63; a step's operand is the
+    value tiles (s, cb) of BLOCK_S tokens. With PREFETCH a step loads the next step's p, scales
+    and tile metadata before it decodes its own."""
     bk = tl.program_id(0)
     cb = tl.program_id(1)
     ch = tl.program_id(2)
@@ -710,15 +421,12 @@ def _values_fast(
         acc = tl.zeros([BLOCK_G, 64], dtype=tl.float32)
     s_begin = ch * chunk
     s_end = tl.minimum(s_begin + chunk, S)
+    P_row = P + b * stride_pb + heads[:, None] * stride_ph
     if PREFETCH:
-        # The first step's p, scales and tile metadata; each step loads the next one's while
-        # it decodes its own.
-        tl.static_assert(BITS == 16 or LAYOUT == 3)
-        toks = s_begin + ss
-        s_ok = toks < s_end
         first = (bk.to(tl.int64) * S + s_begin) * NC + cb
-        p_p = tl.load(P + b * stride_pb + heads[:, None] * stride_ph + toks[None, :],
-                      mask=g_ok[:, None] & s_ok[None, :], other=0.0).to(tl.float32)
+        s_ok = s_begin + ss < s_end
+        p_p = tl.load(P_row + (s_begin + ss)[None, :], mask=g_ok[:, None] & s_ok[None, :],
+                      other=0.0).to(tl.float32)
         if BITS == 2:
             p_sc = tl.load(SCALE + first + ss * NC, mask=s_ok, other=0.0)
             p_bm, p_off, p_nw, p_F = _half_meta(BITMAPS, OFFSETS, ZERO, first, NC,
@@ -727,42 +435,38 @@ def _values_fast(
             p_bm, p_off = _octet_meta(BITMAPS, OFFSETS, first, NC, s_end - s_begin, BLOCK_S)
     for s0 in range(s_begin, s_end, BLOCK_S):
         tile0 = (bk.to(tl.int64) * S + s0) * NC + cb
-        if PREFETCH and BITS == 16:
-            c_p, c_bm, c_off = p_p, p_bm, p_off
-            toks = s0 + BLOCK_S + ss
-            s_ok = toks < s_end
-            nxt = tile0 + BLOCK_S * NC
-            p_p = tl.load(P + b * stride_pb + heads[:, None] * stride_ph + toks[None, :],
+        nxt = tile0 + BLOCK_S * NC
+        n_next = s_end - s0 - BLOCK_S
+        if PREFETCH:
+            c_p = p_p
+            s_ok = s0 + BLOCK_S + ss < s_end
+            p_p = tl.load(P_row + (s0 + BLOCK_S + ss)[None, :],
                           mask=g_ok[:, None] & s_ok[None, :], other=0.0).to(tl.float32)
-            p_bm, p_off = _octet_meta(BITMAPS, OFFSETS, nxt, NC, s_end - s0 - BLOCK_S, BLOCK_S)
+        else:
+            s_ok = s0 + ss < s_end
+            c_p = tl.load(P_row + (s0 + ss)[None, :], mask=g_ok[:, None] & s_ok[None, :],
+                          other=0.0).to(tl.float32)
+        if BITS == 2:
+            if PREFETCH:
+                c_sc, c_bm, c_off, c_nw, c_F = p_sc, p_bm, p_off, p_nw, p_F
+                p_sc = tl.load(SCALE + nxt + ss * NC, mask=s_ok, other=0.0)
+                p_bm, p_off, p_nw, p_F = _half_meta(BITMAPS, OFFSETS, ZERO, nxt, NC, n_next,
+                                                    BLOCK_S)
+            else:
+                c_sc = tl.load(SCALE + tile0 + ss * NC, mask=s_ok, other=0.0)
+                c_bm, c_off, c_nw, c_F = _half_meta(BITMAPS, OFFSETS, ZERO, tile0, NC, s_end - s0,
+                                                    BLOCK_S)
+            acc += _contract2(c_p * c_sc[None, :], c_bm, c_off, c_nw, c_F, PACKED, ZERO, LUT,
+                                  tile0, NC, s_end - s0, BLOCK_S, HW, DOT_PRECISION, TRANS)
+        else:
+            if PREFETCH:
+                c_bm, c_off = p_bm, p_off
+                p_bm, p_off = _octet_meta(BITMAPS, OFFSETS, nxt, NC, n_next, BLOCK_S)
+            else:
+                c_bm, c_off = _octet_meta(BITMAPS, OFFSETS, tile0, NC, s_end - s0, BLOCK_S)
             b16 = _octet16_decode(c_bm, c_off, PACKED, BLOCK_S, HW)
             hi, lo, unit = _split_fp16(c_p)
             acc += _dot2(hi, lo, b16, TRANS, DOT_PRECISION) * unit
-        elif PREFETCH:
-            c_p, c_sc, c_bm, c_off, c_nw, c_F = p_p, p_sc, p_bm, p_off, p_nw, p_F
-            toks = s0 + BLOCK_S + ss
-            s_ok = toks < s_end
-            nxt = tile0 + BLOCK_S * NC
-            p_p = tl.load(P + b * stride_pb + heads[:, None] * stride_ph + toks[None, :],
-                          mask=g_ok[:, None] & s_ok[None, :], other=0.0).to(tl.float32)
-            p_sc = tl.load(SCALE + nxt + ss * NC, mask=s_ok, other=0.0)
-            p_bm, p_off, p_nw, p_F = _half_meta(BITMAPS, OFFSETS, ZERO, nxt, NC,
-                                                s_end - s0 - BLOCK_S, BLOCK_S)
-            acc += _contract2_pre(c_p * c_sc[None, :], c_bm, c_off, c_nw, c_F, BITMAPS, OFFSETS,
-                                  PACKED, ZERO, LUT, tile0, NC, s_end - s0, BLOCK_S, HW,
-                                  DOT_PRECISION, TRANS)
-        else:
-            toks = s0 + ss
-            s_ok = toks < s_end
-            p = tl.load(P + b * stride_pb + heads[:, None] * stride_ph + toks[None, :],
-                        mask=g_ok[:, None] & s_ok[None, :], other=0.0).to(tl.float32)
-            if BITS == 2:
-                a = p * tl.load(SCALE + tile0 + ss * NC, mask=s_ok, other=0.0)[None, :]
-                acc += _contract2(a, BITMAPS, OFFSETS, PACKED, ZERO, LUT, tile0, NC, s_end - s0,
-                                  BLOCK_S, FILL, LAYOUT, HW, DOT_PRECISION, TRANS)
-            else:
-                acc += _contract16(p, BITMAPS, OFFSETS, PACKED, tile0, NC, s_end - s0, BLOCK_S,
-                                   HW, DOT_PRECISION, TRANS)
     dst = O + ch * stride_os + b * stride_ob + cb * 64
     if TRANS == 2:
         tl.store(dst + heads[None, :] * stride_oh + tl.arange(0, 64)[:, None],

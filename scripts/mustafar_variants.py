@@ -13,7 +13,8 @@ flushed before every call (``attnsuite.bench.timing.device_time``), beside the d
 the ratio kernel / dense (below 1 is faster than dense; the target is <= 1, the goal 0.5), GB/s
 of the compressed bytes the kernel reads, max abs error and that error over max|ref|.
 ``old`` is the fast path before issue 25 (``_mustafar_keys_fast`` / ``_mustafar_values_fast``);
-``new*`` are ``kernels/mustafar_fast.py`` with the config overrides shown. With env OUT set the
+``new*`` are ``kernels/mustafar_fast.py``: ``new`` its shipped config (``FAST`` with
+``FAST_BY``), the others with the overrides shown. With env OUT set the
 rows also go to $OUT/mustafar_variants.json.
 """
 from __future__ import annotations
@@ -133,19 +134,18 @@ VARIANTS = {
     "old": None,
     "new": {},
     "new/T1": {"TRANS": 1},
+    "new/T0": {"TRANS": 0},
     "new/noPF": {"PREFETCH": False},
+    "new/r0": {"maxnreg": None},
     "new/r128": {"maxnreg": 128},
-    "new/r104": {"maxnreg": 104},
     "new/g8": {"gmin": 8},
+    "new/g16": {"gmin": 16},
     "new/pps4": {"programs_per_sm": 4},
+    "new/pps8": {"programs_per_sm": 8},
     "new/pps16": {"programs_per_sm": 16},
-    "new/L2": {"LAYOUT": 2, "TRANS": 1},
-    "new/KB2": {"KB": 2},
-    "new/KB2r128": {"KB": 2, "maxnreg": 128},
 }
-#: Variants that only make sense for some ops or packings.
-ONLY = {"new/L2": {"bits": (2,)}, "new/KB2": {"bits": (16,), "op": ("keys",)},
-        "new/KB2r128": {"bits": (16,), "op": ("keys",)}}
+#: Variants that only make sense for some ops or packings (none now).
+ONLY: dict = {}
 
 
 def old_plan(op, x, c, out):
