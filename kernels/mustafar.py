@@ -23,8 +23,9 @@ octet's 16 code bits. No address depends on an element, so Ascend compiles no sc
 Paths: the portable kernels (``_mustafar_keys_fwd``, ``_mustafar_values_fwd``) run everywhere
 (interpreter, Ascend, compile-only); on Ascend their grid is one program per vector core, each
 looping over work items (a program is bound to a physical core there), and the element axis is
-the inner one (UB use). The CUDA fast path (``kernel_path`` fast / auto on CUDA) decodes the
-same way and does the head contraction on tensor cores (``_mustafar_*_fast``).
+the inner one (UB use). The CUDA fast path (``kernel_path`` fast / auto on CUDA) is
+``kernels/mustafar_fast.py`` (issue 25): a cheaper decode per element, the head contraction on
+tensor cores.
 
 Every launch goes through ``_checks.launch`` as a ``LaunchPlan`` built by a ``*_plan``
 function. Validation (types, shapes, buffer sizes, offsets and per-tile popcounts) runs before
@@ -45,6 +46,7 @@ from ._checks import (DOT_INPUT_PRECISION, on_ascend, FLOAT_DTYPES, cdiv, check_
                       use_fast_path)
 from ._grid import plan_grid
 from .mustafar_format import CODES_PER_WORD, TILE, Compressed, mask_from_bitmaps, tile_grid
+from . import mustafar_fast as _fast
 
 MAX_HEAD_DIM = 256
 
@@ -240,96 +242,6 @@ def _sum_chunks(W, O, n_chunks, stride_wc, stride_wb, stride_ob, stride_oh, Hq,
              mask=h_ok)
 
 
-# --- CUDA fast path: the same decode, the head contraction on tensor cores -----------------------
-
-@triton.jit
-def _split_fp16(a):
-    """a (fp32) as hi + lo fp16 parts times a power of two (returned), so that a dot of both parts
-    with exact fp16 operands keeps ~22 bits of a over fp32's whole range."""
-    m = tl.max(tl.max(tl.abs(a), 1), 0)
-    e = tl.maximum((m.to(tl.int32, bitcast=True) >> 23) & 0xFF, 15)
-    a = a * ((268 - e) << 23).to(tl.float32, bitcast=True)  # max |a| now below 2^15
-    hi = a.to(tl.float16)
-    lo = (a - hi.to(tl.float32)).to(tl.float16)
-    return hi, lo, ((e - 14) << 23).to(tl.float32, bitcast=True)
-
-
-@triton.jit
-def _tiles_by_row(v, NT: tl.constexpr):
-    """[8, NT * 8] decode (element axis outer) -> fp16 [NT, 64], row t = tile t: exact, as the
-    values are 2-bit codes minus zero (|.| <= 3) or fp16 values."""
-    return tl.reshape(tl.permute(tl.reshape(v, (8, NT, 8)), (1, 2, 0)), (NT, 64)).to(tl.float16)
-
-
-# sizes and LSE strides unspecialized: see kernels/__init__.py
-@triton.jit(do_not_specialize=["Hkv", "n_tblocks"])
-def _mustafar_keys_fast(
-    Q, BITMAPS, OFFSETS, PACKED, SCALE, ZERO, O,
-    stride_qb, stride_qh, stride_ob, stride_oh, Hkv, D, n_tblocks,
-    G: tl.constexpr, BITS: tl.constexpr, BLOCK_C: tl.constexpr, BLOCK_G: tl.constexpr,
-    DOT_PRECISION: tl.constexpr,
-):
-    bk = tl.program_id(0) // n_tblocks
-    t = tl.program_id(0) % n_tblocks
-    b = (bk // Hkv).to(tl.int64)
-    heads = (bk % Hkv).to(tl.int64) * G + tl.arange(0, BLOCK_G)
-    g_ok = (tl.arange(0, BLOCK_G) < G)[:, None]
-    tile0 = (bk.to(tl.int64) * n_tblocks + t) * D
-    acc = tl.zeros([BLOCK_G, 64], dtype=tl.float32)
-    for c0 in range(0, D, BLOCK_C):
-        chans = c0 + tl.arange(0, BLOCK_C)
-        c_ok = chans < D
-        k = _tiles_by_row(_decode_tiles(BITMAPS, OFFSETS, PACKED, ZERO, tile0 + c0, D - c0,
-                                        BLOCK_C, BITS, True), BLOCK_C)
-        q = tl.load(Q + b * stride_qb + heads[:, None] * stride_qh + chans[None, :],
-                    mask=g_ok & c_ok[None, :], other=0.0).to(tl.float32)
-        if BITS == 2:
-            q = q * tl.load(SCALE + tile0 + chans, mask=c_ok, other=0.0)[None, :]
-        hi, lo, unit = _split_fp16(q)
-        acc += (tl.dot(hi, k, input_precision=DOT_PRECISION)
-                + tl.dot(lo, k, input_precision=DOT_PRECISION)) * unit
-    tl.store(O + b * stride_ob + heads[:, None] * stride_oh + t.to(tl.int64) * 64
-             + tl.arange(0, 64)[None, :], acc, mask=g_ok)
-
-
-# sizes and LSE strides unspecialized: see kernels/__init__.py
-@triton.jit(do_not_specialize=["Hkv", "S", "chunk", "n_chunks"])
-def _mustafar_values_fast(
-    P, BITMAPS, OFFSETS, PACKED, SCALE, ZERO, O,
-    stride_pb, stride_ph, stride_os, stride_ob, stride_oh, Hkv, S, chunk, n_chunks,
-    G: tl.constexpr, BITS: tl.constexpr, NC: tl.constexpr, BLOCK_S: tl.constexpr,
-    BLOCK_G: tl.constexpr, DOT_PRECISION: tl.constexpr,
-):
-    NT: tl.constexpr = BLOCK_S * NC
-    bk = tl.program_id(0) // n_chunks
-    ch = tl.program_id(0) % n_chunks
-    b = (bk // Hkv).to(tl.int64)
-    heads = (bk % Hkv).to(tl.int64) * G + tl.arange(0, BLOCK_G)
-    g_ok = (tl.arange(0, BLOCK_G) < G)[:, None]
-    tt = tl.arange(0, NT)
-    cbs = tl.arange(0, NC)[:, None, None]
-    acc = tl.zeros([NC, BLOCK_G, 64], dtype=tl.float32)
-    s_end = tl.minimum(ch * chunk + chunk, S)
-    for s0 in range(ch * chunk, s_end, BLOCK_S):
-        tile0 = (bk.to(tl.int64) * S + s0) * NC
-        t_ok = tt < (s_end - s0) * NC
-        v = _tiles_by_row(_decode_tiles(BITMAPS, OFFSETS, PACKED, ZERO, tile0, (s_end - s0) * NC,
-                                        NT, BITS, True), NT)
-        # Row t of v is token s0 + t // NC, channel block t % NC: p per tile, one dot per block.
-        p = tl.load(P + b * stride_pb + heads[:, None] * stride_ph + s0 + tt[None, :] // NC,
-                    mask=g_ok & t_ok[None, :], other=0.0).to(tl.float32)
-        if BITS == 2:
-            p = p * tl.load(SCALE + tile0 + tt, mask=t_ok, other=0.0)[None, :]
-        for cb in tl.static_range(NC):
-            hi, lo, unit = _split_fp16(tl.where((tt % NC == cb)[None, :], p, 0.0))
-            part = (tl.dot(hi, v, input_precision=DOT_PRECISION)
-                    + tl.dot(lo, v, input_precision=DOT_PRECISION)) * unit
-            acc += tl.where(cbs == cb, part[None, :, :], 0.0)
-    dst = O + ch * stride_os + b * stride_ob + heads[None, :, None] * stride_oh
-    tl.store(dst + cbs * 64 + tl.arange(0, 64)[None, None, :], acc.to(O.dtype.element_ty),
-             mask=g_ok[None, :, :])
-
-
 # --- planning ----------------------------------------------------------------------------------
 
 def _buffers(c: Compressed) -> tuple:
@@ -378,11 +290,7 @@ def mustafar_keys_plan(q: torch.Tensor, kc: Compressed, out: torch.Tensor, *,
     n_tblocks = S // TILE
     n_work = B * Hkv * n_tblocks
     if use_fast_path(q):
-        args = (q, *_buffers(kc), out, q.stride(0), q.stride(1), out.stride(0), out.stride(1),
-                Hkv, D, n_tblocks)
-        meta = dict(G=G, BITS=kc.bits, BLOCK_C=min(next_pow2(D), 128), BLOCK_G=max(16, next_pow2(G)),
-                    DOT_PRECISION=DOT_INPUT_PRECISION, num_warps=4, num_stages=1)
-        return LaunchPlan(kernel=_mustafar_keys_fast, grid=(n_work,), args=args, meta=meta)
+        return mustafar_keys_fast_plan(q, kc, out)
     cfg = mustafar_keys_config(D, G, kc.bits, interpret, on_ascend(q))
     n_programs = _programs(n_work, q)
     args = (q, *_buffers(kc), out,
@@ -405,10 +313,9 @@ def mustafar_values_plan(p: torch.Tensor, vc: Compressed, out: torch.Tensor, *,
     G = Hq // Hkv
     interpret = is_interpret() if interpret is None else interpret
     ascend = on_ascend(p)
-    fast = use_fast_path(p)
+    if use_fast_path(p):
+        return mustafar_values_fast_plan(p, vc, out)
     cfg = mustafar_values_config(S, D, G, vc.bits, interpret, ascend)
-    if fast:
-        cfg.update(BLOCK_G=max(16, cfg["BLOCK_G"]), num_warps=4)
     step = cfg["BLOCK_S"]
     if ascend:
         # Enough chunks to give every core work, each a multiple of the step.
@@ -425,15 +332,10 @@ def mustafar_values_plan(p: torch.Tensor, vc: Compressed, out: torch.Tensor, *,
     else:
         dst = torch.empty((n_chunks, B, Hq, D), dtype=torch.float32, device=p.device)
         strides = dst.stride()[:3]
-    if fast:
-        kernel, n_programs = _mustafar_values_fast, n_work
-        args = (p, *_buffers(vc), dst, p.stride(0), p.stride(1), *strides, Hkv, S, chunk, n_chunks)
-        meta = dict(G=G, BITS=vc.bits, NC=D // TILE, DOT_PRECISION=DOT_INPUT_PRECISION, **cfg)
-    else:
-        kernel = _mustafar_values_fwd
-        args = (p, *_buffers(vc), dst, p.stride(0), p.stride(1), *strides,
-                Hkv, S, chunk, n_chunks, n_work, n_programs)
-        meta = dict(G=G, BITS=vc.bits, NC=D // TILE, I_OUTER=not ascend, **cfg)
+    kernel = _mustafar_values_fwd
+    args = (p, *_buffers(vc), dst, p.stride(0), p.stride(1), *strides,
+            Hkv, S, chunk, n_chunks, n_work, n_programs)
+    meta = dict(G=G, BITS=vc.bits, NC=D // TILE, I_OUTER=not ascend, **cfg)
     then = None
     if n_chunks > 1:
         block_h = min(next_pow2(Hq), 16)
@@ -444,6 +346,112 @@ def mustafar_values_plan(p: torch.Tensor, vc: Compressed, out: torch.Tensor, *,
     # The chunk partials carry nothing between calls: a repeat call may reuse them.
     return LaunchPlan(kernel=kernel, grid=(n_programs,), args=args, meta=meta, then=then,
                       workspace=((dst, False),) if then is not None else ())
+
+
+# --- CUDA fast path, issue 25 (kernels/mustafar_fast.py) ----------------------------------------
+
+#: The fast path's config; ``scripts/mustafar_variants.py`` times alternatives. TRANS: 0 the
+#: decoded tiles are the dot's second operand, 1 its first, 2 the first with the result kept
+#: transposed (``mustafar_fast._dot2``); PREFETCH: a step loads the next step's metadata before
+#: it decodes; maxnreg: a register cap (more programs per SM); gmin: heads a dot pads to (see
+#: ``_gmin``); programs_per_sm: programs to aim for per SM. FAST_BY: the H100 figures' best per
+#: (op, bits) (scripts/mustafar_variants.py, November 2026).
+FAST = dict(TRANS=2, PREFETCH=True, gmin=16, keys_warps=4, values_warps=4, values_block_s=128,
+            programs_per_sm=8, num_stages=1, maxnreg=None)
+FAST_BY = {("keys", 2): dict(maxnreg=128), ("values", 2): dict(maxnreg=128),
+           ("keys", 16): dict(programs_per_sm=4), ("values", 16): dict(gmin=8)}
+
+
+_LUTS: dict = {}
+
+
+def _prmt_lut(device: torch.device) -> torch.Tensor:
+    """The 2-bit decode's byte-permute table (``mustafar_fast.prmt_table_rows``), once per
+    device."""
+    lut = _LUTS.get(device)
+    if lut is None:
+        lut = _LUTS[device] = torch.tensor(_fast.prmt_table_rows(), dtype=torch.int64, device=device)
+    return lut
+
+
+def _sms(t: torch.Tensor) -> int:
+    """Streaming multiprocessors of t's device (an H100's 132 off a GPU)."""
+    if t.device.type == "cuda":
+        return torch.cuda.get_device_properties(t.device).multi_processor_count
+    return 132
+
+
+def _fast_cfg(op: str, bits: int, overrides: Optional[dict]) -> dict:
+    cfg = dict(FAST, **FAST_BY.get((op, bits), {}))
+    cfg.update(overrides or {})
+    return cfg
+
+
+def _regs(cfg: dict) -> dict:
+    """The launch's register cap, if the config has one (off a GPU it means nothing)."""
+    return {} if cfg["maxnreg"] is None or is_interpret() else {"maxnreg": int(cfg["maxnreg"])}
+
+
+def _gmin(cfg: dict) -> int:
+    """Query heads a dot pads to: 16, or 8 where the tiles are the first operand (Hopper's
+    wgmma takes N = 8)."""
+    return 8 if int(cfg["TRANS"]) > 0 and cfg["gmin"] <= 8 else 16
+
+
+def mustafar_keys_fast_plan(q: torch.Tensor, kc: Compressed, out: torch.Tensor,
+                            cfg: Optional[dict] = None) -> LaunchPlan:
+    """The CUDA fast path's launch (also runs in the interpreter): grid (B * Hkv, chunks of
+    64-token blocks), one step per block. ``cfg`` overrides ``FAST`` / ``FAST_BY``."""
+    cfg = _fast_cfg("keys", kc.bits, cfg)
+    B, Hkv, S, D = kc.shape
+    G = q.shape[1] // Hkv
+    n_tblocks = S // TILE
+    want = max(1, cfg["programs_per_sm"] * _sms(q))
+    per = max(1, cdiv(B * Hkv * n_tblocks, want))
+    hw = not is_interpret()
+    args = (q, *_buffers(kc), _prmt_lut(q.device), out, q.stride(0), q.stride(1), out.stride(0),
+            out.stride(1), Hkv, n_tblocks, per)
+    meta = dict(D=D, G=G, BITS=kc.bits, BLOCK_C=max(16, next_pow2(D)),
+                BLOCK_G=max(_gmin(cfg), next_pow2(G)), PREFETCH=bool(cfg["PREFETCH"]),
+                TRANS=int(cfg["TRANS"]), HW=hw, DOT_PRECISION=DOT_INPUT_PRECISION, num_warps=cfg["keys_warps"],
+                num_stages=cfg["num_stages"], **_regs(cfg))
+    return LaunchPlan(kernel=_fast._keys_fast, grid=(B * Hkv, cdiv(n_tblocks, per)), args=args,
+                      meta=meta)
+
+
+def mustafar_values_fast_plan(p: torch.Tensor, vc: Compressed, out: torch.Tensor,
+                              cfg: Optional[dict] = None) -> LaunchPlan:
+    """The CUDA fast path's launch: grid (B * Hkv, D / 64 channel blocks, token chunks); with
+    more than one chunk the fp32 partials are summed by ``mustafar_fast._merge_chunks``."""
+    cfg = _fast_cfg("values", vc.bits, cfg)
+    B, Hkv, S, D = vc.shape
+    Hq = p.shape[1]
+    G = Hq // Hkv
+    nc = D // TILE
+    step = max(16, min(cfg["values_block_s"], next_pow2(S)))  # a dot needs K >= 16
+    want = max(1, cfg["programs_per_sm"] * _sms(p))
+    n_chunks = max(1, min(cdiv(S, step), want // max(1, B * Hkv * nc)))
+    chunk = cdiv(cdiv(S, n_chunks), step) * step
+    n_chunks = cdiv(S, chunk)
+    if n_chunks == 1:
+        dst, strides = out, (0, out.stride(0), out.stride(1))
+    else:
+        dst = torch.empty((n_chunks, B, Hq, D), dtype=torch.float32, device=p.device)
+        strides = dst.stride()[:3]
+    hw = not is_interpret()
+    args = (p, *_buffers(vc), _prmt_lut(p.device), dst, p.stride(0), p.stride(1), *strides, Hkv, S,
+            chunk)
+    meta = dict(NC=nc, G=G, BITS=vc.bits, BLOCK_S=step, BLOCK_G=max(_gmin(cfg), next_pow2(G)),
+                PREFETCH=bool(cfg["PREFETCH"]), TRANS=int(cfg["TRANS"]), HW=hw, DOT_PRECISION=DOT_INPUT_PRECISION, num_warps=cfg["values_warps"],
+                num_stages=cfg["num_stages"], **_regs(cfg))
+    then = None
+    if n_chunks > 1:
+        then = LaunchPlan(kernel=_fast._merge_chunks, grid=(B * Hq, nc),
+                          args=(dst, out, n_chunks, dst.stride(0), dst.stride(1), dst.stride(2),
+                                out.stride(0), out.stride(1), Hq),
+                          meta=dict(CB=min(64, next_pow2(n_chunks))))
+    return LaunchPlan(kernel=_fast._values_fast, grid=(B * Hkv, nc, n_chunks), args=args,
+                      meta=meta, then=then, workspace=((dst, False),) if then is not None else ())
 
 
 # --- validation --------------------------------------------------------------------------------

@@ -97,3 +97,24 @@ def test_in_kernel_split_merge_matches_the_reference_in_the_interpreter():
     proc = subprocess.run([sys.executable, "-c", script], cwd=ROOT, env=env, capture_output=True, text=True,
                           timeout=300)
     assert proc.returncode == 0 and "ok" in proc.stdout, proc.stdout + proc.stderr
+
+
+def test_mustafar_fast_path_launches_the_issue_25_kernels(monkeypatch):
+    """Mustafar: fast -> kernels/mustafar_fast.py (values with a long cache add the chunk merge),
+    portable and auto-on-CPU -> the portable kernels Ascend runs."""
+    from kernels.mustafar import mustafar_keys, mustafar_values
+    from kernels.mustafar_format import compress
+
+    k = torch.randn(1, 2, 1024, 128, dtype=torch.float16)
+    q = torch.randn(1, 4, 128, dtype=torch.float16)
+    p = torch.softmax(torch.randn(1, 4, 1024), -1)
+    for bits in (2, 16):
+        kc = compress(k, 0.7, kind="key", bits=bits)
+        vc = compress(k, 0.7, kind="value", bits=bits)
+        keys = lambda: mustafar_keys(q, kc)  # noqa: E731
+        values = lambda: mustafar_values(p, vc)  # noqa: E731
+        assert _kernels(monkeypatch, "fast", keys) == ["_keys_fast"]
+        assert _kernels(monkeypatch, "fast", values) == ["_values_fast", "_merge_chunks"]
+        for path in ("portable", "auto"):
+            assert _kernels(monkeypatch, path, keys) == ["_mustafar_keys_fwd"]
+            assert _kernels(monkeypatch, path, values)[0] == "_mustafar_values_fwd"
