@@ -27,10 +27,17 @@ def keep_mask(x: torch.Tensor, sparsity: float, chosen: torch.Tensor | None = No
     given ``chosen``, an implementation's keep mask, each token whose ``chosen`` row is a legal
     pruning (``legal_pruning``) keeps that row instead; any other token keeps the default."""
     D = x.shape[-1]
-    a = x.abs().float()
-    ai, aj = a[..., :, None], a[..., None, :]           # i: the entry ranked, j: its rivals
+    a = x.abs().float().reshape(-1, D)
     earlier = torch.ones(D, D, dtype=torch.bool, device=x.device).tril(-1)  # [i, j]: j < i
-    rank = ((aj > ai) | ((aj == ai) & earlier)).sum(-1)
+    # The comparison is [tokens, D, D]: a bench cache (262,144 tokens of D = 128) would need
+    # 4 G entries at once, so tokens go a block at a time (about 16 M comparisons each).
+    step = max(1, 2**24 // (D * D))
+    ranks = []
+    for t0 in range(0, a.shape[0], step):
+        ai = a[t0:t0 + step, :, None]                    # i: the entry ranked
+        aj = a[t0:t0 + step, None, :]                    # j: its rivals
+        ranks.append(((aj > ai) | ((aj == ai) & earlier)).sum(-1))
+    rank = torch.cat(ranks).reshape(x.shape) if ranks else torch.zeros(x.shape, dtype=torch.int64)
     default = rank < D - int(sparsity * D)
     if chosen is None:
         return default
