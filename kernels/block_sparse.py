@@ -162,8 +162,6 @@ def block_sparse_plan(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, sabi: t
     lse_strides = (lse.stride(0), lse.stride(1)) if return_lse else (0, 0)
     if counts is None:
         counts = block_counts(sabi)
-    if use_fast_path(q) and not persistent(q):
-        return _fast_plan(q, k, v, sabi, counts, out, lse, (bq, bkv), scale, interpret)
     args = (q, k, v, out, lse_arg, sabi, counts,
             q.stride(0), q.stride(1), q.stride(2),
             k.stride(0), k.stride(1), k.stride(2),
@@ -172,6 +170,8 @@ def block_sparse_plan(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, sabi: t
             *lse_strides,
             sabi.stride(0), sabi.stride(1), sabi.stride(2), sabi.stride(3),
             H, S, D, bq, bkv, sabi.shape[2], float(scale) * LOG2E)
+    if use_fast_path(q) and not persistent(q):
+        return _fast_plan(q, k, v, args, lse is not None, (bq, bkv), scale, interpret)
     g = plan_grid((cdiv(S, cfg["BLOCK_M"]), B * H), q, vector=False)
     meta = dict(RETURN_LSE=return_lse, DOT_PRECISION=DOT_INPUT_PRECISION,
                 PERSISTENT=g.persistent, **cfg)
@@ -179,9 +179,10 @@ def block_sparse_plan(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, sabi: t
                       args=args + (B * H, g.n_work, g.n_programs), meta=meta)
 
 
-def _fast_plan(q, k, v, sabi, counts, out, lse, block_shape, scale, interpret) -> LaunchPlan:
-    """The CUDA fast path (``kernels/attn_fast.py``): one flat loop over the listed blocks' tiles,
-    descriptor loads, the scale in the exponent; prefill's fast tiles, clamped to the block."""
+def _fast_plan(q, k, v, args, return_lse, block_shape, scale, interpret) -> LaunchPlan:
+    """The CUDA fast path (``kernels/attn_fast.py``) over the portable kernel's arguments: one
+    flat loop over the listed blocks' tiles, descriptor loads, the scale in the exponent;
+    prefill's fast tiles, clamped to the block."""
     B, H, S, D = q.shape
     bq, bkv = block_shape
     cfg = attn_fast.finish_config(attn_fast.fast_candidates(S, D, q.dtype)[0], S, D, (q, k, v),
@@ -190,15 +191,6 @@ def _fast_plan(q, k, v, sabi, counts, out, lse, block_shape, scale, interpret) -
     cfg["BLOCK_N"] = min(cfg["BLOCK_N"], bkv, max(16, next_pow2(S)))
     if cfg["USE_TMA"] and q.device.type == "cuda":
         attn_fast.ensure_allocator()
-    return_lse = lse is not None
-    args = (q, k, v, out, lse if return_lse else out, sabi, counts,
-            q.stride(0), q.stride(1), q.stride(2),
-            k.stride(0), k.stride(1), k.stride(2),
-            v.stride(0), v.stride(1), v.stride(2),
-            out.stride(0), out.stride(1), out.stride(2),
-            *((lse.stride(0), lse.stride(1)) if return_lse else (0, 0)),
-            sabi.stride(0), sabi.stride(1), sabi.stride(2), sabi.stride(3),
-            H, S, D, bq, bkv, sabi.shape[2], float(scale) * LOG2E)
     meta = dict(RETURN_LSE=return_lse, DOT_PRECISION=DOT_INPUT_PRECISION,
                 NEG_SCALE=float(scale) < 0, **cfg)
     return LaunchPlan(kernel=attn_fast._block_sparse_fast, grid=(cdiv(S, cfg["BLOCK_M"]), B * H),

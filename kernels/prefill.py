@@ -187,7 +187,6 @@ def prefill_plan(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.T
     """The launch for already-validated inputs and allocated outputs (``lse`` None: no LSE).
     ``config`` fixes the tiles; by default they are the tuned ones on a GPU (``kernels._tune``)."""
     B, Hq, S, D = q.shape
-    Hkv = k.shape[1]
     interpret = is_interpret() if interpret is None else interpret
     if use_fast_path(q) and not persistent(q):
         return _fast_plan(q, k, v, out, lse, causal=causal, scale=scale, interpret=interpret,
@@ -204,20 +203,25 @@ def prefill_plan(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.T
                                                   interpret=False, config=c),
                            q.device, live=is_live(q))
     return_lse = lse is not None
-    lse_arg = lse if return_lse else out  # never touched when RETURN_LSE is False
-    lse_strides = (lse.stride(0), lse.stride(1)) if return_lse else (0, 0)
-    args = (q, k, v, out, lse_arg,
-            q.stride(0), q.stride(1), q.stride(2),
-            k.stride(0), k.stride(1), k.stride(2),
-            v.stride(0), v.stride(1), v.stride(2),
-            out.stride(0), out.stride(1), out.stride(2),
-            *lse_strides,
-            Hq, S, D, Hq // Hkv, float(scale) * LOG2E)
+    args = _kernel_args(q, k, v, out, lse, scale)
     g = plan_grid((cdiv(S, cfg["BLOCK_M"]), B * Hq), q, vector=False)
     meta = dict(CAUSAL=bool(causal), RETURN_LSE=return_lse, DOT_PRECISION=DOT_INPUT_PRECISION,
                 PERSISTENT=g.persistent, **cfg)
     return LaunchPlan(kernel=_prefill_fwd, grid=g.grid, args=args + (B * Hq, g.n_work, g.n_programs),
                       meta=meta, tuning=tuning)
+
+
+def _kernel_args(q, k, v, out, lse, scale) -> tuple:
+    """The arguments both prefill kernels (portable and fast) take, in their order."""
+    B, Hq, S, D = q.shape
+    lse_strides = (lse.stride(0), lse.stride(1)) if lse is not None else (0, 0)
+    return (q, k, v, out, out if lse is None else lse,  # never touched when RETURN_LSE is False
+            q.stride(0), q.stride(1), q.stride(2),
+            k.stride(0), k.stride(1), k.stride(2),
+            v.stride(0), v.stride(1), v.stride(2),
+            out.stride(0), out.stride(1), out.stride(2),
+            *lse_strides,
+            Hq, S, D, Hq // k.shape[1], float(scale) * LOG2E)
 
 
 def _fast_plan(q, k, v, out, lse, *, causal: bool, scale: float, interpret: bool,
@@ -237,13 +241,7 @@ def _fast_plan(q, k, v, out, lse, *, causal: bool, scale: float, interpret: bool
     if cfg["USE_TMA"] and q.device.type == "cuda":
         attn_fast.ensure_allocator()
     return_lse = lse is not None
-    args = (q, k, v, out, lse if return_lse else out,
-            q.stride(0), q.stride(1), q.stride(2),
-            k.stride(0), k.stride(1), k.stride(2),
-            v.stride(0), v.stride(1), v.stride(2),
-            out.stride(0), out.stride(1), out.stride(2),
-            *((lse.stride(0), lse.stride(1)) if return_lse else (0, 0)),
-            Hq, S, D, Hq // k.shape[1], float(scale) * LOG2E)
+    args = _kernel_args(q, k, v, out, lse, scale)
     meta = dict(CAUSAL=bool(causal), RETURN_LSE=return_lse, DOT_PRECISION=DOT_INPUT_PRECISION,
                 NEG_SCALE=float(scale) < 0, **cfg)
     return LaunchPlan(kernel=attn_fast._prefill_fast, grid=(cdiv(S, cfg["BLOCK_M"]), B * Hq),
