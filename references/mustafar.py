@@ -21,23 +21,16 @@ CODES_PER_WORD = 16
 
 def keep_mask(x: torch.Tensor, sparsity: float, chosen: torch.Tensor | None = None) -> torch.Tensor:
     """True where x survives per-token pruning: its rank by |x| along D (ties: lower index first)
-    is below D - floor(s * D). Written as a count of the entries that beat it.
+    is below D - floor(s * D).
 
     Ties in |x| at the keep threshold may be broken either way (kernels.md, "Pruning ties"):
     given ``chosen``, an implementation's keep mask, each token whose ``chosen`` row is a legal
     pruning (``legal_pruning``) keeps that row instead; any other token keeps the default."""
     D = x.shape[-1]
-    a = x.abs().float().reshape(-1, D)
-    earlier = torch.ones(D, D, dtype=torch.bool, device=x.device).tril(-1)  # [i, j]: j < i
-    # The comparison is [tokens, D, D]: a bench cache (262,144 tokens of D = 128) would need
-    # 4 G entries at once, so tokens go a block at a time (about 16 M comparisons each).
-    step = max(1, 2**24 // (D * D))
-    ranks = []
-    for t0 in range(0, a.shape[0], step):
-        ai = a[t0:t0 + step, :, None]                    # i: the entry ranked
-        aj = a[t0:t0 + step, None, :]                    # j: its rivals
-        ranks.append(((aj > ai) | ((aj == ai) & earlier)).sum(-1))
-    rank = torch.cat(ranks).reshape(x.shape) if ranks else torch.zeros(x.shape, dtype=torch.int64)
+    # A stable sort keeps equal |x| in index order, so an entry's place in the descending order
+    # is exactly the count of entries that beat it (larger, or equal and earlier).
+    order = torch.sort(x.abs().float(), dim=-1, descending=True, stable=True).indices
+    rank = order.argsort(dim=-1)
     default = rank < D - int(sparsity * D)
     if chosen is None:
         return default

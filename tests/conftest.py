@@ -150,14 +150,18 @@ def _slowness(item) -> int:
     for rank, slow in enumerate(SLOW):
         if name == slow or name.startswith(slow + "::"):
             return rank
-    return len(SLOW) if {"run_suite", "quick_cpu_run"} & set(item.fixturenames) else len(SLOW) + 1
+    return len(SLOW) if {"run_suite", "quick_cpu_run"} & set(getattr(item, "fixturenames", ())) else len(SLOW) + 1
 
 
 def pytest_collection_modifyitems(config, items):
     """The slow tests first, each followed by a quick one: an xdist worker keeps the next test
     queued while it runs one, so the one queued behind a slow test is a quick one and the next
     slow test goes to whichever worker frees up first. (Every worker sorts the same collection
-    the same way, as xdist requires.)"""
+    the same way, as xdist requires.) Only this directory's tests are reordered: a conformance
+    run that happens to load this conftest keeps its own order."""
+    ours = [i for i in items if i.nodeid.startswith("tests/")]
+    if len(ours) != len(items):
+        return
     ranked = sorted(items, key=_slowness)
     slow = [i for i in ranked if _slowness(i) < len(SLOW)]
     rest = [i for i in ranked if _slowness(i) >= len(SLOW)]
