@@ -528,3 +528,51 @@ def test_the_flush_graph_is_captured_once_and_replayed_for_every_later_call():
     other = FakeGraphs(call_ms=0.010)
     gt.graph_time(FakeDevice(), other.call, flush=other.flush, runs=5, backend=other)
     assert len([c for c in other.captured if c["call"] == 0]) == 2
+
+
+def test_a_vendor_baseline_is_timed_once_per_shape_and_reused_with_a_note(monkeypatch):
+    from attnsuite.bench import run as run_mod
+
+    timed = []
+
+    class Family(_ToyFamily):
+        def __init__(self, n):
+            self.n = n
+
+        def make_inputs(self, case, gen):
+            return {"x": torch.ones(self.n)}
+
+        def output_specs(self, case, inputs):
+            return {"o": ((self.n,), torch.float32)}
+
+        def vendor_problem(self, case, inputs):
+            x = inputs["x"]
+            return {"q": x, "k": x, "v": x}
+
+        def extra_baselines(self, case, inputs, impl):
+            return {}
+
+    class Device(_ToyDevice):
+        def vendor_baselines(self, problem):
+            n = problem["q"].shape[0]
+            return {"vendor": (lambda: timed.append(n), "dense"), "gone": (None, "not here")}
+
+    monkeypatch.setattr(run_mod, "_VENDOR_TIMES", {})
+    monkeypatch.setattr(run_mod, "device_lock", lambda device: nullcontext())
+    monkeypatch.setattr(run_mod, "time_call", lambda device, fn, **kw: (fn(), {
+        "device": {"median_ms": 0.01}, "method": "cudagraph", "note": None})[1])
+    monkeypatch.setattr(run_mod, "first_call_s", lambda device, fn: 0.0)
+
+    def kernel(x, out):
+        out.copy_(x)
+
+    first = run_mod.run_bench(Family(4), _ToyCase(), Device(), kernel, runs=5, l2="warm")
+    second = run_mod.run_bench(Family(4), _ToyCase(), Device(), kernel, runs=5, l2="warm")
+    other = run_mod.run_bench(Family(8), _ToyCase(), Device(), kernel, runs=5, l2="warm")
+    assert timed == [4, 8]  # the 4-element problem timed once, the 8-element one on its own
+    assert "reused" not in (first["baselines"]["vendor"]["note"] or "")
+    assert "reused" in second["baselines"]["vendor"]["note"] and "dense" in second["baselines"]["vendor"]["note"]
+    assert second["baselines"]["vendor"]["device"] == first["baselines"]["vendor"]["device"]
+    assert "reused" not in (other["baselines"]["vendor"]["note"] or "")
+    assert second["baselines"]["gone"] == {"unavailable": "not here"}
+    assert second["speedup"]["vendor"] == pytest.approx(1.0)
