@@ -37,7 +37,7 @@ def unchecked(impl: Callable) -> Callable:
     ``check_indices=False`` where it has that switch (the data-dependent checks read device
     memory: a sync per call, and no graph capture). An implementation object with one method
     per operation (mustafar) gets the switch on each method that has it. The checked call is
-    timed too, as the ``checked_call`` baseline."""
+    timed too, as the ``checked_call`` baseline (on the headline cases, not a sweep's points)."""
     if _takes_check_indices(impl):
         return functools.partial(impl, check_indices=False)
     if dataclasses.is_dataclass(impl) and not isinstance(impl, type):
@@ -105,8 +105,12 @@ def run_bench(family, case, device, impl, *, runs: int = 30, warmup: int = 5, me
     problem = family.vendor_problem(case, inputs)
     vendor = vendor_baselines(device, problem)
     candidates.update(vendor)
-    candidates.update(family.extra_baselines(case, inputs, impl))
-    if unchecked(impl) is not impl:
+    # A family's own yardsticks call the kernel as the timed call does (no index checks: those
+    # synchronize, so the call could not be captured in a graph).
+    candidates.update(family.extra_baselines(case, inputs, unchecked(impl)))
+    # The checks' cost is a property of the implementation, shown on the headline cases; a
+    # sweep's points chart the kernel against its baselines and skip it.
+    if unchecked(impl) is not impl and not family.sweep(case):
         candidates["checked_call"] = (lambda: family.call(impl, case, inputs, outputs),
                                       "the same call with check_indices=True")
     flush = l2_flusher(device) if l2 == "cold" else None
