@@ -148,7 +148,12 @@ def pytest_configure_node(node):
 def pytest_report_header(config):
     o = suite(config).options
     mode = f" compile-only for {','.join(o.compile_targets)}" if o.compile_targets else ""
-    return [f"attnsuite: device={o.device_kind}{mode} profile={o.profile} records={o.run_dir}"]
+    lines = [f"attnsuite: device={o.device_kind}{mode} profile={o.profile} records={o.run_dir}"]
+    if o.workloads is not None:
+        from .flashinfer_trace.workloads import load
+
+        lines.append(f"attnsuite: {load(str(o.workloads)).summary()} from {o.workloads}")
+    return lines
 
 
 # -- collection -------------------------------------------------------------------------------
@@ -172,7 +177,9 @@ def pytest_generate_tests(metafunc):
         return
     session = suite(metafunc.config)
     params = [pytest.param(case, id=case.id, marks=[pytest.mark.bench])
-              for family in session.families().values() for case in bench_selection(family, session.options.profile)]
+              for family in session.families().values()
+              for case in bench_selection(family, session.options.profile)
+              + [c for c in session.workload_cases(family) if not c.params.get("unmapped")]]
     metafunc.parametrize("bench_case", params)
 
 
@@ -383,6 +390,20 @@ def pytest_sessionfinish(session, exitstatus):
             writer.holder["w"].close()
     if getattr(config, "workerinput", None) is None:
         _render(config)
+        _write_traces(config)
+
+
+def _write_traces(config) -> None:
+    """--trace-out: the workload cases' records as FlashInfer-Trace traces (the controller, once)."""
+    s = suite(config)
+    if s.options.trace_out is None or not s.options.run_dir.is_dir():
+        return
+    from .flashinfer_trace.traces import write_traces
+
+    try:
+        s.trace_summary = write_traces(read_records([s.options.run_dir]), s.options.trace_out)
+    except Exception as exc:  # the records are safe on disk; traces can be written from them again
+        s.trace_summary = f"traces NOT written ({type(exc).__name__}: {exc})"
 
 
 def _render(config) -> None:
@@ -410,6 +431,8 @@ def pytest_terminal_summary(terminalreporter, config):
         terminalreporter.write_line(f"INTERRUPTED ({account.interrupted}): the records and report hold what ran")
     for line in summary_lines(read_records([s.options.run_dir])):
         terminalreporter.write_line(line)
+    if s.trace_summary:
+        terminalreporter.write_line(s.trace_summary)
     terminalreporter.write_line(f"records: {s.options.run_dir}")
     if s.report_error:
         terminalreporter.write_line(f"report NOT written ({s.report_error}); re-render with "
