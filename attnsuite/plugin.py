@@ -51,6 +51,7 @@ def pytest_configure(config):
     for name, doc in (("conformance", "a conformance case of a kernel family"),
                       ("bench", "a headline benchmark case (tag)"), ("sweep", "a benchmark sweep case (tag)"),
                       ("fuzz", "a case drawn by the fuzz profile (tag)"),
+                      ("workload", "a case from a FlashInfer-Trace workload, --workloads (tag)"),
                       ("impl(name)", "the implementation a conformance case runs")):
         config.addinivalue_line("markers", f"{name}: {doc}")
     kind = config.getoption("device")
@@ -177,9 +178,11 @@ def pytest_generate_tests(metafunc):
         return
     session = suite(metafunc.config)
     params = [pytest.param(case, id=case.id, marks=[pytest.mark.bench])
-              for family in session.families().values()
-              for case in bench_selection(family, session.options.profile)
-              + [c for c in session.workload_cases(family) if not c.params.get("unmapped")]]
+              for family in session.families().values() for case in bench_selection(family, session.options.profile)]
+    # --workloads: every mapped workload is a benchmark case too (shapes from a deployment).
+    params += [pytest.param(case, id=case.id, marks=[pytest.mark.bench, pytest.mark.workload])
+               for family in session.families().values() for case in session.workload_cases(family)
+               if not case.params.get("unmapped")]
     metafunc.parametrize("bench_case", params)
 
 

@@ -309,6 +309,18 @@ def test_round_trip_workloads_in_cases_run_traces_out(run_suite, tmp_path):
     assert json.loads((out / "definitions" / "gqa_paged" / f"{DEC}.json").read_text()) == _definition(DEC)
 
 
+def test_mapped_workloads_are_benchmark_cases_too():
+    import subprocess
+    import sys
+
+    out = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider",
+                          "benchmarks", "-m", "workload", f"--workloads={DATA}"],
+                         cwd=ROOT, capture_output=True, text=True)
+    ids = sorted(line.split("[", 1)[1] for line in out.stdout.splitlines() if "::test_bench[" in line)
+    assert ids == [f"paged_decode[fi-{DEC}-dec-rand-1]]", f"paged_decode[fi-{DEC}-dec-st-1]]",
+                   f"prefill_varlen[fi-{RAG}-rag-rand-1]]"], out.stdout[-2000:]
+
+
 def test_a_planted_bug_the_workloads_scale_exposes_becomes_incorrect_numerical(run_suite, tmp_path):
     (tmp_path / "wrong_scale.py").write_text(WRONG_SCALE)
     out = tmp_path / "out"

@@ -25,7 +25,7 @@ Correctness: the largest ``max_abs_err`` and ``max_rel_err`` over the case's out
 keeps our tolerance verdict per output (allowed error, headroom) and says that our LSE is natural
 log where their definitions' is base 2 (abs errors of ``lse`` are ours, unscaled). Performance
 (required with PASSED): the device-time median of a benchmark record of the same case,
-implementation and device when the run has one (``bench.kernel.device.median_ms``, the reference
+implementation and kind of device when the run has one (``bench.kernel.device.median_ms``, the reference
 baseline's beside it); otherwise zeros and a log line saying it was not timed. Environment:
 ``hardware`` the device name, ``libs`` torch / triton (or triton-ascend) / python / driver.
 The ``solution`` names our implementation: ``attnsuite:<family>:<impl>`` (no Solution file).
@@ -145,7 +145,9 @@ def trace_of(rec: dict, bench_rec: dict | None) -> dict | None:
 
 
 def _bench_key(rec: dict) -> tuple:
-    return rec.get("case_id"), rec.get("impl"), rec.get("device"), rec.get("device_index")
+    # The card's name, not its index: under xdist a case's benchmark may run on another card of
+    # the same kind than its conformance check.
+    return rec.get("case_id"), rec.get("impl"), rec.get("device"), (rec.get("env") or {}).get("device_name")
 
 
 def write_traces(records: Iterable[dict], out_dir: str | Path) -> str:
