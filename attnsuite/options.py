@@ -230,4 +230,10 @@ def read_options(config, workerinput: dict | None) -> RunOptions:
 def _path_option(config, name: str) -> Path | None:
     """A directory option, absolute (xdist workers may run elsewhere; records name it)."""
     value = config.getoption(name)
-    return None if not value else Path(value).resolve()
+    if not value:
+        return None
+    path = Path(value).resolve()
+    if name == "workloads" and not path.is_dir():
+        raise OptionError(f"--workloads {value}: not a directory (a FlashInfer-Trace dataset, or a folder of its "
+                          "Definition .json and workload .jsonl files)")
+    return path

@@ -307,6 +307,14 @@ def test_round_trip_workloads_in_cases_run_traces_out(run_suite, tmp_path):
         assert ev["environment"]["libs"]["torch"] == torch.__version__
     # The definitions travel with the traces, so DIR loads as a dataset.
     assert json.loads((out / "definitions" / "gqa_paged" / f"{DEC}.json").read_text()) == _definition(DEC)
+    # The same traces again from the stored records alone.
+    assert traces.main([str(tmp_path / "again"), str(run.report.parent / "records")]) == 0
+    assert _read_traces(tmp_path / "again") == found
+
+
+def test_a_workloads_option_that_is_no_directory_is_a_usage_error(run_suite, tmp_path):
+    run = run_suite("cases/paged_decode.py", f"--workloads={tmp_path / 'nowhere'}")
+    assert run.returncode == 4 and "--workloads" in run.output and "not a directory" in run.output
 
 
 def test_mapped_workloads_are_benchmark_cases_too():

@@ -191,3 +191,21 @@ def write_traces(records: Iterable[dict], out_dir: str | Path) -> str:
     return (f"FlashInfer-Trace: {n} traces for {len(by_definition)} definitions in {out / 'traces'}"
             + (f"; {untraced} workload records not traced (skipped, unsupported, oom, not run or a harness error)"
                if untraced else ""))
+
+
+def main(argv=None) -> int:
+    """``python -m attnsuite.flashinfer_trace.traces OUT_DIR RUN_DIR...``: traces from stored records."""
+    import argparse
+
+    from ..records import read_records
+
+    parser = argparse.ArgumentParser(description=main.__doc__)
+    parser.add_argument("out_dir")
+    parser.add_argument("runs", nargs="+", help="run directories or .jsonl record files")
+    args = parser.parse_args(argv)
+    print(write_traces(read_records(args.runs), args.out_dir))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
