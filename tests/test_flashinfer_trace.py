@@ -159,11 +159,16 @@ def test_a_stored_page_table_that_is_no_page_table_is_not_mapped(tmp_path):
                          "kv_indices outside [0, num_pages=8)"),
                         ({**DEC_ST_1, "kv_last_page_len": torch.tensor([17, 0, 16], dtype=torch.int32)},
                          "kv_last_page_len outside 1..page_size=16"),
-                        ({**DEC_ST_1, "kv_indptr": torch.tensor([0, 2, 6], dtype=torch.int32)}, "no CSR offset")):
+                        ({**DEC_ST_1, "kv_indptr": torch.tensor([0, 2, 6], dtype=torch.int32)}, "no CSR offset"),
+                        ({k: v for k, v in DEC_ST_1.items() if k != "kv_indices"}, "kv_indices: ")):
         blob = tmp_path / BLOB
         blob.parent.mkdir(parents=True, exist_ok=True)
         blob.write_bytes(safetensors_bytes(bad))
         assert reason in workloads.to_case(d, w, tmp_path)[1].params["unmapped"]
+    # A table half stored is no table: the other half is not drawn in its place.
+    half = {**w, "inputs": {**w["inputs"], "kv_indices": {"type": "random"}}}
+    blob.write_bytes(safetensors_bytes(DEC_ST_1))
+    assert "only one of kv_indptr / kv_indices" in workloads.to_case(d, half, tmp_path)[1].params["unmapped"]
 
 
 def test_a_definition_without_last_page_lengths_means_full_pages():

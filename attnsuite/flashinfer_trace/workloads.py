@@ -184,7 +184,9 @@ def paged_decode_params(definition: dict, workload: dict, root: Path) -> dict:
     indptr = _given(workload, "kv_indptr", root)
     indices = _given(workload, "kv_indices", root)
     last = _given(workload, "kv_last_page_len", root) if has_last else None
-    if indptr is not None and indices is not None:
+    if (indptr is None) != (indices is None):
+        raise Unmapped("only one of kv_indptr / kv_indices is stored; a page table needs both")
+    if indptr is not None:
         B = len(indptr) - 1
         counts = [indptr[b + 1] - indptr[b] for b in range(B)]
         if B < 1 or indptr[0] != 0 or min(counts, default=0) < 0 or indptr[-1] != len(indices):
