@@ -37,7 +37,8 @@ def read_tensor(path: str | Path, key: str) -> torch.Tensor:
                 raise SafetensorsError(f"{path}: header length {n} is not plausible")
             header = json.loads(fh.read(n))
             if key not in header:
-                raise SafetensorsError(f"{path}: no tensor {key!r} (has {sorted(k for k in header if k != '__metadata__')})")
+                names = sorted(k for k in header if k != "__metadata__")
+                raise SafetensorsError(f"{path}: no tensor {key!r} (has {names})")
             entry = header[key]
             dtype = INTEGER_DTYPES.get(entry.get("dtype"))
             if dtype is None:

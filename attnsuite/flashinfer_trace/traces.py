@@ -126,8 +126,9 @@ def trace_of(rec: dict, bench_rec: dict | None) -> dict | None:
            + (f" at {rec['stage']}" if rec.get("stage") else "")]
     if rec.get("message"):
         log.append(rec["message"])
-    if rec.get("known_failure"):
-        log.append(f"known failure: {rec['known_failure'].get('id') if isinstance(rec['known_failure'], dict) else rec['known_failure']}")
+    known = rec.get("known_failure")
+    if known:
+        log.append(f"known failure: {known.get('id') if isinstance(known, dict) else known}")
     evaluation = {"status": status, "environment": environment(rec),
                   "timestamp": rec.get("finished_at") or rec.get("started_at") or "unknown", "log": ""}
     if status in ("PASSED", "INCORRECT_NUMERICAL"):
