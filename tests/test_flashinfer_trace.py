@@ -171,6 +171,22 @@ def test_a_stored_page_table_that_is_no_page_table_is_not_mapped(tmp_path):
     assert "only one of kv_indptr / kv_indices" in workloads.to_case(d, half, tmp_path)[1].params["unmapped"]
 
 
+def test_stored_ragged_offsets_give_the_lengths_when_q_and_kv_pair_up(tmp_path):
+    d = _definition(RAG)
+    blob = tmp_path / "rag.safetensors"
+    ref = {"type": "safetensors", "path": "rag.safetensors"}
+    w = {"uuid": "rag-st", "axes": {"total_q": 12, "total_kv": 12, "len_indptr": 4},
+         "inputs": {"q": {"type": "random"}, "k": {"type": "random"}, "v": {"type": "random"},
+                    "qo_indptr": {**ref, "tensor_key": "qo_indptr"}, "kv_indptr": {**ref, "tensor_key": "kv_indptr"},
+                    "sm_scale": {"type": "scalar", "value": 0.2}}}
+    offsets = torch.tensor([0, 5, 5, 12], dtype=torch.int32)
+    blob.write_bytes(safetensors_bytes({"qo_indptr": offsets, "kv_indptr": offsets}))
+    params = workloads.to_case(d, w, tmp_path)[1].params
+    assert (params["lengths"], params["S"], params["scale"]) == ((5, 0, 7), 7, 0.2)
+    blob.write_bytes(safetensors_bytes({"qo_indptr": offsets, "kv_indptr": offsets * 2}))
+    assert "q and kv lengths differ" in workloads.to_case(d, w, tmp_path)[1].params["unmapped"]
+
+
 def test_a_definition_without_last_page_lengths_means_full_pages():
     d = _definition(DEC)
     del d["inputs"]["kv_last_page_len"]
@@ -320,6 +336,23 @@ def test_round_trip_workloads_in_cases_run_traces_out(run_suite, tmp_path):
 def test_a_workloads_option_that_is_no_directory_is_a_usage_error(run_suite, tmp_path):
     run = run_suite("cases/paged_decode.py", f"--workloads={tmp_path / 'nowhere'}")
     assert run.returncode == 4 and "--workloads" in run.output and "not a directory" in run.output
+
+
+def _collected(*args: str) -> list[str]:
+    import subprocess
+    import sys
+
+    out = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider", *args],
+                         cwd=ROOT, capture_output=True, text=True)
+    return [line for line in out.stdout.splitlines() if "::" in line]
+
+
+def test_workload_cases_come_beside_the_catalog_not_instead():
+    plain = _collected("cases/paged_decode.py")
+    more = _collected("cases/paged_decode.py", f"--workloads={DATA}")
+    assert set(plain) < set(more)
+    assert sorted(set(more) - set(plain)) == [f"cases/paged_decode.py::paged_decode[fi-{DEC}-{u}]"
+                                              for u in ("dec-missing-blob", "dec-rand-1", "dec-st-1")]
 
 
 def test_mapped_workloads_are_benchmark_cases_too():
