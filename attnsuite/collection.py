@@ -13,6 +13,7 @@ import pytest
 
 from .case import Case
 from .context import suite
+from .flashinfer_trace.workloads import unmapped_reason
 from .ledger import KnownFailure, KnownFailureHit
 from .result import CaseFailure, CaseOutcome
 
@@ -93,7 +94,7 @@ class CaseItem(pytest.Item):
 
     def runtest(self) -> None:
         param = self.param
-        reason = param.family.skip_reason(param.case)
+        reason = unmapped_reason(param.case) or param.family.skip_reason(param.case)
         if reason:
             skip(reason)
         outcome = suite(self.config).run(param)

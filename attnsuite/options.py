@@ -64,6 +64,13 @@ def add_options(parser) -> None:
                          "looping over their tiles, on any device (the Ascend launch; 0: one "
                          "program per tile everywhere; default: persistent on Ascend only; "
                          "kernels.settings.persistent_programs)")
+    group.addoption("--workloads", default=None, metavar="DIR",
+                    help="also run the FlashInfer-Trace workloads under DIR (Definition .json + workload "
+                         ".jsonl files; gqa_paged decode -> paged_decode, gqa_ragged prefill -> "
+                         "prefill_varlen) as cases tagged 'workload' (ids fi-<definition>-<uuid>)")
+    group.addoption("--trace-out", default=None, metavar="DIR",
+                    help="at session end, write the workload cases' results as FlashInfer-Trace traces "
+                         "under DIR (traces/<op_type>/<definition>.jsonl; definitions/ when missing)")
     parser.addini("attnsuite_ledger", "known-failure ledger (TOML), relative to the rootdir",
                   default=DEFAULT_LEDGER)
     parser.addini("attnsuite_families", "the family registry package (default: cases)", default="cases")
@@ -136,6 +143,10 @@ class RunOptions:
     kernel_path: str | None = None
     autotune: bool = False
     persistent_programs: int | None = None
+    #: --workloads: a FlashInfer-Trace dataset whose workloads run as extra cases.
+    workloads: Path | None = None
+    #: --trace-out: where the workload cases' results go as FlashInfer-Trace traces.
+    trace_out: Path | None = None
 
     @property
     def mode(self) -> str:
@@ -154,6 +165,8 @@ class RunOptions:
             extra += f" --persistent-programs {self.persistent_programs}"
         for path in self.extra_ledgers:
             extra += f" --ledger {path}"
+        if self.workloads is not None:
+            extra += f" --workloads={self.workloads}"
         extra += f" --case-timeout {self.case_timeout:g}"
         return extra
 
@@ -210,4 +223,17 @@ def read_options(config, workerinput: dict | None) -> RunOptions:
         bench_l2=config.getoption("bench_l2"), bench_repeat=config.getoption("bench_repeat"),
         kernel_path=config.getoption("kernel_path"), autotune=bool(config.getoption("autotune")),
         persistent_programs=_persistent_programs(config),
+        workloads=_path_option(config, "workloads"), trace_out=_path_option(config, "trace_out"),
     )
+
+
+def _path_option(config, name: str) -> Path | None:
+    """A directory option, absolute (xdist workers may run elsewhere; records name it)."""
+    value = config.getoption(name)
+    if not value:
+        return None
+    path = Path(value).resolve()
+    if name == "workloads" and not path.is_dir():
+        raise OptionError(f"--workloads {value}: not a directory (a FlashInfer-Trace dataset, or a folder of its "
+                          "Definition .json and workload .jsonl files)")
+    return path

@@ -51,6 +51,7 @@ def pytest_configure(config):
     for name, doc in (("conformance", "a conformance case of a kernel family"),
                       ("bench", "a headline benchmark case (tag)"), ("sweep", "a benchmark sweep case (tag)"),
                       ("fuzz", "a case drawn by the fuzz profile (tag)"),
+                      ("workload", "a case from a FlashInfer-Trace workload, --workloads (tag)"),
                       ("impl(name)", "the implementation a conformance case runs")):
         config.addinivalue_line("markers", f"{name}: {doc}")
     kind = config.getoption("device")
@@ -148,7 +149,12 @@ def pytest_configure_node(node):
 def pytest_report_header(config):
     o = suite(config).options
     mode = f" compile-only for {','.join(o.compile_targets)}" if o.compile_targets else ""
-    return [f"attnsuite: device={o.device_kind}{mode} profile={o.profile} records={o.run_dir}"]
+    lines = [f"attnsuite: device={o.device_kind}{mode} profile={o.profile} records={o.run_dir}"]
+    if o.workloads is not None:
+        from .flashinfer_trace.workloads import load
+
+        lines.append(f"attnsuite: {load(str(o.workloads)).summary()} from {o.workloads}")
+    return lines
 
 
 # -- collection -------------------------------------------------------------------------------
@@ -173,6 +179,10 @@ def pytest_generate_tests(metafunc):
     session = suite(metafunc.config)
     params = [pytest.param(case, id=case.id, marks=[pytest.mark.bench])
               for family in session.families().values() for case in bench_selection(family, session.options.profile)]
+    # --workloads: every mapped workload is a benchmark case too (shapes from a deployment).
+    params += [pytest.param(case, id=case.id, marks=[pytest.mark.bench, pytest.mark.workload])
+               for family in session.families().values() for case in session.workload_cases(family)
+               if not case.params.get("unmapped")]
     metafunc.parametrize("bench_case", params)
 
 
@@ -383,6 +393,20 @@ def pytest_sessionfinish(session, exitstatus):
             writer.holder["w"].close()
     if getattr(config, "workerinput", None) is None:
         _render(config)
+        _write_traces(config)
+
+
+def _write_traces(config) -> None:
+    """--trace-out: the workload cases' records as FlashInfer-Trace traces (the controller, once)."""
+    s = suite(config)
+    if s.options.trace_out is None or not s.options.run_dir.is_dir():
+        return
+    from .flashinfer_trace.traces import write_traces
+
+    try:
+        s.trace_summary = write_traces(read_records([s.options.run_dir]), s.options.trace_out)
+    except Exception as exc:  # the records are safe on disk; traces can be written from them again
+        s.trace_summary = f"traces NOT written ({type(exc).__name__}: {exc})"
 
 
 def _render(config) -> None:
@@ -410,6 +434,8 @@ def pytest_terminal_summary(terminalreporter, config):
         terminalreporter.write_line(f"INTERRUPTED ({account.interrupted}): the records and report hold what ran")
     for line in summary_lines(read_records([s.options.run_dir])):
         terminalreporter.write_line(line)
+    if s.trace_summary:
+        terminalreporter.write_line(s.trace_summary)
     terminalreporter.write_line(f"records: {s.options.run_dir}")
     if s.report_error:
         terminalreporter.write_line(f"report NOT written ({s.report_error}); re-render with "

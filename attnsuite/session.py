@@ -27,6 +27,8 @@ class SuiteSession:
         self._impls: dict | None = None
         self._params: dict[str, list[CaseParam]] = {}
         self.report_error: str | None = None
+        #: --trace-out: one line on what was written (set at session end).
+        self.trace_summary: str | None = None
 
     # -- what this run covers -------------------------------------------------------------------
     def families(self) -> dict:
@@ -43,8 +45,16 @@ class SuiteSession:
         if self.options.profile == "fuzz":
             from .fuzz import fuzz_cases
 
-            return fuzz_cases(family, self.options.fuzz_seed, self.options.fuzz_count)
-        return select(family.cases, self.options.profile)
+            return fuzz_cases(family, self.options.fuzz_seed, self.options.fuzz_count) + self.workload_cases(family)
+        return select(family.cases, self.options.profile) + self.workload_cases(family)
+
+    def workload_cases(self, family) -> list:
+        """The family's cases from --workloads (FlashInfer-Trace workloads), whatever the profile."""
+        if self.options.workloads is None:
+            return []
+        from .flashinfer_trace.workloads import load
+
+        return load(str(self.options.workloads)).cases.get(family.name, [])
 
     def ledger(self) -> list:
         if self._ledger is None:
@@ -100,7 +110,8 @@ class SuiteSession:
         """A benchmark item's param: the case, the family's (first) implementation, no ledger."""
         family_name = case_id.split("[", 1)[0]
         family = self.families().get(family_name)
-        case = next((c for c in family.cases if c.id == case_id), None) if family else None
+        pool = [*family.cases, *self.workload_cases(family)] if family else []
+        case = next((c for c in pool if c.id == case_id), None)
         if case is None:
             return None
         return CaseParam(family, case, self.impls_for(family)[0][0], None, case_id, "bench")

@@ -61,6 +61,9 @@ class Comparison:
     reason: str = ""
     #: u32 * score_bound * max(1, max|ref|): what fp32 scores of that size cost (0: no bound).
     score_err: float = 0.0
+    #: max |out - ref| / (|ref| + 1e-8) over the finite reference: never judged, reported for
+    #: FlashInfer-Trace, whose ``max_relative_error`` is this figure (flashinfer_bench/bench/utils.py).
+    max_rel_err: float = math.nan
 
     def metrics(self) -> dict:
         d = asdict(self)
@@ -125,8 +128,9 @@ def compare(name: str, out: torch.Tensor, ref: torch.Tensor, base: torch.Tensor,
         reason = (f"{name}: max abs err {err:.3e} > allowed {allowed:.3e} "
                   f"(= {FACTOR:g} x {used} + floor {floor:.3e}) at {idx}: "
                   f"got {float(out64[idx]):.6g}, reference {float(ref64[idx]):.6g}")
+    rel = math.inf if err == math.inf else _max_rel(out64, ref64, ref_finite & torch.isfinite(out64))
     return Comparison(name, reason == "", err, base_err, allowed, headroom(allowed, err), floor, u, reason,
-                      score_err)
+                      score_err, rel)
 
 
 def score_error(score_bound: float | None, ref_scale: float) -> float:
@@ -141,3 +145,9 @@ def _max_abs(a: torch.Tensor, b: torch.Tensor, where: torch.Tensor) -> float:
     if not bool(where.any()):
         return 0.0
     return float((a[where] - b[where]).abs().max())
+
+
+def _max_rel(out: torch.Tensor, ref: torch.Tensor, where: torch.Tensor) -> float:
+    if not bool(where.any()):
+        return 0.0
+    return float(((out[where] - ref[where]).abs() / (ref[where].abs() + 1e-8)).max())

@@ -66,6 +66,8 @@ def case_scale(params, D: int | None = None):
     name = p.get("scale")
     if name is None:
         return None
+    if isinstance(name, (int, float)):  # a number as given (a FlashInfer-Trace workload's sm_scale)
+        return float(name)
     return SCALES[name](p["D"] if D is None else D)
 
 

@@ -22,11 +22,14 @@ def pages_for(length: int, page_size: int) -> int:
     return math.ceil(length / page_size)
 
 
-def page_table(gen: torch.Generator, lengths, page_size: int, placement: str, pool: int | None = None):
+def page_table(gen: torch.Generator, lengths, page_size: int, placement: str, pool: int | None = None,
+               pages=None):
     """(indptr, indices, last_page_len, num_pages_total) for sequences of the given lengths.
 
     ordered: pages 0..n-1 in sequence order; shuffled: a permutation of them; scattered: drawn
-    without repetition from a pool of ``pool`` pages (default 4x what the batch needs, plus 3).
+    without repetition from a pool of ``pool`` pages (default 4x what the batch needs, plus 3);
+    given: ``pages`` itself, in a pool of ``pool`` pages (a FlashInfer-Trace workload's own page
+    table, attnsuite/flashinfer_trace; pages may be shared between sequences, as with a prefix cache).
     A zero-length sequence owns no page and gets last_page_len 0.
     """
     counts = [pages_for(n, page_size) for n in lengths]
@@ -38,6 +41,10 @@ def page_table(gen: torch.Generator, lengths, page_size: int, placement: str, po
     elif placement == "scattered":
         num_pages = pool if pool is not None else 4 * total + 3
         indices = torch.randperm(num_pages, generator=gen)[:total]
+    elif placement == "given":
+        indices, num_pages = torch.tensor(pages, dtype=torch.int64).reshape(-1), pool
+        if len(indices) != total:
+            raise ValueError(f"given page table has {len(indices)} pages, the lengths need {total}")
     else:
         raise ValueError(f"unknown placement {placement!r}")
     indptr = torch.tensor([0, *itertools.accumulate(counts)], dtype=torch.int32)
@@ -65,7 +72,8 @@ def paged_cache(gen, lengths, page_size, Hkv, D, dtype, layout, indptr, indices,
     used = torch.zeros(num_pages, page_size, dtype=torch.bool)
     for b, n in enumerate(lengths):  # per sequence, not per token: marks its pages' used slots
         pages = indices[indptr[b]:indptr[b + 1]].long()
-        used[pages] = (torch.arange(len(pages) * page_size) < n).view(-1, page_size)
+        # |=: a page shared by two sequences (a given page table) keeps the slots either uses.
+        used[pages] |= (torch.arange(len(pages) * page_size) < n).view(-1, page_size)
     token_view(cache, layout).masked_fill_(~used[:, None, None, :, None], float("nan"))
     return cache
 

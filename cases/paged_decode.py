@@ -126,7 +126,8 @@ class PagedDecode(Family):
 
     def make_inputs(self, case, gen):
         lengths, P = case["lengths"], case["P"]
-        indptr, indices, last, num_pages = _paged.page_table(gen, lengths, P, case["placement"], case["pool"])
+        indptr, indices, last, num_pages = _paged.page_table(gen, lengths, P, case["placement"], case["pool"],
+                                                             case.params.get("pages"))
         if case["vs"] == "decode":
             dense = qkv(gen, len(lengths), case["Hq"], case["Hkv"], 1, lengths[0], case["D"], case.dtype)
             cache = _paged.dense_to_cache(dense["k"], dense["v"], P, case["layout"], indices, num_pages)
