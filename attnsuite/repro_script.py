@@ -93,10 +93,15 @@ def write(family, case, impl_name: str, impl, device, metrics: dict, message: st
         library=library.name, version=library.installed_version() or "not installed",
         written_against=library.written_against, case_id=case.id, impl=impl_name,
         module=impl.__module__, qualname=impl.__qualname__,
-        message=textwrap.indent(textwrap.fill(message or "", 96), "#   "),
+        message=textwrap.indent(textwrap.fill(_docstring_safe(message or ""), 96), "    "),
         outputs=", ".join(ref), source=textwrap.indent(_source(impl), "#   "),
         device=str(device.torch_device)))
     return script
+
+
+def _docstring_safe(text: str) -> str:
+    """Text that cannot end or escape out of the script's docstring."""
+    return text.replace("\\", "\\\\").replace('"' * 3, "'" * 3)
 
 
 def _source(impl) -> str:
