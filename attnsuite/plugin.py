@@ -171,8 +171,14 @@ def pytest_generate_tests(metafunc):
     if "bench_case" not in metafunc.fixturenames:
         return
     session = suite(metafunc.config)
-    params = [pytest.param(case, id=case.id, marks=[pytest.mark.bench])
-              for family in session.families().values() for case in bench_selection(family, session.options.profile)]
+    params = []
+    for family in session.families().values():
+        impls = [name for name, _ in session.impls_for(family)]
+        for case in bench_selection(family, session.options.profile):
+            # One benchmark per implementation when several run side by side (``@impl`` ids,
+            # as the conformance items have), each timed beside the same baselines.
+            params += [pytest.param(case, id=case.id if len(impls) == 1 else f"{case.id}@{impl}",
+                                    marks=[pytest.mark.bench]) for impl in impls]
     metafunc.parametrize("bench_case", params)
 
 
@@ -238,7 +244,7 @@ def pytest_runtest_setup(item):
     session = suite(item.config)
     item.stash[STARTED] = now()
     if PARAM not in item.stash:  # a benchmark: its param comes from the case it times
-        param = session.bench_param(item.callspec.params["bench_case"].id)
+        param = session.bench_param(item.callspec.id)
         if param is not None:
             item.stash[PARAM] = param
     watchdog = _watchdog(item.config)

@@ -98,14 +98,20 @@ class SuiteSession:
             return next((p for p in self.params(family) if p.node_name == name), None)
         return None
 
-    def bench_param(self, case_id: str) -> CaseParam | None:
-        """A benchmark item's param: the case, the family's (first) implementation, no ledger."""
+    def bench_param(self, ident: str) -> CaseParam | None:
+        """A benchmark item's param from its id (``case id`` or ``case id@impl`` when several
+        implementations run): the case, the implementation it times, no ledger."""
+        case_id, _, impl = ident.partition("]@")
+        case_id = case_id + "]" if impl else ident
         family_name = case_id.split("[", 1)[0]
         family = self.families().get(family_name)
         case = next((c for c in family.cases if c.id == case_id), None) if family else None
         if case is None:
             return None
-        return CaseParam(family, case, self.impls_for(family)[0][0], None, case_id, "bench")
+        names = [n for n, _ in self.impls_for(family)]
+        if impl and impl not in names:
+            return None
+        return CaseParam(family, case, impl or names[0], None, ident, "bench")
 
     # -- running ---------------------------------------------------------------------------------
     def run(self, param: CaseParam):
@@ -159,6 +165,8 @@ class SuiteSession:
             return f"pytest '{nodeid}'{self.options.repro_options()}"
         if nodeid.endswith(f"@{impl}"):
             nodeid = nodeid[:-len(impl) - 1]
+        elif nodeid.endswith(f"@{impl}]"):  # a benchmark: test_bench[case id@impl]
+            nodeid = nodeid[:-len(impl) - 2] + "]"
         return f"pytest '{nodeid}'{self.options.repro_options()} --impl {family}={impl}"
 
     def library_info(self, family, impl: str) -> dict | None:

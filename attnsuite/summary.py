@@ -42,7 +42,9 @@ def broken_library_lines(records: list[dict]) -> list[str]:
         if isinstance(lib, dict) and lib.get("import_error"):
             entry = broken.setdefault((lib.get("name"), lib.get("import_error")), {"lib": lib, "impls": {}})
             impl = f"{r['family']}={r.get('impl')}"
-            entry["impls"][impl] = entry["impls"].get(impl, 0) + 1
+            # Counted where the import error is what made the case unsupported (a benchmark on
+            # cpu is skipped before the library is tried).
+            entry["impls"][impl] = entry["impls"].get(impl, 0) + bool(r.get("unsupported"))
     lines = []
     for (name, error), entry in sorted(broken.items(), key=lambda kv: str(kv[0])):
         lib = entry["lib"]
