@@ -23,6 +23,13 @@ import torch
 from .buffers import guarded_nan_buffer
 
 
+#: Scripts one process writes per (family, implementation): a library that fails a whole family
+#: needs a few reproductions, not one .pt per case of the full profile.
+MAX_PER_IMPL = 8
+#: Inputs larger than this are not saved (the repro command still reproduces the case).
+MAX_BYTES = 512 * 2**20
+
+
 class _Captured(Exception):
     pass
 
@@ -75,6 +82,10 @@ def write(family, case, impl_name: str, impl, device, metrics: dict, message: st
     if why:
         raise ValueError(why)
     args, kwargs, inputs, outputs = capture(family, case, device)
+    size = sum(t.untyped_storage().nbytes() for t in (*args, *kwargs.values()) if isinstance(t, torch.Tensor))
+    if size > MAX_BYTES:
+        raise ValueError(f"the case's tensors take {size / 2**20:.0f} MiB, over the {MAX_BYTES / 2**20:.0f} MiB a "
+                         f"script saves; run the repro command")
     ref = family.reference(case, inputs, torch.float64)
     # Where each judged output comes back: the buffer passed as that keyword (the suite judges
     # the caller's buffer), else its position in the returned tuple.

@@ -134,6 +134,12 @@ class SuiteSession:
 
         base = self.options.report_path.parent if self.options.report_path else self.options.run_dir
         key = (param.family.name, param.case.id, param.impl)
+        written = sum(1 for (fam, _, impl), v in self.repro_scripts.items()
+                      if (fam, impl) == key[::2] and "repro_script" in v)
+        if written >= repro_script.MAX_PER_IMPL:  # a library failing a whole family: a few suffice
+            self.repro_scripts[key] = {"repro_script_error": f"this process already wrote {written} scripts for "
+                                                             f"{param.family.name}={param.impl}; run the repro command"}
+            return
         try:
             path = repro_script.write(param.family, param.case, param.impl, impl, self.device, outcome.metrics,
                                       outcome.message, base / "repro")

@@ -263,8 +263,11 @@ def test_table_counts_first_failure_and_bench_times_beside_ours():
     assert lib["counts"] == {"pass": 1, "fail": 2, "unsupported": 1}
     assert [(o["outcome"], o["count"]) for o in lib["other"]] == [("crash", 1)]
     assert lib["library"]["name"] == "FakeLib" and lib["library"]["version"] == "1.2.3"
-    first = lib["first_failure"]  # the first by case id among fail/error/crash/timeout/xpass
-    assert first["case_id"] == "decode[b]"
+    # The first failure (fail/error/crash/timeout/xpass) by case id that has a script, else the first.
+    first = lib["first_failure"]
+    assert first["case_id"] == "decode[c]" and first["repro"].endswith("--impl decode=lib")
+    no_scripts = [dict(r, repro_script=None) for r in recs]
+    assert side_by_side(no_scripts)[0]["rows"][1]["first_failure"]["case_id"] == "decode[b]"
     assert ours["first_failure"] is None
     bench = block["bench"]
     assert bench["impls"] == ["triton", "lib"] and [b["name"] for b in bench["baselines"]] == ["sdpa_cudnn"]
@@ -282,3 +285,44 @@ def test_first_failure_links_its_script_relative_to_the_page():
     first = block["rows"][1]["first_failure"]
     assert first["script_href"] == "repro/decode/c.lib.py"
     assert first["script_run"] == "python '/r/repro/decode/c.lib.py'"
+
+
+# -- the script writer on its own ----------------------------------------------------------------
+
+from attnsuite.ecosystem import Library, adapter  # noqa: E402
+
+TORCH_LIB = Library(name="torch", module="torch", distribution="torch", written_against="2.13")
+
+
+@adapter(TORCH_LIB)
+def _zero_decode(q, k, v, *, scale=None, return_lse=False, out=None, lse=None):
+    out.zero_()  # wrong on purpose
+    return out, None
+
+
+def _case(family, case_id):
+    return next(c for c in family.cases if c.id == case_id)
+
+
+def test_script_writer_saves_inputs_and_refuses_what_it_cannot_reproduce(tmp_path, monkeypatch):
+    import torch
+
+    from attnsuite import repro_script
+    from attnsuite.devices import host_device
+
+    decode = families()["decode"]
+    case = _case(decode, BROKEN_CASE)
+    path = repro_script.write(decode, case, "zero", _zero_decode, host_device("cpu"), {"o": {"allowed": 1e-3}},
+                              "o: max abs err 0.5 > allowed 1e-3", tmp_path)
+    saved = torch.load(path.with_suffix(".pt"), weights_only=True)
+    q, k, v = saved["args"]
+    assert q.shape == (1, 8, 1, 128) and k.shape == (1, 2, 33, 128) and saved["where"] == {"o": "out"}
+    assert saved["reference"]["o"].dtype == torch.float64 and saved["allowed"] == {"o": 1e-3}
+    assert torch.isnan(saved["kwargs"]["out"]).all()  # the NaN-filled buffer, as the suite passes it
+    assert "from tests.test_side_by_side import _zero_decode as implementation" in path.read_text()
+    monkeypatch.setattr(repro_script, "MAX_BYTES", 1024)
+    with pytest.raises(ValueError, match="MiB a script saves; run the repro command"):
+        repro_script.write(decode, case, "zero", _zero_decode, host_device("cpu"), {}, "", tmp_path)
+    with pytest.raises(ValueError, match="several methods"):
+        repro_script.write(families()["mustafar"], families()["mustafar"].cases[0], "x", _zero_decode,
+                           host_device("cpu"), {}, "", tmp_path)

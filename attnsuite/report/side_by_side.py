@@ -96,7 +96,8 @@ def first_failure(records: list[dict], base_dir) -> dict | None:
     bad = sorted((r for r in records if outcome(r) in BAD_OUTCOMES), key=lambda r: text(r.get("case_id")))
     if not bad:
         return None
-    r = bad[0]
+    # The first by case id, preferring one with a stand-alone script (a few per library are written).
+    r = next((r for r in bad if r.get("repro_script")), bad[0])
     script = text(r.get("repro_script"))
     return {"case_id": text(r.get("case_id")), "anchor": case_anchor(r), "outcome": outcome(r),
             "outcome_class": outcome_class(outcome(r)), "message": message_view(r.get("message")),
