@@ -49,7 +49,8 @@ def broken_library_lines(records: list[dict]) -> list[str]:
     for (name, error), entry in sorted(broken.items(), key=lambda kv: str(kv[0])):
         lib = entry["lib"]
         version = lib.get("version") or "not installed"
-        impls = ", ".join(f"{impl} ({n} cases)" for impl, n in sorted(entry["impls"].items()))
-        lines.append(f"library {name} ({lib.get('distribution')} {version}) does not import here: {error}; "
-                     f"unsupported: {impls}")
+        impls = ", ".join(f"{impl} ({n} case{'s' if n != 1 else ''})" for impl, n in sorted(entry["impls"].items())
+                          if n)
+        lines.append(f"library {name} ({lib.get('distribution')} {version}) does not import here: {error}"
+                     + (f"; unsupported: {impls}" if impls else ""))
     return lines

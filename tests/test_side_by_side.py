@@ -256,7 +256,8 @@ def test_table_counts_first_failure_and_bench_times_beside_ours():
                                unsupported="no LSE"),
             conformance_record("decode[e]", impl="lib", library=_lib(), outcome="crash"),
             bench_record("decode[big]", kernel_ms=0.2, baselines={"sdpa_cudnn": 0.25}),
-            dict(bench_record("decode[big]", kernel_ms=0.3, baselines={"sdpa_cudnn": 0.25}), impl="lib")]
+            dict(bench_record("decode[big]", kernel_ms=0.3, baselines={"sdpa_cudnn": 0.25}), impl="lib"),
+            bench_record("decode[skipped]", kernel_ms=None, outcome="skip")]  # timed by nobody: no row
     (block,) = side_by_side(recs, base_dir="/r")
     ours, lib = block["rows"]
     assert ours["impl"] == "triton" and ours["counts"] == {"pass": 2, "fail": 0, "unsupported": 0}

@@ -154,8 +154,11 @@ def bench_view(family_bench: list[dict], impls: list[str]) -> dict | None:
             base_cells.append({"median": fmt_median_iqr(device_stats(entry)) if ms else
                                ("n/a" if "unavailable" in entry else MISSING),
                                "ratio": fmt_speedup(ms / ours_ms) if ms and ours_ms else ""})
-        rows.append({"case_id": case_id, "device": device, "anchor": case_anchor(anyrec),
-                     "impls": cells, "baselines": base_cells})
+        if any(c["median"] != MISSING for c in cells):  # a case nobody timed (skipped on cpu): no row
+            rows.append({"case_id": case_id, "device": device, "anchor": case_anchor(anyrec),
+                         "impls": cells, "baselines": base_cells})
+    if not rows:
+        return None
     return {"impls": timed, "baselines": [baseline_label(n) for n in baselines], "rows": rows}
 
 
