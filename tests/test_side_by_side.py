@@ -276,6 +276,9 @@ def test_table_counts_first_failure_and_bench_times_beside_ours():
     assert row["impls"][1]["ratio"] == "1.5×" and row["baselines"][0]["ratio"] == "1.25×"
     page = render_html(recs)
     assert 'id="side-by-side"' in page and "not GPU-tested" in page
+    # The case's own row names the library and the script too.
+    assert "FakeLib 1.2.3 (adapter written against 1.2.0)" in page
+    assert "python &#39;/r/repro/decode/c.lib.py&#39;" in page
 
 
 def test_first_failure_links_its_script_relative_to_the_page():
