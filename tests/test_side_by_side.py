@@ -330,3 +330,18 @@ def test_script_writer_saves_inputs_and_refuses_what_it_cannot_reproduce(tmp_pat
     with pytest.raises(ValueError, match="several methods"):
         repro_script.write(families()["mustafar"], families()["mustafar"].cases[0], "x", _zero_decode,
                            host_device("cpu"), {}, "", tmp_path)
+
+
+def test_an_unusable_implementation_stands_in_with_the_family_interface():
+    from attnsuite.impls import unusable
+    from attnsuite.interfaces import Unsupported, check_impl
+
+    for name in ("decode", "mustafar"):
+        family = families()[name]
+        stand_in = unusable(family, "gone", "cannot import module 'nosuchpackage'")
+        check_impl(family, "gone", stand_in)  # it fits the interface, so the run goes on
+        calls = [lambda: stand_in("compress"), lambda: stand_in.decode(None)] if name == "mustafar" \
+            else [lambda: stand_in(None, None, None, scale=None, return_lse=False, out=None, lse=None)]
+        for call in calls:
+            with pytest.raises(Unsupported, match="nosuchpackage"):
+                call()
