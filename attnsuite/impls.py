@@ -3,9 +3,15 @@
 An implementation is chosen by ``--impl FAMILY=SPEC`` (repeatable: several implementations of
 one family run side by side, each case once per implementation). SPEC is either a registered
 name (the family's own ``impls``, e.g. ``triton`` or ``sdpa``, plus the setuptools entry points
-of group ``attnsuite.impls`` named ``FAMILY.NAME``) or ``package.module:callable``. Every
+of group ``attnsuite.impls`` named ``FAMILY.NAME``), ``package.module:callable``, or ``all``:
+every registered implementation of the family (``--impl all``: of every family). Every
 implementation is checked against the family's interface (attnsuite/interfaces.py) when it is
 resolved, so a wrong signature stops the run before any case.
+
+Under ``all`` an implementation that cannot be loaded (an entry point whose package does not
+import) still runs: every case of it is ``Unsupported`` with the import error, so one broken
+library never stops the others. A library adapter (``.library``, attnsuite/ecosystem) whose
+library does not import is handled the same way by the runner.
 """
 from __future__ import annotations
 
@@ -14,9 +20,15 @@ import sys
 from importlib import metadata
 from typing import Callable
 
-from .interfaces import BadImplementation, check_impl
+from .interfaces import BadImplementation, Unsupported, check_impl
 
 ENTRY_POINT_GROUP = "attnsuite.impls"
+
+
+#: The SPEC (and bare ``--impl`` value) that means every registered implementation.
+ALL = "all"
+#: The family key of a bare ``--impl all`` in ``parse_options``' result: every family.
+EVERY_FAMILY = "*"
 
 
 class ImplError(ValueError):
@@ -24,12 +36,16 @@ class ImplError(ValueError):
 
 
 def parse_options(values: list[str]) -> dict[str, list[str]]:
-    """``["decode=triton", "decode=pkg.mod:fn"]`` -> ``{"decode": ["triton", "pkg.mod:fn"]}``."""
+    """``["decode=triton", "decode=pkg.mod:fn"]`` -> ``{"decode": ["triton", "pkg.mod:fn"]}``;
+    a bare ``all`` -> ``{"*": ["all"]}`` (every family, expanded by ``resolve_all``)."""
     specs: dict[str, list[str]] = {}
     for value in values or []:
+        if value == ALL:
+            value = f"{EVERY_FAMILY}={ALL}"
         family, sep, spec = value.partition("=")
         if not sep or not family or not spec:
-            raise ImplError(f"--impl: expected FAMILY=NAME or FAMILY=package.module:callable, got {value!r}")
+            raise ImplError(f"--impl: expected FAMILY=NAME, FAMILY=package.module:callable, FAMILY=all or all, "
+                            f"got {value!r}")
         specs.setdefault(family, [])
         if spec not in specs[family]:
             specs[family].append(spec)
@@ -90,8 +106,48 @@ def resolve(family, spec: str) -> tuple[str, Callable]:
 
 
 def resolve_all(specs: dict[str, list[str]], families: dict) -> dict[str, list[tuple[str, Callable]]]:
-    """family name -> [(name, implementation)] for the --impl specs; ``families`` is the registry."""
-    unknown = [f for f in specs if f not in families]
+    """family name -> [(name, implementation)] for the --impl specs; ``families`` is the registry.
+    ``all`` becomes every registered name of the family, in registration order (ours first);
+    a name given twice runs once."""
+    unknown = [f for f in specs if f not in families and f != EVERY_FAMILY]
     if unknown:
         raise ImplError(f"--impl: unknown family {unknown[0]!r} (registered: {', '.join(families)})")
-    return {fam: [resolve(families[fam], s) for s in family_specs] for fam, family_specs in specs.items()}
+    every = specs.get(EVERY_FAMILY, [])
+    chosen = {}
+    for fam, family in families.items():
+        family_specs = every + specs.get(fam, []) if fam in specs or every else []
+        resolved: dict[str, Callable] = {}
+        for spec in family_specs:
+            for name, fn in (resolve_every(family) if spec == ALL else [resolve(family, spec)]):
+                resolved.setdefault(name, fn)
+        if resolved:
+            chosen[fam] = list(resolved.items())
+    return chosen
+
+
+def resolve_every(family) -> list[tuple[str, Callable]]:
+    """Every registered implementation of ``family``: one that cannot be loaded or does not fit
+    the interface is kept as a stand-in whose every case is Unsupported, saying why."""
+    found = []
+    for name in registered(family):
+        try:
+            found.append(resolve(family, name))
+        except ImplError as exc:
+            found.append((name, unusable(family, name, str(exc))))
+    return found
+
+
+def unusable(family, name: str, why: str):
+    """A stand-in implementation for one that cannot be used here: every call is Unsupported."""
+    def refuse(*args, **kwargs):
+        raise Unsupported(why)
+
+    refuse.unusable = why
+    if getattr(family, "interface", None) is not None and family.interface.methods:
+        # An object of methods (mustafar), which the family may also call with the op's name.
+        def method(self, *args, **kwargs):
+            raise Unsupported(why)
+
+        body = {m: method for m in family.interface.methods}
+        return type(f"Unusable_{name}", (), {**body, "__call__": method, "unusable": why})()
+    return refuse

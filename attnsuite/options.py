@@ -23,7 +23,9 @@ def add_options(parser) -> None:
     group.addoption("--fuzz-count", type=int, default=50, help="fuzz profile: cases per family")
     group.addoption("--impl", action="append", default=[], metavar="FAMILY=MODULE:CALLABLE",
                     help="run FAMILY's cases against this callable (or registered name) instead of the "
-                         "project's kernel; repeat to run several side by side")
+                         "project's kernel; repeat to run several side by side. FAMILY=all: every "
+                         "registered implementation of FAMILY (ours and every library adapter); a bare "
+                         "'all': that for every family")
     group.addoption("--ledger", action="append", default=[], metavar="TOML",
                     help="an extra known-failure ledger (your kernels' known failures), read after the "
                          "project's own (cases/known_failures.toml); repeatable")

@@ -177,12 +177,17 @@ def pytest_generate_tests(metafunc):
     if "bench_case" not in metafunc.fixturenames:
         return
     session = suite(metafunc.config)
-    params = [pytest.param(case, id=case.id, marks=[pytest.mark.bench])
-              for family in session.families().values() for case in bench_selection(family, session.options.profile)]
-    # --workloads: every mapped workload is a benchmark case too (shapes from a deployment).
-    params += [pytest.param(case, id=case.id, marks=[pytest.mark.bench, pytest.mark.workload])
-               for family in session.families().values() for case in session.workload_cases(family)
-               if not case.params.get("unmapped")]
+    params = []
+    for family in session.families().values():
+        impls = [name for name, _ in session.impls_for(family)]
+        # --workloads: every mapped workload is a benchmark case too (shapes from a deployment).
+        workloads = [c for c in session.workload_cases(family) if not c.params.get("unmapped")]
+        for case in [*bench_selection(family, session.options.profile), *workloads]:
+            marks = [pytest.mark.bench] + ([pytest.mark.workload] if case in workloads else [])
+            # One benchmark per implementation when several run side by side (``@impl`` ids,
+            # as the conformance items have), each timed beside the same baselines.
+            params += [pytest.param(case, id=case.id if len(impls) == 1 else f"{case.id}@{impl}",
+                                    marks=marks) for impl in impls]
     metafunc.parametrize("bench_case", params)
 
 
@@ -248,7 +253,7 @@ def pytest_runtest_setup(item):
     session = suite(item.config)
     item.stash[STARTED] = now()
     if PARAM not in item.stash:  # a benchmark: its param comes from the case it times
-        param = session.bench_param(item.callspec.params["bench_case"].id)
+        param = session.bench_param(item.callspec.id)
         if param is not None:
             item.stash[PARAM] = param
     watchdog = _watchdog(item.config)

@@ -98,7 +98,9 @@ def normalize(rec) -> dict | None:
             rec[key] = {}
     if not isinstance(rec.get("tags"), list):
         rec["tags"] = []
-    for key in ("finished_at", "started_at", "run_id", "worker", "repro", "nodeid"):
+    if not isinstance(rec.get("library"), dict):  # records before issue 27, or not a library's
+        rec["library"] = None
+    for key in ("finished_at", "started_at", "run_id", "worker", "repro", "nodeid", "repro_script", "unsupported"):
         if rec.get(key) is not None and not isinstance(rec[key], str):
             rec[key] = str(rec[key])
     return rec
@@ -153,7 +155,9 @@ def build_record(case, impl: str, device: dict, outcome, verdict: tuple[str, str
     (``{"kind", "index", "uuid"}``), its frozen outcome (a ``CaseOutcome`` or None when it never
     produced one: a crash, a case not run), pytest's verdict ``(outcome, stage, message)``, the
     environment fingerprint and the run context (run_id, nodeid, profile, mode, worker, repro,
-    started_at, finished_at, duration_s, known_failure, elapsed_s)."""
+    started_at, finished_at, duration_s, known_failure, elapsed_s; library: the library behind
+    an ecosystem implementation, attnsuite.ecosystem.library_info; repro_script: the stand-alone
+    reproduction of a library's failure, attnsuite/repro_script.py)."""
     kind, stage, message = verdict
     result = outcome if outcome is not None else None
     params = dict(case.params) if case is not None else run.get("params", {})
@@ -191,6 +195,10 @@ def build_record(case, impl: str, device: dict, outcome, verdict: tuple[str, str
         "finished_at": run.get("finished_at"),
         "env": env or {},
         "repro": run.get("repro"),
+        "library": run.get("library"),
+        "repro_script": run.get("repro_script"),
+        "repro_script_error": run.get("repro_script_error"),
+        "unsupported": result.message if result is not None and result.status == "unsupported" else None,
     }
 
 

@@ -48,9 +48,20 @@ def _attempt(body: Callable[[CaseResult], None], device=None, exclusive: bool = 
     return result.freeze("pass")
 
 
+def _library_usable(impl) -> None:
+    """An ecosystem implementation whose library does not import here: Unsupported, with the
+    import error, before any input is built (attnsuite/ecosystem)."""
+    from .ecosystem import Library
+
+    library = getattr(impl, "library", None)
+    if isinstance(library, Library):
+        library.load()
+
+
 def _compile(family, case, impl, targets, result: CaseResult) -> None:
     from .compile_case import compile_case
 
+    _library_usable(impl)
     compile_case(family, case, impl, list(targets), result)
 
 
@@ -84,6 +95,7 @@ class _Stage:
 
 
 def _run(family, case, device, impl, result: CaseResult) -> None:
+    _library_usable(impl)
     stage = _Stage(device, result)
     with stage("inputs"):
         inputs = {k: device.place(v) for k, v in family.make_inputs(case, case.generator()).items()}

@@ -29,6 +29,8 @@ class SuiteSession:
         self.report_error: str | None = None
         #: --trace-out: one line on what was written (set at session end).
         self.trace_summary: str | None = None
+        #: (family, case id, impl) -> the record fields about its reproduction script.
+        self.repro_scripts: dict[tuple, dict] = {}
 
     # -- what this run covers -------------------------------------------------------------------
     def families(self) -> dict:
@@ -106,15 +108,21 @@ class SuiteSession:
             return next((p for p in self.params(family) if p.node_name == name), None)
         return None
 
-    def bench_param(self, case_id: str) -> CaseParam | None:
-        """A benchmark item's param: the case, the family's (first) implementation, no ledger."""
+    def bench_param(self, ident: str) -> CaseParam | None:
+        """A benchmark item's param from its id (``case id`` or ``case id@impl`` when several
+        implementations run): the case, the implementation it times, no ledger."""
+        case_id, _, impl = ident.partition("]@")
+        case_id = case_id + "]" if impl else ident
         family_name = case_id.split("[", 1)[0]
         family = self.families().get(family_name)
         pool = [*family.cases, *self.workload_cases(family)] if family else []
         case = next((c for c in pool if c.id == case_id), None)
         if case is None:
             return None
-        return CaseParam(family, case, self.impls_for(family)[0][0], None, case_id, "bench")
+        names = [n for n, _ in self.impls_for(family)]
+        if impl and impl not in names:
+            return None
+        return CaseParam(family, case, impl or names[0], None, ident, "bench")
 
     # -- running ---------------------------------------------------------------------------------
     def run(self, param: CaseParam):
@@ -124,8 +132,31 @@ class SuiteSession:
             from .collection import skip
 
             skip(f"compile-only: {param.case.id} runs plain PyTorch, no kernel to compile")
-        return run_case(param.family, param.case, self.device, self.impl(param.family, param.impl),
-                        compile_targets=self.options.compile_targets)
+        impl = self.impl(param.family, param.impl)
+        outcome = run_case(param.family, param.case, self.device, impl, compile_targets=self.options.compile_targets)
+        if outcome.status == "fail" and not self.options.compile_targets and getattr(impl, "library", None):
+            self._write_repro_script(param, impl, outcome)
+        return outcome
+
+    def _write_repro_script(self, param: CaseParam, impl, outcome) -> None:
+        """A library's failure gets a stand-alone reproduction (attnsuite/repro_script.py) beside
+        the report; its path, or why none could be written, goes into the case's record."""
+        from . import repro_script
+
+        base = self.options.report_path.parent if self.options.report_path else self.options.run_dir
+        key = (param.family.name, param.case.id, param.impl)
+        written = sum(1 for (fam, _, impl), v in self.repro_scripts.items()
+                      if (fam, impl) == key[::2] and "repro_script" in v)
+        if written >= repro_script.MAX_PER_IMPL:  # a library failing a whole family: a few suffice
+            self.repro_scripts[key] = {"repro_script_error": f"this process already wrote {written} scripts for "
+                                                             f"{param.family.name}={param.impl}; run the repro command"}
+            return
+        try:
+            path = repro_script.write(param.family, param.case, param.impl, impl, self.device, outcome.metrics,
+                                      outcome.message, base / "repro")
+            self.repro_scripts[key] = {"repro_script": str(path.resolve())}
+        except Exception as exc:  # the failure is recorded either way; the script is a convenience
+            self.repro_scripts[key] = {"repro_script_error": f"{type(exc).__name__}: {exc}"}
 
     # -- what every record carries ----------------------------------------------------------------
     def env(self) -> dict:
@@ -144,16 +175,28 @@ class SuiteSession:
 
     def repro(self, nodeid: str, family: str, impl: str) -> str:
         """A command that runs this one case the way it ran here (same implementation, profile,
-        device, timeouts), so it reproduces the same outcome."""
-        extra = ""
-        specs = [s for s in self.options.impl_specs if s.startswith(f"{family}=")]
-        if specs:
-            chosen = next((s for s in specs if s.split("=", 1)[1] == impl), specs[0])
-            extra = f" --impl {chosen}"
-        return f"pytest '{nodeid}'{self.options.repro_options()}{extra}"
+        device, timeouts), so it reproduces the same outcome. It names the one implementation
+        (an implementation's name is its --impl SPEC), so a case of a side-by-side run (node id
+        ``...@impl``) runs alone under its plain id."""
+        if family not in self.implementations():
+            return f"pytest '{nodeid}'{self.options.repro_options()}"
+        if nodeid.endswith(f"@{impl}"):
+            nodeid = nodeid[:-len(impl) - 1]
+        elif nodeid.endswith(f"@{impl}]"):  # a benchmark: test_bench[case id@impl]
+            nodeid = nodeid[:-len(impl) - 2] + "]"
+        return f"pytest '{nodeid}'{self.options.repro_options()} --impl {family}={impl}"
+
+    def library_info(self, family, impl: str) -> dict | None:
+        """What a record says about the library behind an implementation (attnsuite/ecosystem):
+        None for one with no ``.library`` (ours, a user's callable)."""
+        from .ecosystem import library_info
+
+        return library_info(dict(self.impls_for(family)).get(impl))
 
     def run_context(self, nodeid: str, param: CaseParam, mode: str | None = None) -> dict:
         return {"run_id": self.options.run_id, "nodeid": nodeid, "profile": self.options.profile,
                 "mode": mode or param.mode, "worker": self.worker,
                 "repro": self.repro(nodeid, param.family.name, param.impl),
+                "library": self.library_info(param.family, param.impl),
+                **self.repro_scripts.get((param.family.name, param.case.id, param.impl), {}),
                 "known_failure": param.known.describe() if param.known else None}

@@ -1,6 +1,8 @@
 """The few lines the terminal shows at the end of a run: outcomes and smallest headroom per
-family and device (the same numbers as the report's matrix), then, when the run used several
-devices or hosts, a line per device (the report's hosts-and-devices table)."""
+family and device (the same numbers as the report's matrix; per implementation where a family ran
+several), then, when the run used several devices or hosts, a line per device (the report's
+hosts-and-devices table), then one line per library that could not be imported here (its cases
+are all unsupported, attnsuite/ecosystem), however many cases and families that is."""
 from __future__ import annotations
 
 from .records import merge_latest
@@ -19,7 +21,8 @@ def summary_lines(records: list[dict]) -> list[str]:
             counts = " · ".join(f"{c['count']} {c['outcome']}" for c in cell["counts"])
             numeric = not cell["device"].endswith(" compile")  # compile-only has no errors to bound
             headroom = f"; smallest passing headroom {cell['min_headroom']}" if numeric else ""
-            lines.append(f"{row['family']:<22} {cell['device']:<5} {counts}{headroom}")
+            name = f"{row['family']} {row['impl']}" if row["impl"] else row["family"]
+            lines.append(f"{name:<22} {cell['device']:<5} {counts}{headroom}")
     places = placement_rows(merged)
     if len(places) > 1:
         for p in places:
@@ -27,4 +30,27 @@ def summary_lines(records: list[dict]) -> list[str]:
             bench = f" · {p['benchmarks']} benchmarks" if p["benchmarks"] else ""
             lines.append(f"{p['host']} {p['device']}: {counts}{bench}"
                          + (f"; case time {p['total']}" if p["total"] else ""))
+    return lines + broken_library_lines(merged)
+
+
+def broken_library_lines(records: list[dict]) -> list[str]:
+    """One line per library whose import failed, with the error and the implementations whose
+    cases it made unsupported."""
+    broken: dict[tuple, dict] = {}
+    for r in records:
+        lib = r.get("library") or {}
+        if isinstance(lib, dict) and lib.get("import_error"):
+            entry = broken.setdefault((lib.get("name"), lib.get("import_error")), {"lib": lib, "impls": {}})
+            impl = f"{r['family']}={r.get('impl')}"
+            # Counted where the import error is what made the case unsupported (a benchmark on
+            # cpu is skipped before the library is tried).
+            entry["impls"][impl] = entry["impls"].get(impl, 0) + bool(r.get("unsupported"))
+    lines = []
+    for (name, error), entry in sorted(broken.items(), key=lambda kv: str(kv[0])):
+        lib = entry["lib"]
+        version = lib.get("version") or "not installed"
+        impls = ", ".join(f"{impl} ({n} case{'s' if n != 1 else ''})" for impl, n in sorted(entry["impls"].items())
+                          if n)
+        lines.append(f"library {name} ({lib.get('distribution')} {version}) does not import here: {error}"
+                     + (f"; unsupported: {impls}" if impls else ""))
     return lines

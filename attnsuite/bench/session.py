@@ -30,8 +30,9 @@ class Bench:
         self.session, self.item, self.benchmark = session, item, benchmark
 
     def run(self, case) -> dict:
-        from attnsuite.collection import OUTCOME
-        from attnsuite.result import CaseOutcome
+        from attnsuite.collection import OUTCOME, PARAM
+        from attnsuite.interfaces import Unsupported
+        from attnsuite.result import CaseOutcome, CaseResult
 
         session = self.session
         if session.options.compile_targets:
@@ -39,13 +40,22 @@ class Bench:
         if not session.device.times_kernels:
             pytest.skip(CPU_REASON)
         family = session.families()[case.family]
-        _, impl = session.impls_for(family)[0]
-        prepared = prepare(family, case, session.device, impl)
+        param = self.item.stash.get(PARAM, None)
+        name = param.impl if param is not None else session.impls_for(family)[0][0]
+        impl = session.impl(family, name)
         options = session.options
-        payload = run_bench(family, case, session.device, impl, runs=options.bench_runs,
-                            method=options.bench_method, l2=getattr(options, "bench_l2", "cold"),
-                            repeat=getattr(options, "bench_repeat", 1),
-                            copy_gbps=copy_gbps(session.device), prepared=prepared)
+        try:
+            library = getattr(impl, "library", None)
+            if library is not None:  # a library that does not import here: unsupported, as in the cases
+                library.load()
+            prepared = prepare(family, case, session.device, impl)
+            payload = run_bench(family, case, session.device, impl, runs=options.bench_runs,
+                                method=options.bench_method, l2=getattr(options, "bench_l2", "cold"),
+                                repeat=getattr(options, "bench_repeat", 1),
+                                copy_gbps=copy_gbps(session.device), prepared=prepared)
+        except Unsupported as exc:
+            self.item.stash[OUTCOME] = CaseResult().freeze("unsupported", None, str(exc))
+            pytest.skip(f"{name} does not support this case: {exc}")
         self.item.stash[OUTCOME] = CaseOutcome("pass", bench=payload)
         if self.benchmark is not None:
             self._store(prepared[2], payload)

@@ -67,3 +67,18 @@ def note(text: str) -> None:
     """Record what the adapter did to the case (``"k, v: transposed to [B, S, H, D] (copy)"``)."""
     if _notes is not None and text not in _notes:
         _notes.append(text)
+
+
+def library_info(impl) -> dict | None:
+    """The record's ``library`` field for an implementation: which library and release it calls,
+    what its adapter was written against, whether it has run on a GPU, and why it cannot be
+    imported here (None when it can). None for an implementation with no ``.library``."""
+    library = getattr(impl, "library", None)
+    return dict(_info(library)) if isinstance(library, Library) else None
+
+
+@functools.lru_cache(maxsize=None)
+def _info(library: Library) -> dict:
+    return {"name": library.name, "module": library.module, "distribution": library.distribution,
+            "version": library.installed_version(), "written_against": library.written_against,
+            "gpu_tested": library.gpu_tested, "import_error": library.import_error()}

@@ -66,15 +66,18 @@ def render_html(
     generated_at: datetime | None = None,
     run_status: Iterable[dict] = (),
     skipped: Counter | None = None,
+    base_dir: str | os.PathLike | None = None,
 ) -> str:
     """The report page for these records (merged to the latest record per case, implementation,
-    device and mode). Records that cannot be shown are counted on the page, never raised."""
+    device and mode). Records that cannot be shown are counted on the page, never raised.
+    ``base_dir``: the directory the page will be in (its links to repro scripts are relative)."""
     usable, dropped = clean(records)
     merged = merge(usable)
     when = (generated_at or datetime.now(timezone.utc)).astimezone(timezone.utc)
     context = build_context(usable, merged, title=title,
                             generated_at=when.strftime("%Y-%m-%d %H:%M:%S UTC"),
-                            run_status=list(run_status), skipped=Counter(skipped or {}) + dropped)
+                            run_status=list(run_status), skipped=Counter(skipped or {}) + dropped,
+                            base_dir=base_dir)
     script, policy = _script_and_policy()
     return _environment().get_template(TEMPLATE).render(**context, script=script, csp=policy)
 
@@ -97,7 +100,9 @@ def render_report(
     skipped: Counter | None = None,
 ) -> Path:
     """Merge the records, render the page and write it to ``out_path``; returns that path."""
-    return _write(render_html(records, title=title, run_status=run_status, skipped=skipped), out_path)
+    page = render_html(records, title=title, run_status=run_status, skipped=skipped,
+                       base_dir=Path(out_path).resolve().parent)
+    return _write(page, out_path)
 
 
 def render_runs(paths: Iterable[str | os.PathLike], out_path: str | os.PathLike, *,
@@ -106,5 +111,6 @@ def render_runs(paths: Iterable[str | os.PathLike], out_path: str | os.PathLike,
     page; returns its path and what was read. Raises FileNotFoundError for a path that does
     not exist; anything odd inside the runs is shown on the page instead."""
     loaded = load(paths)
-    page = render_html(loaded.records, title=title, run_status=loaded.statuses, skipped=loaded.skipped)
+    page = render_html(loaded.records, title=title, run_status=loaded.statuses, skipped=loaded.skipped,
+                       base_dir=Path(out_path).resolve().parent)
     return _write(page, out_path), loaded

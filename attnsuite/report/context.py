@@ -23,6 +23,7 @@ from attnsuite.report.sections import (
     run_summaries,
     tight_cases,
 )
+from attnsuite.report.side_by_side import side_by_side
 from attnsuite.report.timing import timing_context
 
 FILTER_LABELS = {"family": "Family", "device": "Device", "impl": "Implementation",
@@ -70,9 +71,10 @@ def skipped_notes(skipped: Counter) -> list[dict]:
 
 
 def build_context(raw_records: list[dict], merged: list[dict], *, title: str, generated_at: str,
-                  run_status: Iterable[dict] = (), skipped: Counter | None = None) -> dict:
+                  run_status: Iterable[dict] = (), skipped: Counter | None = None, base_dir=None) -> dict:
     """Everything the template needs. ``raw_records`` are as read (cleaned); ``merged`` one per
-    (case, implementation, device, mode)."""
+    (case, implementation, device, mode); ``base_dir``: the page's directory (links to files
+    beside it, the repro scripts, are made relative to it)."""
     # Benchmark records are timings, not conformance cases: they count in the runs, the
     # environments, the filters and their own section only.
     cases = [r for r in merged if not is_bench(r)]
@@ -91,6 +93,7 @@ def build_context(raw_records: list[dict], merged: list[dict], *, title: str, ge
         "outcome_counts": outcome_counts(cases),
         "unknown_outcomes": sorted({outcome(r) for r in merged} - set(OUTCOMES)),
         "matrix": family_device_matrix(cases),
+        "side_by_side": side_by_side(merged, base_dir),
         "placement": placement_rows(merged),
         "tight_threshold": fmt_num(TIGHT_HEADROOM),
         "tight_cases": tight_cases(cases),

@@ -278,4 +278,16 @@ def case_row(rec: dict, param_keys: Iterable[str] = ()) -> dict:
         "message": message_view(rec.get("message")),
         "known_failure": known_failure_view(rec.get("known_failure")),
         "repro": text(rec.get("repro")),
+        "library": library_text(rec),
+        # A library failure's stand-alone reproduction (attnsuite/repro_script.py), as a command.
+        "repro_script": f"python '{text(rec.get('repro_script'))}'" if rec.get("repro_script") else "",
     }
+
+
+def library_text(rec: dict) -> str:
+    """"FakeLib 1.2.3 (adapter written against 1.2.0)" for a library's implementation, else ""."""
+    lib = mapping(rec.get("library"))
+    if not lib:
+        return ""
+    version = text(lib.get("version")) or "not installed"
+    return f"{text(lib.get('name'))} {version} (adapter written against {text(lib.get('written_against')) or '?'})"
