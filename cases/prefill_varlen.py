@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import torch
 
+from attnsuite.ecosystem import implementations
 from attnsuite.case import grid, make_cases, unique
 from attnsuite.family import Family
 from attnsuite.interfaces import ATTENTION_KEYWORDS, SCALE_NOTE, Interface
@@ -146,7 +147,7 @@ class PrefillVarlen(Family):
     cases = unique(make_cases(name, label, QUICK)
                    + make_cases(name, label, FULL, profile="full")
                    + make_cases(name, label, BENCH, profile="full", tags=["bench"]))
-    impls = {"triton": prefill_varlen}
+    impls = {"triton": prefill_varlen, **implementations("prefill_varlen")}
 
     def label(self, params):
         return label(params)
