@@ -35,6 +35,14 @@ def expand_heads(k: torch.Tensor, v: torch.Tensor, hq: int, dim: int = 1):
     return k.repeat_interleave(g, dim), v.repeat_interleave(g, dim)
 
 
+def dense_copy(x: torch.Tensor) -> torch.Tensor:
+    """A copy of ``x`` with row-major strides on every axis. ``x.contiguous()`` is not enough for
+    kernels that compute addresses from one stride: torch calls a view contiguous whatever the
+    stride of a size-1 axis is, and returns it as it is (a [B, 1, H, D] transpose keeps
+    ``stride(1) == D``, so ``page * P * stride(1)`` lands in the wrong page)."""
+    return torch.empty(x.shape, dtype=x.dtype, device=x.device).copy_(x)
+
+
 def paged_kv(kv_cache: torch.Tensor, layout: str):
     """(k, v) page pools [pages, P, Hkv, D] (NHD views of the suite's cache; no copy)."""
     if layout == "NHD":

@@ -23,7 +23,7 @@ from __future__ import annotations
 import torch
 
 from . import Library, default_scale, note, staged
-from ._layout import block_table, check_dtype, padded_to_packed, paged_kv, sequence_lengths, unpack_padded, write
+from ._layout import block_table, check_dtype, dense_copy, padded_to_packed, paged_kv, sequence_lengths, unpack_padded, write
 from ..interfaces import Unsupported
 
 LIBRARY = Library("vLLM", "vllm", "vllm", written_against="0.33 (Triton ops; not yet run on a GPU)")
@@ -37,6 +37,7 @@ BLOCK = 16
 
 
 def _op(modules, name):
+    LIBRARY.load()  # not installed or broken: that is the reason, said once
     last = None
     for path in modules:
         try:
@@ -70,7 +71,7 @@ def paged_pools(kv_cache, layout):
     k, v = paged_kv(kv_cache, layout)
     note(f"kv_cache: K and V copied into page-contiguous pools [pages, P, Hkv, D] ({layout}; the kernel "
          "assumes page stride = P * token stride)")
-    return k.contiguous(), v.contiguous()
+    return dense_copy(k), dense_copy(v)
 
 
 def _paged(q, kv_cache, kv_page_indptr, kv_page_indices, kv_last_page_len, *, layout="HND", scale=None,
@@ -87,7 +88,7 @@ def dense_decode_pools(k, v):
     note("k, v: copied to [B, S, Hkv, D], one page of S tokens per sequence")
     B, S = k.shape[0], k.shape[2]
     table = torch.arange(B, dtype=torch.int32, device=k.device)[:, None]
-    return k.transpose(1, 2).contiguous(), v.transpose(1, 2).contiguous(), table, [S] * B, S
+    return dense_copy(k.transpose(1, 2)), dense_copy(v.transpose(1, 2)), table, [S] * B, S
 
 
 def _decode(q, k, v, *, scale=None, return_lse=False, out=None, lse=None):
