@@ -121,7 +121,10 @@ def test_sdpa_backends_without_an_lse_or_this_device_are_unsupported(name, match
         FAMS["decode"].impls[name](q, k, v, **kw)
 
 
-def test_vllm_unified_attention_is_causal_only_and_has_no_lse():
+def test_vllm_unified_attention_is_causal_only_and_has_no_lse(monkeypatch):
+    with pytest.raises(Unsupported, match="vllm not installed"):
+        FAMS["prefill"].impls["vllm"](*(torch.randn(1, 2, 4, 64, dtype=torch.float16),) * 3, causal=True)
+    monkeypatch.setattr(vllm, "_op", lambda modules, name: getattr(fake_vllm(), name))
     q = torch.randn(1, 2, 4, 64, dtype=torch.float16)
     with pytest.raises(Unsupported, match="causal only"):
         FAMS["prefill"].impls["vllm"](q, q, q, causal=False)

@@ -148,8 +148,8 @@ def _no_lse_causal_only(causal, return_lse):
 
 
 def _varlen(q, k, v, seq, *, causal=False, scale=None, return_lse=False, out=None, lse=None):
+    fn = _op(UNIFIED_OPS, "unified_attention")  # not installed: that reason first
     _no_lse_causal_only(causal, return_lse)
-    fn = _op(UNIFIED_OPS, "unified_attention")
     if q.dim() == 3:
         return _wrap(unified_call(fn, q, k, v, seq, scale=scale, out=out))
     lengths = [int(n) for n in seq.tolist()]
