@@ -399,3 +399,17 @@ def test_a_base_2_lse_passed_on_as_natural_log_fails_its_cases(monkeypatch):
     cases = _quick("paged_decode", lambda c: c["lse"] and _fp16_or_bf16(c), limit=4)
     outcomes = _run("paged_decode", FAMS["paged_decode"].impls["flashinfer"], cases)
     assert outcomes and all(o.status == "fail" and "lse" in o.message for o in outcomes.values())
+
+
+def test_a_backend_that_refuses_gqa_gets_repeated_heads_and_says_so(monkeypatch):
+    real = torch.nn.functional.scaled_dot_product_attention
+
+    def no_gqa(q, k, v, *, enable_gqa=False, **kw):  # as some CUDA backends of some torch releases
+        if enable_gqa:
+            raise RuntimeError("No available kernel. Aborting execution.")
+        return real(q, k, v, **kw)
+    monkeypatch.setattr(torch_sdpa.F, "scaled_dot_product_attention", no_gqa)
+    case = next(c for c in _quick("decode") if c["Hq"] != c["Hkv"] and not c["lse"])
+    outcome = run_case(FAMS["decode"], case, CpuDevice(), FAMS["decode"].impls["sdpa_math"])
+    assert outcome.status == "pass", outcome.message
+    assert any("repeated" in n for n in outcome.adapter_notes)

@@ -78,6 +78,13 @@ def _public(backend, q, k, v, causal, scale):
 def _attend(backend, q, k, v, *, causal: bool, scale, want_lse: bool):
     """A zero-argument call returning (o [B, Hq, Sq, D], lse [B, Hq, Sq] fp32 or None)."""
     if not want_lse:
+        if backend is not None and k.shape[1] != q.shape[1]:
+            # Some backends refuse enable_gqa (torch's version and the GPU decide): ask once, here
+            # in prepare, and repeat the K/V heads (a copy, noted) only for a backend that does.
+            try:
+                _public(backend, q, k, v, causal, scale)
+            except Unsupported:
+                k, v = expand_heads(k, v, q.shape[1])
         return lambda: (_public(backend, q, k, v, causal, scale), None)
     op = _lse_op(backend, q.device.type)
     if backend != "FLASH_ATTENTION" and q.device.type != "cuda":
