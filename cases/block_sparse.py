@@ -14,8 +14,8 @@ from __future__ import annotations
 
 import torch
 
-from attnsuite.ecosystem import implementations
 from attnsuite.case import make_cases, unique
+from attnsuite.ecosystem import implementations
 from attnsuite.family import Family
 from attnsuite.interfaces import ATTENTION_KEYWORDS, SCALE_NOTE, Interface
 from attnsuite.result import CaseFailure

@@ -3,9 +3,9 @@ k/v [B, Hkv, S, D], GQA."""
 from __future__ import annotations
 
 from attnsuite.case import grid, make_cases, unique
+from attnsuite.ecosystem import implementations
 from attnsuite.family import Family
 from attnsuite.interfaces import ATTENTION_KEYWORDS, SCALE_NOTE, Interface
-from attnsuite.ecosystem import implementations
 from kernels.decode import decode
 from references.attention import decode_reference
 

@@ -2,8 +2,8 @@
 paged KV cache (HND or NHD), with a CSR page table and last_page_len."""
 from __future__ import annotations
 
-from attnsuite.ecosystem import implementations
 from attnsuite.case import make_cases, unique
+from attnsuite.ecosystem import implementations
 from attnsuite.family import Family
 from attnsuite.interfaces import ATTENTION_KEYWORDS, SCALE_NOTE, Interface
 from kernels.decode import decode as contiguous_decode

@@ -3,9 +3,9 @@ GQA, optional natural-log LSE."""
 from __future__ import annotations
 
 from attnsuite.case import grid, make_cases, unique
+from attnsuite.ecosystem import implementations
 from attnsuite.family import Family
 from attnsuite.interfaces import ATTENTION_KEYWORDS, SCALE_NOTE, Interface
-from attnsuite.ecosystem import implementations
 from kernels.prefill import prefill
 from references.attention import prefill_reference
 

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import torch
 
-from attnsuite.ecosystem import implementations
 from attnsuite.case import grid, make_cases, unique
+from attnsuite.ecosystem import implementations
 from attnsuite.family import Family
 from attnsuite.interfaces import ATTENTION_KEYWORDS, SCALE_NOTE, Interface
 from kernels.prefill_varlen import prefill_packed, prefill_padded
