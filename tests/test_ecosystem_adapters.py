@@ -413,3 +413,56 @@ def test_a_backend_that_refuses_gqa_gets_repeated_heads_and_says_so(monkeypatch)
     outcome = run_case(FAMS["decode"], case, CpuDevice(), FAMS["decode"].impls["sdpa_math"])
     assert outcome.status == "pass", outcome.message
     assert any("repeated" in n for n in outcome.adapter_notes)
+
+
+def fake_torch_npu():
+    """torch_npu's two fused operators as documented (BNSD; block tables for the paged form)."""
+
+    def npu_fused_infer_attention_score(query, key, value, *, num_heads, num_key_value_heads, input_layout, scale,
+                                        softmax_lse_flag=False, block_table=None, block_size=None,
+                                        actual_seq_lengths_kv=None):
+        assert input_layout == "BNSD" and query.shape[1] == num_heads
+        B = query.shape[0]
+        outs, lses = [], []
+        for b in range(B):
+            if block_table is None:
+                k, v = key[b], value[b]
+            else:  # key/value [blocks, Hkv, block_size, D]
+                n = actual_seq_lengths_kv[b]
+                pages = block_table[b, :-(-n // block_size)].long()
+                k = key[pages].transpose(0, 1).reshape(num_key_value_heads, -1, key.shape[-1])[:, :n]
+                v = value[pages].transpose(0, 1).reshape(num_key_value_heads, -1, value.shape[-1])[:, :n]
+            o, l = _attend(query[b], k, v, scale)
+            outs.append(o), lses.append(l)
+        return torch.stack(outs), torch.stack(lses)[..., None]
+
+    def npu_fusion_attention(query, key, value, *, head_num, input_layout, scale, keep_prob, sparse_mode, atten_mask):
+        assert input_layout == "BNSD" and keep_prob == 1.0
+        o = torch.stack([_attend(query[b], key[b], value[b], scale, causal=sparse_mode == 2)[0]
+                         for b in range(query.shape[0])])
+        return o, None, None, None
+
+    module = types.ModuleType("torch_npu")
+    module.npu_fused_infer_attention_score = npu_fused_infer_attention_score
+    module.npu_fusion_attention = npu_fusion_attention
+    return module
+
+
+@pytest.mark.parametrize("family, name", [("prefill", "npu_fusion_attention"), ("decode", "npu_fused_infer"),
+                                          ("paged_decode", "npu_fused_infer")])
+def test_ascend_operators_are_reachable_as_adapters(family, name, monkeypatch):
+    import sys
+
+    monkeypatch.setitem(sys.modules, "torch_npu", fake_torch_npu())
+    ecosystem._import.cache_clear()
+    try:
+        cases = _quick(family, _fp16_or_bf16, limit=12)
+        if family == "prefill":  # npu_fusion_attention gives no LSE: the same cases without one
+            cases = [dataclasses.replace(c, label=c.label + "-nolse", params={**c.params, "lse": False}) for c in cases]
+        outcomes = _run(family, FAMS[family].impls[name], cases)
+    finally:
+        ecosystem._import.cache_clear()
+    ran = {cid: o for cid, o in outcomes.items() if o.status != "unsupported"}
+    _assert_all_pass(ran)
+    refused = [o.message for o in outcomes.values() if o.status == "unsupported"]
+    assert all("LSE" in m or "block_size" in m or "limits" in m for m in refused), refused
