@@ -466,3 +466,20 @@ def test_ascend_operators_are_reachable_as_adapters(family, name, monkeypatch):
     _assert_all_pass(ran)
     refused = [o.message for o in outcomes.values() if o.status == "unsupported"]
     assert all("LSE" in m or "block_size" in m or "limits" in m for m in refused), refused
+
+
+def test_a_library_result_of_another_shape_than_documented_fails_the_case_saying_so(monkeypatch):
+    # FlagGems' decode path swaps query groups into the sequence axis when Hq > Hkv: an LSE that
+    # came back in that layout must be a failure naming the shapes, never reshaped into place.
+    fake = fake_flag_gems()
+    real = fake.flash_attn_varlen_func
+
+    def swapped(*args, **kw):
+        o, lse = real(*args, **kw)
+        return (o, lse.reshape(-1, lse.shape[0] * lse.shape[1] // 2).contiguous()) if kw.get("return_softmax_lse") \
+            else o
+    fake.flash_attn_varlen_func = swapped
+    monkeypatch.setattr(flag_gems, "_ops", lambda: fake)
+    case = next(c for c in _quick("paged_decode", lambda c: c["lse"] and _fp16_or_bf16(c)) if len(c["lengths"]) > 1)
+    outcome = run_case(FAMS["paged_decode"], case, CpuDevice(), FAMS["paged_decode"].impls["flag_gems"])
+    assert outcome.status == "fail" and "documented" in outcome.message and "softmax_lse" in outcome.message

@@ -116,3 +116,15 @@ def unpack_padded(o_packed, lse_packed, lengths: list[int], like: torch.Tensor, 
             l_all[b, :, :n] = lse_packed[start:start + n].transpose(0, 1)
         start += n
     return o_all, l_all
+
+
+class LibraryContractError(RuntimeError):
+    """A library returned something other than what its documentation says (a finding about the
+    library: the case fails with this message, at the launch stage)."""
+
+
+def documented(library: str, name: str, t: torch.Tensor, shape: tuple) -> torch.Tensor:
+    """``t`` if it has the documented shape, else a ``LibraryContractError`` (never a silent reshape)."""
+    if tuple(t.shape) != tuple(shape):
+        raise LibraryContractError(f"{library} returned {name} of shape {list(t.shape)}; documented {list(shape)}")
+    return t

@@ -22,10 +22,12 @@ from __future__ import annotations
 import torch
 
 from . import Library, default_scale, note, staged
-from ._layout import block_table, check_dtype, padded_to_packed, paged_kv, sequence_lengths, unpack_padded, write
+from ._layout import block_table, check_dtype, documented, padded_to_packed, paged_kv, sequence_lengths, unpack_padded, write
 from ..interfaces import Unsupported
 
 LIBRARY = Library("FlagGems", "flag_gems", "flag_gems", written_against="5.0.2")
+NAME_FWD = "FlagGems flash_attention_forward"
+NAME_VARLEN = "FlagGems flash_attn_varlen_func"
 #: Head dims FlagGems' flash kernels accept (others up to 256 are zero-padded by FlagGems).
 MAX_HEAD_DIM = 256
 
@@ -50,8 +52,8 @@ def _dense(q, k, v, *, causal=False, scale=None, return_lse=False, out=None, lse
     def launch():
         res = fwd(*args, None, None, S, k.shape[2], 0.0, bool(causal and S > 1), False,
                   scale=default_scale(scale, D))
-        o = write(out, res[0].transpose(1, 2))
-        l = write(lse, res[1].reshape(B, Hq, -1)[..., :S].float(), "lse") if return_lse else None
+        o = write(out, documented(NAME_FWD, "out", res[0], (B, S, Hq, D)).transpose(1, 2))
+        l = write(lse, documented(NAME_FWD, "softmax_lse", res[1], (B, Hq, S)).float(), "lse") if return_lse else None
         return o, l
     return launch
 
@@ -79,6 +81,8 @@ def _varlen(q, k, v, seq, *, causal=False, scale=None, return_lse=False, out=Non
         res = fn(qp, kp, vp, max_len, cu, max_len, cu_seqlens_k=cu, softmax_scale=default_scale(scale, D),
                  causal=bool(causal), return_softmax_lse=return_lse, out=packed_out)
         o, l = (res if return_lse else (res, None))
+        if return_lse:
+            documented(NAME_VARLEN, "softmax_lse", l, (qp.shape[1], qp.shape[0]))
         if padded:
             return unpack_padded(o, None if l is None else l.transpose(0, 1).float(), lengths, q, out, lse)
         return write(out, o), (write(lse, l.transpose(0, 1).float(), "lse") if return_lse else None)
@@ -107,7 +111,7 @@ def _paged(q, kv_cache, kv_page_indptr, kv_page_indices, kv_last_page_len, *, la
                  out=out if out is not None else torch.empty_like(q))
         o, l = (res if return_lse else (res, None))
         if return_lse:
-            l = l.transpose(0, 1).float()
+            l = documented(NAME_VARLEN, "softmax_lse", l, (Hq, B)).transpose(0, 1).float()
             l = torch.where(empty[:, None] & (l == float("inf")), float("-inf"), l)
             l = write(lse, l, "lse")
         return write(out, o), l

@@ -25,7 +25,7 @@ import functools
 import torch
 
 from . import LN2, Library, default_scale, note, staged
-from ._layout import check_dtype, padded_to_packed, unpack_padded, write
+from ._layout import check_dtype, documented, padded_to_packed, unpack_padded, write
 from ..interfaces import Unsupported
 
 LIBRARY = Library("FlashInfer", "flashinfer", "flashinfer-python",
@@ -73,7 +73,7 @@ def paged_decode_call(fi, q, kv_cache, kv_page_indptr, kv_page_indices, kv_last_
         if not return_lse:
             return write(out, wrapper.run(q, kv_cache, out=o)), None
         res, lse2 = wrapper.run(q, kv_cache, out=o, return_lse=True)
-        return write(out, res), natural_lse(lse2, lse)
+        return write(out, res), natural_lse(documented("FlashInfer batch decode", "lse", lse2, (B, Hq)), lse)
     return launch
 
 
@@ -95,7 +95,8 @@ def single_call(fi, q, k, v, *, causal, scale, return_lse, out, lse, decode: boo
             o, l2 = res if return_lse else (res, None)
             o_all[b] = o[:, None] if decode else o.transpose(0, 1)
             if return_lse:
-                l_rows.append(l2.reshape(Hq, 1) if decode else l2.transpose(0, 1))
+                l_rows.append(documented("FlashInfer single decode", "lse", l2, (Hq,))[:, None] if decode
+                              else documented("FlashInfer single prefill", "lse", l2, (S, Hq)).transpose(0, 1))
         l = natural_lse(torch.stack(l_rows), lse) if return_lse else None
         return o_all, l
     return launch
@@ -113,7 +114,7 @@ def ragged_prefill_call(fi, q, k, v, cu_seqlens, *, causal, scale, return_lse, o
         if not return_lse:
             return write(out, wrapper.run(q, k, v, out=o)), None
         res, lse2 = wrapper.run(q, k, v, out=o, return_lse=True)
-        return write(out, res), natural_lse(lse2, lse)
+        return write(out, res), natural_lse(documented("FlashInfer ragged prefill", "lse", lse2, (T, Hq)), lse)
     return launch
 
 
