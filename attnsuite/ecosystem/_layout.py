@@ -13,9 +13,12 @@ def write(buffer, value: torch.Tensor, name: str = "out"):
     """``value`` into the caller's buffer (a copy of the library's own result: noted)."""
     if buffer is None:
         return value
+    if tuple(value.shape) != tuple(buffer.shape):
+        raise LibraryContractError(f"the library's {name} has shape {list(value.shape)}, the case's "
+                                   f"{list(buffer.shape)} (the adapter maps documented shapes only)")
     if value.data_ptr() != buffer.data_ptr() or value.stride() != buffer.stride():
         note(f"{name}: the library's result copied into the caller's buffer (it takes no {name}=)")
-        buffer.copy_(value.reshape(buffer.shape))
+        buffer.copy_(value)
     return buffer
 
 

@@ -51,8 +51,7 @@ def natural_lse(lse2: torch.Tensor, dst):
     value = lse2.float() * LN2
     if dst is None:
         return value
-    dst.copy_(value.reshape(dst.shape))
-    return dst
+    return dst.copy_(documented("FlashInfer", "lse", value, tuple(dst.shape)))
 
 
 def paged_decode_call(fi, q, kv_cache, kv_page_indptr, kv_page_indices, kv_last_page_len, *, layout, scale,
