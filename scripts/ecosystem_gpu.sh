@@ -8,7 +8,9 @@
 # .wheels/flag_gems-5.0.2-py3-none-any.whl: carry it to the machine), FG_DIR (where it is
 # installed with --no-deps, default /tmp/attnsuite-flag-gems), OURS=0 to leave our triton
 # kernels out, IMPLS_<family>="name ..." to choose a family's adapters, PYTEST_ARGS for more.
-# One pytest run per family (each fits a 10-minute slot; time it with the first family).
+# One pytest run per family, and one more for flex (FLEX_PROFILE, default PROFILE: it compiles
+# per case shape, ~1,400 full-profile cases over the five families); time the first family before
+# planning the rest against a 10-minute slot.
 # Records: reports/runs/ecosystem-$DEVICE-<family>; page: reports/ecosystem.html (all families).
 # What it prints: FlagGems' import status (an import failure is reported once, its cases
 # are then unsupported), then per family pytest's summary and the suite's table.
@@ -54,14 +56,23 @@ DEFAULT_paged_decode="$SDPA flex flag_gems"
 DEFAULT_block_sparse="flex"
 
 FAMILIES=${*:-prefill decode prefill_varlen paged_decode block_sparse}
+run() {  # run FAMILY PROFILE RECORDS_SUFFIX --impl ...
+  local fam=$1 profile=$2 suffix=$3; shift 3
+  echo "== $fam ($profile): $*"
+  "$PY" -m pytest -q -p no:cacheprovider --device "$DEVICE" --profile "$profile" -n "$W" "cases/$fam.py" "$@" \
+      --records-dir "reports/runs/ecosystem-$DEVICE-$fam$suffix" --report-html none ${PYTEST_ARGS:-} 2>&1 | tail -25
+}
 for fam in $FAMILIES; do
   var="IMPLS_$fam"; def="DEFAULT_$fam"
   names=${!var:-${!def}}
-  args=()
+  args=(); flex=0
   [ "${OURS:-1}" = 1 ] && args+=(--impl "$fam=triton")
-  for n in $names; do args+=(--impl "$fam=$n"); done
-  echo "== $fam: ${args[*]}"
-  "$PY" -m pytest -q -p no:cacheprovider --device "$DEVICE" --profile "$PROFILE" -n "$W" "cases/$fam.py" "${args[@]}" \
-      --records-dir "reports/runs/ecosystem-$DEVICE-$fam" --report-html none ${PYTEST_ARGS:-} 2>&1 | tail -25
+  for n in $names; do
+    if [ "$n" = flex ]; then flex=1; else args+=(--impl "$fam=$n"); fi
+  done
+  [ ${#args[@]} -gt 0 ] && run "$fam" "$PROFILE" "" "${args[@]}"
+  # flex is torch.compile'd once per shape/dtype/mask kind (dynamic=False): seconds per case on
+  # a GPU host, so it runs on its own (FLEX_PROFILE=quick for a short pass).
+  [ $flex = 1 ] && run "$fam" "${FLEX_PROFILE:-$PROFILE}" "-flex" --impl "$fam=flex"
 done
 "$PY" -m attnsuite.report reports/runs/ecosystem-$DEVICE-* -o reports/ecosystem.html 2>&1 | tail -2
