@@ -33,8 +33,8 @@ fi
 # wheels carried in FG_DEPS (default .fg-deps: pyyaml 6.0.3 for cp310-cp312, sqlalchemy 2.0.48)
 # when the machine's Python lacks it; nothing is downloaded.
 FG_DEPS=${FG_DEPS:-.fg-deps}
-if ! "$PY" -c "import yaml" 2>/dev/null && [ -d "$FG_DEPS" ]; then
-  "$PY" -m pip install -q --upgrade --no-deps --no-index --find-links "$FG_DEPS" --target "$FG_DIR" pyyaml \
+if ! "$PY" -c "import yaml, sqlalchemy" 2>/dev/null && [ -d "$FG_DEPS" ]; then
+  "$PY" -m pip install -q --upgrade --no-deps --no-index --find-links "$FG_DEPS" --target "$FG_DIR" pyyaml sqlalchemy \
     || echo "FlagGems: no PyYAML wheel for this Python in $FG_DEPS"
 fi
 "$PY" - <<'PY'
