@@ -19,6 +19,7 @@ import time
 
 import kernels.settings
 
+from . import ecosystem
 from .buffers import guarded_nan_buffer
 from .interfaces import Unsupported
 from .result import CaseFailure, CaseResult, classify_exception
@@ -27,7 +28,7 @@ from .result import CaseFailure, CaseResult, classify_exception
 _KEEP = ("kernel", "outcome", "stage", "last_stage_reached", "seconds")
 
 
-def capture_case(family, case, impl) -> list:
+def capture_case(family, case, impl, notes: list | None = None) -> list:
     """The launches ``impl`` makes for ``case`` on host tensors (see module doc)."""
     from .compile.capture import NeedsDevice, capture_call
 
@@ -35,8 +36,12 @@ def capture_case(family, case, impl) -> list:
     outputs = {name: guarded_nan_buffer(shape, dtype, "cpu")[0]
                for name, (shape, dtype) in family.output_specs(case, inputs).items()}
     try:
-        with kernels.settings.using(host_compile=True):
-            launches = capture_call(lambda: family.call(impl, case, inputs, outputs))
+        with kernels.settings.using(host_compile=True), ecosystem.collecting() as said:
+            try:
+                launches = capture_call(lambda: family.call(impl, case, inputs, outputs))
+            finally:
+                if notes is not None:
+                    notes.extend(said)
     except NeedsDevice as exc:
         raise Unsupported(f"compile-only: {exc}") from None
     except (CaseFailure, Unsupported):
@@ -50,7 +55,7 @@ def capture_case(family, case, impl) -> list:
 
 
 def compile_case(family, case, impl, targets: list[str], result: CaseResult) -> None:
-    launches = capture_case(family, case, impl)
+    launches = capture_case(family, case, impl, result.adapter_notes)
     failures = []
     for target in targets:
         compiled = [compile_launch(launch, target) for launch in launches]

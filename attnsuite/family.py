@@ -20,8 +20,9 @@ class Family(ABC):
     #: The call every implementation must accept (attnsuite/interfaces.py).
     interface: Interface | None = None
     cases: Sequence[Case] = ()
-    #: Implementations by name; the first is the default (``--impl`` replaces it). Vendor ops
-    #: (attnsuite/baselines/impls.py) are registered here too.
+    #: Implementations by name; the first is the default (``--impl`` replaces it). Other libraries'
+    #: kernels (attnsuite/ecosystem/: torch SDPA, flex, FlagGems, vLLM, FlashInfer, torch_npu)
+    #: are registered here too.
     impls: Mapping[str, Callable] = {}
 
     @abstractmethod

@@ -189,6 +189,7 @@ def build_record(case, impl: str, device: dict, outcome, verdict: tuple[str, str
         "compile": dict(result.compile) if result else {},
         "quality": dict(result.quality) if result and result.quality else None,
         "bench": dict(result.bench) if result and result.bench else None,
+        "adapter_notes": list(result.adapter_notes) if result else [],
         "duration_s": run.get("duration_s", 0.0),
         "elapsed_s": run.get("elapsed_s"),
         "started_at": run.get("started_at"),

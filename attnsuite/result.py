@@ -54,9 +54,14 @@ class CaseResult:
     #: Triton kernels the interpreter ran in the implementation's calls (None: no interpreter);
     #: a ledger entry about the interpreter explains no failure of a case that ran none.
     interpreted_launches: int | None = None
+    #: What an ecosystem adapter did to the case on the way to its library (copies, transposes,
+    #: base conversions: attnsuite.ecosystem.note), in the order first said.
+    adapter_notes: list = field(default_factory=list)
 
     def freeze(self, status: str, stage: str | None = None, message: str = "") -> "CaseOutcome":
-        return CaseOutcome(status=status, stage=stage, message=message, **asdict(self))
+        fields = asdict(self)
+        fields["adapter_notes"] = tuple(self.adapter_notes)
+        return CaseOutcome(status=status, stage=stage, message=message, **fields)
 
 
 @dataclass(frozen=True)
@@ -74,6 +79,7 @@ class CaseOutcome:
     quality: Mapping[str, Any] | None = None
     bench: Mapping[str, Any] | None = None
     interpreted_launches: int | None = None
+    adapter_notes: tuple = ()
 
     def __post_init__(self):
         if self.status not in STATUSES:

@@ -11,7 +11,7 @@ from typing import Callable
 
 import torch
 
-from . import interpreted, tolerance
+from . import ecosystem, interpreted, tolerance
 from .buffers import guarded_nan_buffer, guards_intact, inputs_unchanged
 from .interfaces import Unsupported
 from .result import (CaseFailure, CaseOutcome, CaseResult, DeviceOutOfMemory, classify_exception,
@@ -105,7 +105,7 @@ def _run(family, case, device, impl, result: CaseResult) -> None:
         outputs = {n: view for n, (view, _) in buffers.items()}
         device.synchronize()
         device.reset_peak_memory()
-    with interpreted.counting(_interpreting()) as launched:
+    with interpreted.counting(_interpreting()) as launched, ecosystem.collecting() as notes:
         try:
             with stage("first_call"):
                 produced = family.call(impl, case, inputs, outputs)
@@ -119,6 +119,7 @@ def _run(family, case, device, impl, result: CaseResult) -> None:
                     device.synchronize()
         finally:
             result.interpreted_launches = launched[0]
+            result.adapter_notes = list(notes)
     with stage("reference"):
         ref = family.reference(case, inputs, torch.float64)
         base = family.reference(case, inputs, case.dtype)

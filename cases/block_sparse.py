@@ -15,6 +15,7 @@ from __future__ import annotations
 import torch
 
 from attnsuite.case import make_cases, unique
+from attnsuite.ecosystem import implementations
 from attnsuite.family import Family
 from attnsuite.interfaces import ATTENTION_KEYWORDS, SCALE_NOTE, Interface
 from attnsuite.result import CaseFailure
@@ -163,7 +164,7 @@ class BlockSparse(Family):
                    + make_cases(name, label, FULL, profile="full")
                    + make_cases(name, label, BENCH, profile="full", tags=["bench"])
                    + make_cases(name, label, BLOCK_GRID, profile="full", tags=["sweep", "block_shape"]))
-    impls = {"triton": block_sparse}
+    impls = {"triton": block_sparse, **implementations("block_sparse")}
 
     def label(self, params):
         return label(params)

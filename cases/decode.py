@@ -3,9 +3,9 @@ k/v [B, Hkv, S, D], GQA."""
 from __future__ import annotations
 
 from attnsuite.case import grid, make_cases, unique
+from attnsuite.ecosystem import implementations
 from attnsuite.family import Family
 from attnsuite.interfaces import ATTENTION_KEYWORDS, SCALE_NOTE, Interface
-from attnsuite.baselines.impls import sdpa_decode
 from kernels.decode import decode
 from references.attention import decode_reference
 
@@ -81,7 +81,7 @@ class Decode(Family):
                    + make_cases(name, label, FULL, profile="full")
                    + make_cases(name, label, BENCH, profile="full", tags=["bench"])
                    + make_cases(name, label, CONTEXT_SWEEP, profile="full", tags=["sweep", "context"]))
-    impls = {"triton": decode, "sdpa": sdpa_decode}
+    impls = {"triton": decode, **implementations("decode")}
 
     def label(self, params):
         return label(params)

@@ -3,6 +3,7 @@ paged KV cache (HND or NHD), with a CSR page table and last_page_len."""
 from __future__ import annotations
 
 from attnsuite.case import make_cases, unique
+from attnsuite.ecosystem import implementations
 from attnsuite.family import Family
 from attnsuite.interfaces import ATTENTION_KEYWORDS, SCALE_NOTE, Interface
 from kernels.decode import decode as contiguous_decode
@@ -116,7 +117,7 @@ class PagedDecode(Family):
                    + make_cases(name, label, FULL, profile="full")
                    + make_cases(name, label, BENCH, profile="full", tags=["bench"])
                    + make_cases(name, label, VS_DECODE_BENCH, profile="full", tags=["bench", "vs_decode"]))
-    impls = {"triton": paged_decode}
+    impls = {"triton": paged_decode, **implementations("paged_decode")}
 
     def label(self, params):
         return label(params)

@@ -3,9 +3,9 @@ GQA, optional natural-log LSE."""
 from __future__ import annotations
 
 from attnsuite.case import grid, make_cases, unique
+from attnsuite.ecosystem import implementations
 from attnsuite.family import Family
 from attnsuite.interfaces import ATTENTION_KEYWORDS, SCALE_NOTE, Interface
-from attnsuite.baselines.impls import npu_fusion_attention_prefill, sdpa_prefill
 from kernels.prefill import prefill
 from references.attention import prefill_reference
 
@@ -101,7 +101,7 @@ class Prefill(Family):
     cases = unique(make_cases(name, label, QUICK)
                    + make_cases(name, label, FULL, profile="full")
                    + make_cases(name, label, BENCH, profile="full", tags=["bench"]))
-    impls = {"triton": prefill, "sdpa": sdpa_prefill, "npu_fusion_attention": npu_fusion_attention_prefill}
+    impls = {"triton": prefill, **implementations("prefill")}
 
     def label(self, params):
         return label(params)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import torch
 
 from attnsuite.case import grid, make_cases, unique
+from attnsuite.ecosystem import implementations
 from attnsuite.family import Family
 from attnsuite.interfaces import ATTENTION_KEYWORDS, SCALE_NOTE, Interface
 from kernels.prefill_varlen import prefill_packed, prefill_padded
@@ -146,7 +147,7 @@ class PrefillVarlen(Family):
     cases = unique(make_cases(name, label, QUICK)
                    + make_cases(name, label, FULL, profile="full")
                    + make_cases(name, label, BENCH, profile="full", tags=["bench"]))
-    impls = {"triton": prefill_varlen}
+    impls = {"triton": prefill_varlen, **implementations("prefill_varlen")}
 
     def label(self, params):
         return label(params)

@@ -142,7 +142,7 @@ def test_option_parsing_and_unknown_names():
     with pytest.raises(ImplError, match="FAMILY=NAME"):
         parse_options(["decode"])
     fam = importlib.import_module("cases.decode").FAMILY
-    with pytest.raises(ImplError, match="registered: sdpa, triton"):
+    with pytest.raises(ImplError, match="registered: flag_gems, flashinfer, flex, npu_fused_infer, sdpa, sdpa_cudnn, sdpa_efficient, sdpa_flash, sdpa_math, triton, vllm"):
         resolve(fam, "nope")
 
 
