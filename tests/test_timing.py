@@ -576,3 +576,23 @@ def test_a_vendor_baseline_is_timed_once_per_shape_and_reused_with_a_note(monkey
     assert "reused" not in (other["baselines"]["vendor"]["note"] or "")
     assert second["baselines"]["gone"] == {"unavailable": "not here"}
     assert second["speedup"]["vendor"] == pytest.approx(1.0)
+
+
+def test_an_adapter_with_a_prepare_step_is_timed_by_its_launch_alone():
+    from attnsuite.bench.run import launch_only
+
+    log = []
+
+    def prepare(x, *, out=None):
+        log.append("prepare")
+        return lambda: (log.append("launch"), x)[1]
+
+    def adapter(x, *, out=None):
+        return prepare(x, out=out)()
+    adapter.prepare = prepare
+
+    call = launch_only(adapter)
+    assert call(1, out=None) == 1 and call(1, out=None) == 1 and call(1, out=None) == 1
+    assert log == ["prepare", "launch", "launch", "launch"]
+    plain = lambda x: x  # noqa: E731
+    assert launch_only(plain) is plain
