@@ -124,7 +124,7 @@ def test_sdpa_backends_without_an_lse_or_this_device_are_unsupported(name, match
 def test_vllm_unified_attention_is_causal_only_and_has_no_lse(monkeypatch):
     with pytest.raises(Unsupported, match="vllm not installed"):
         FAMS["prefill"].impls["vllm"](*(torch.randn(1, 2, 4, 64, dtype=torch.float16),) * 3, causal=True)
-    monkeypatch.setattr(vllm, "_op", lambda modules, name: getattr(fake_vllm(), name))
+    _stand_in(monkeypatch, vllm, "_op", lambda modules, name: getattr(fake_vllm(), name))
     q = torch.randn(1, 2, 4, 64, dtype=torch.float16)
     with pytest.raises(Unsupported, match="causal only"):
         FAMS["prefill"].impls["vllm"](q, q, q, causal=False)
@@ -133,8 +133,8 @@ def test_vllm_unified_attention_is_causal_only_and_has_no_lse(monkeypatch):
 
 
 def test_library_limits_are_unsupported(monkeypatch):
-    monkeypatch.setattr(flashinfer, "_fi", lambda: fake_flashinfer())
-    monkeypatch.setattr(flag_gems, "_ops", lambda: fake_flag_gems())
+    _stand_in(monkeypatch, flashinfer, "_fi", lambda: fake_flashinfer())
+    _stand_in(monkeypatch, flag_gems, "_ops", lambda: fake_flag_gems())
     for dtype, D, lib, match in [(torch.float32, 64, "flashinfer", "dtype float32"),
                                  (torch.float16, 96, "flashinfer", "head dim 96"),
                                  (torch.float32, 64, "flag_gems", "dtype float32"),
@@ -145,7 +145,7 @@ def test_library_limits_are_unsupported(monkeypatch):
 
 
 def test_vllm_decode_refuses_an_empty_sequence(monkeypatch):
-    monkeypatch.setattr(vllm, "_op", lambda modules, name: getattr(fake_vllm(), name))
+    _stand_in(monkeypatch, vllm, "_op", lambda modules, name: getattr(fake_vllm(), name))
     case = next(c for c in _quick("paged_decode") if 0 in c["lengths"])
     outcome = run_case(FAMS["paged_decode"], case, CpuDevice(), FAMS["paged_decode"].impls["vllm"])
     assert outcome.status == "unsupported" and "length 0" in outcome.message
@@ -235,6 +235,15 @@ def _attend(q, k, v, scale, causal=False):
     p = torch.where(lse[..., None] > -math.inf, (s - lse[..., None]).exp(), 0.0)
     return (p @ vv).to(q.dtype), lse.float()
 
+
+
+def _stand_in(mp, adapter_module, attr, value):
+    """Install a documented stand-in for a library that is not installed here: the adapter's
+    loader returns it, and the runner's check that the library imports (``Library.load``, before
+    any input is built) sees it as importable."""
+    mp.setattr(adapter_module, attr, value)
+    name, real = adapter_module.LIBRARY.module, ecosystem._import
+    mp.setattr(ecosystem, "_import", lambda n: (types.ModuleType(n), None) if n == name else real(n))
 
 def fake_flashinfer(lse_base2: bool = True):
     """FlashInfer's documented calls; LSE base 2 like the real one (or natural log, to show that
@@ -364,9 +373,9 @@ def fake_flag_gems():
 
 
 FAKES = {
-    "flashinfer": lambda mp: mp.setattr(flashinfer, "_fi", lambda: fake_flashinfer()),
-    "vllm": lambda mp: mp.setattr(vllm, "_op", lambda modules, name: getattr(fake_vllm(), name)),
-    "flag_gems": lambda mp: mp.setattr(flag_gems, "_ops", lambda: fake_flag_gems()),
+    "flashinfer": lambda mp: _stand_in(mp, flashinfer, "_fi", lambda: fake_flashinfer()),
+    "vllm": lambda mp: _stand_in(mp, vllm, "_op", lambda modules, name: getattr(fake_vllm(), name)),
+    "flag_gems": lambda mp: _stand_in(mp, flag_gems, "_ops", lambda: fake_flag_gems()),
 }
 
 
@@ -395,7 +404,7 @@ def test_library_mapping_of_layouts_scale_and_lse_against_a_documented_stand_in(
 def test_a_base_2_lse_passed_on_as_natural_log_fails_its_cases(monkeypatch):
     # A FlashInfer that returned natural-log LSE would be mis-scaled by the adapter's ln 2:
     # the LSE cases must fail, which is what would catch an adapter that forgot the conversion.
-    monkeypatch.setattr(flashinfer, "_fi", lambda: fake_flashinfer(lse_base2=False))
+    _stand_in(monkeypatch, flashinfer, "_fi", lambda: fake_flashinfer(lse_base2=False))
     cases = _quick("paged_decode", lambda c: c["lse"] and _fp16_or_bf16(c), limit=4)
     outcomes = _run("paged_decode", FAMS["paged_decode"].impls["flashinfer"], cases)
     assert outcomes and all(o.status == "fail" and "lse" in o.message for o in outcomes.values())
@@ -479,7 +488,7 @@ def test_a_library_result_of_another_shape_than_documented_fails_the_case_saying
         return (o, lse.reshape(-1, lse.shape[0] * lse.shape[1] // 2).contiguous()) if kw.get("return_softmax_lse") \
             else o
     fake.flash_attn_varlen_func = swapped
-    monkeypatch.setattr(flag_gems, "_ops", lambda: fake)
+    _stand_in(monkeypatch, flag_gems, "_ops", lambda: fake)
     case = next(c for c in _quick("paged_decode", lambda c: c["lse"] and _fp16_or_bf16(c)) if len(c["lengths"]) > 1)
     outcome = run_case(FAMS["paged_decode"], case, CpuDevice(), FAMS["paged_decode"].impls["flag_gems"])
     assert outcome.status == "fail" and "documented" in outcome.message and "softmax_lse" in outcome.message
