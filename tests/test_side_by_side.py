@@ -20,12 +20,12 @@ from attnsuite.impls import ImplError, parse_options, registered, resolve_all
 from attnsuite.records import normalize
 from attnsuite.registry import families
 from attnsuite.report import render_html
-
-#: The decode implementations the fake package registers through entry points.
-FAKE_DECODE = {"fake", "fake_gqa", "fake_broken", "gone"}
 from attnsuite.report.side_by_side import side_by_side
 from tests.conftest import ROOT, _run_suite
 from tests.test_report_bench import bench_record, conformance_record
+
+#: The decode implementations the fake package registers through entry points.
+FAKE_DECODE = {"fake", "fake_gqa", "fake_broken", "gone"}
 
 ADAPTERS = '''
 """Adapters of a pretend library, for the side-by-side tests."""
