@@ -25,7 +25,8 @@ from . import Library, default_scale, note, staged
 from ._layout import block_table, check_dtype, documented, padded_to_packed, paged_kv, sequence_lengths, unpack_padded, write
 from ..interfaces import Unsupported
 
-LIBRARY = Library("FlagGems", "flag_gems", "flag_gems", written_against="5.0.2")
+#: gpu_tested: the full profile on a lent H100 (torch 2.11, Triton 3.6), docs/hardware-log.md.
+LIBRARY = Library("FlagGems", "flag_gems", "flag_gems", written_against="5.0.2", gpu_tested=True)
 NAME_FWD = "FlagGems flash_attention_forward"
 NAME_VARLEN = "FlagGems flash_attn_varlen_func"
 #: Head dims FlagGems' flash kernels accept (others up to 256 are zero-padded by FlagGems).

@@ -17,8 +17,9 @@ from . import Library, note, staged
 from ._layout import gather_dense, write
 from ..interfaces import Unsupported
 
+#: gpu_tested: the full profile on a lent H100 (torch 2.11), docs/hardware-log.md.
 LIBRARY = Library("torch flex_attention", "torch.nn.attention.flex_attention", "torch",
-                  written_against="2.11 (CUDA), 2.13 (CPU)")
+                  written_against="2.11 (CUDA), 2.13 (CPU)", gpu_tested=True)
 
 #: sabi's padding value (kernels.md, block_sparse).
 SABI_PAD = 65535

@@ -23,7 +23,8 @@ from . import Library, note, staged
 from ._layout import check_dtype, expand_heads, gather_dense, write
 from ..interfaces import Unsupported
 
-LIBRARY = Library("torch SDPA", "torch", "torch", written_against="2.11 (CUDA), 2.13 (CPU)")
+#: gpu_tested: the full profile on a lent H100 (torch 2.11), docs/hardware-log.md.
+LIBRARY = Library("torch SDPA", "torch", "torch", written_against="2.11 (CUDA), 2.13 (CPU)", gpu_tested=True)
 
 #: name -> SDPBackend member (None: torch picks).
 BACKENDS = {"sdpa": None, "sdpa_flash": "FLASH_ATTENTION", "sdpa_efficient": "EFFICIENT_ATTENTION",
