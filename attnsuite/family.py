@@ -3,6 +3,7 @@ call an implementation, and how to compute the reference. Each family lives in
 ``cases/<name>.py`` and is listed in the registry (``cases/__init__.py``)."""
 from __future__ import annotations
 
+import inspect
 from abc import ABC, abstractmethod
 from typing import Callable, Mapping, Sequence
 
@@ -47,7 +48,9 @@ class Family(ABC):
 
     @abstractmethod
     def make_inputs(self, case: Case, gen: torch.Generator) -> Tensors:
-        """Inputs on the CPU, drawn from ``gen`` only (the harness seeds it from the case id)."""
+        """Inputs on the CPU, drawn from ``gen`` only (the harness seeds it from the case id).
+        A family may also take ``device`` (a torch.device) and do costly derived work there
+        (mustafar's reference compressor): the values must be the same on any device."""
 
     @abstractmethod
     def output_specs(self, case: Case, inputs: Tensors) -> OutputSpec:
@@ -88,7 +91,10 @@ class Family(ABC):
         return {}
 
     def extra_baselines(self, case: Case, inputs: Tensors, impl: Callable) -> dict[str, tuple]:
-        """Family-specific baselines: name -> (zero-argument callable, note)."""
+        """Family-specific baselines: name -> (zero-argument callable, note), or (callable,
+        note, key) where the callable's device time depends only on ``key`` (hashable): the
+        benchmark times it for the first sweep point with that key and implementation in a
+        process and reuses the figure on the others, with a note."""
         return {}
 
     def sweep(self, case: Case) -> dict | None:
@@ -98,3 +104,16 @@ class Family(ABC):
     def default_impl(self) -> tuple[str, Callable]:
         name = next(iter(self.impls))
         return name, self.impls[name]
+
+
+def inputs_on(family, case: Case, device) -> Tensors:
+    """The case's inputs placed on ``device`` (an attnsuite device), views kept. A family whose
+    ``make_inputs`` takes ``device`` gets the device's torch.device (any object with a
+    ``make_inputs``, a wrapper that caches them included, is called through its own)."""
+    kwargs = {}
+    try:
+        if "device" in inspect.signature(family.make_inputs).parameters:
+            kwargs["device"] = device.torch_device
+    except (TypeError, ValueError):
+        pass
+    return {k: device.place(v) for k, v in family.make_inputs(case, case.generator(), **kwargs).items()}

@@ -15,6 +15,7 @@ from .collection import OUTCOME, PARAM, FamilyFile
 from .devices import DeviceUnavailable, device_class, host_device, open_device
 from .options import OptionError, add_options, joined_option_values, read_options, value_options
 from .records import RecordWriter, read_records
+from .scheduling import contiguous_scheduler, order_for_compiles, specialization_key
 from .transport import ControllerWriters, WorkerCache, carried
 from .context import SUITE, now, suite
 from .session import SuiteSession
@@ -198,11 +199,27 @@ def bench_selection(family, profile: str) -> list:
 
 
 def pytest_collection_modifyitems(config, items):
+    if suite(config).options.device_kind != "cpu":  # the interpreter compiles nothing
+        order_for_compiles(items, _specialization)
     if config.pluginmanager.hasplugin("timeout"):
         timeout = suite(config).options.case_timeout
         for item in items:
             if item.get_closest_marker("bench") and not item.get_closest_marker("timeout"):
                 item.add_marker(pytest.mark.timeout(timeout))
+
+
+def _specialization(item):
+    param = item.stash.get(PARAM, None) if _is_case(item) else None
+    if param is None:
+        return None
+    return specialization_key(param.case.family, param.case.params)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config, log):
+    if suite(config).options.device_kind == "cpu":
+        return None
+    return contiguous_scheduler(config, log)
 
 
 def pytest_collection_finish(session):

@@ -21,6 +21,7 @@ from pathlib import Path
 import torch
 
 from .buffers import guarded_nan_buffer
+from .family import inputs_on
 
 
 #: Scripts one process writes per (family, implementation): a library that fails a whole family
@@ -63,7 +64,7 @@ def capture(family, case, device) -> tuple[tuple, dict, dict, dict]:
     """(args, kwargs, inputs, outputs): the call the family makes on freshly built inputs (the
     case's generator makes the same ones the case ran on), and the output buffers it passes
     (name -> the view inside its guards)."""
-    inputs = {k: device.place(v) for k, v in family.make_inputs(case, case.generator()).items()}
+    inputs = inputs_on(family, case, device)
     outputs = {name: guarded_nan_buffer(shape, dtype, device.torch_device)[0]
                for name, (shape, dtype) in family.output_specs(case, inputs).items()}
     stand_in = _Capture()

@@ -13,6 +13,7 @@ import torch
 
 from . import ecosystem, interpreted, tolerance
 from .buffers import guarded_nan_buffer, guards_intact, inputs_unchanged
+from .family import inputs_on
 from .interfaces import Unsupported
 from .result import (CaseFailure, CaseOutcome, CaseResult, DeviceOutOfMemory, classify_exception,
                      is_out_of_memory)
@@ -98,7 +99,7 @@ def _run(family, case, device, impl, result: CaseResult) -> None:
     _library_usable(impl)
     stage = _Stage(device, result)
     with stage("inputs"):
-        inputs = {k: device.place(v) for k, v in family.make_inputs(case, case.generator()).items()}
+        inputs = inputs_on(family, case, device)
         pristine = {k: v.clone() for k, v in inputs.items()}
         buffers = {name: guarded_nan_buffer(shape, dtype, device.torch_device)
                    for name, (shape, dtype) in family.output_specs(case, inputs).items()}

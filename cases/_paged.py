@@ -7,6 +7,7 @@ after masking only the scores) fails, as it would on a cache fresh from ``torch.
 """
 from __future__ import annotations
 
+import hashlib
 import itertools
 import math
 
@@ -66,9 +67,29 @@ def token_view(cache: torch.Tensor, layout: str) -> torch.Tensor:
     return cache if layout == "HND" else cache.transpose(2, 3)
 
 
+#: Caches of at least this many elements draw their values from the cache's shape and dtype
+#: alone (not the case's generator), so every case of one cache geometry (a benchmark's kept-
+#: ratio sweep, a family's bench cases, the three paged families at the bench shape) shares
+#: them: drawn once per process and copied, instead of drawn again for each case (1G values).
+SHARED_FROM = 1 << 26
+_SHARED: dict = {}
+
+
+def shared_values(shape: tuple, dtype: torch.dtype) -> torch.Tensor:
+    """Random values that depend on (shape, dtype) only; the last ones drawn are kept (one
+    cache's worth of host memory) and a fresh copy is returned each time."""
+    key = (tuple(shape), str(dtype))
+    if key not in _SHARED:
+        _SHARED.clear()
+        seed = int.from_bytes(hashlib.sha256(repr(key).encode()).digest()[:8], "little") & (2**63 - 1)
+        _SHARED[key] = randn(torch.Generator().manual_seed(seed), shape, dtype)
+    return _SHARED[key].clone()
+
+
 def paged_cache(gen, lengths, page_size, Hkv, D, dtype, layout, indptr, indices, num_pages):
     """A random paged cache whose slots outside every sequence hold NaN."""
-    cache = randn(gen, cache_shape(num_pages, Hkv, page_size, D, layout), dtype)
+    shape = cache_shape(num_pages, Hkv, page_size, D, layout)
+    cache = shared_values(shape, dtype) if math.prod(shape) >= SHARED_FROM else randn(gen, shape, dtype)
     used = torch.zeros(num_pages, page_size, dtype=torch.bool)
     for b, n in enumerate(lengths):  # per sequence, not per token: marks its pages' used slots
         pages = indices[indptr[b]:indptr[b + 1]].long()

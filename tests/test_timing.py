@@ -510,7 +510,8 @@ def test_a_slow_baseline_gets_fewer_timed_runs_and_a_fast_one_all_of_them():
 
     assert baseline_runs(0.001, 30) == 30  # 30 ms in all: every run
     assert baseline_runs(BASELINE_BUDGET_S / 30, 30) == 30
-    assert baseline_runs(0.05, 30) == int(BASELINE_BUDGET_S / 0.05) < 30  # a 50 ms reference
+    assert baseline_runs(0.004, 30) == int(BASELINE_BUDGET_S / 0.004) < 30  # a 4 ms reference
+    assert baseline_runs(0.012, 30) == MIN_BASELINE_RUNS  # a sweep point's 12 ms reference
     assert baseline_runs(2.0, 30) == MIN_BASELINE_RUNS  # never fewer than the floor
     assert baseline_runs(2.0, 3) == 3  # nor more than asked for
     assert baseline_runs(0.0, 30) == 30
@@ -536,8 +537,11 @@ def test_a_vendor_baseline_is_timed_once_per_shape_and_reused_with_a_note(monkey
     timed = []
 
     class Family(_ToyFamily):
-        def __init__(self, n):
-            self.n = n
+        def __init__(self, n, point=True):
+            self.n, self.point = n, point
+
+        def sweep(self, case):  # a sweep's point: its keyed baseline may be shared
+            return {"name": "toy", "series": "s", "x": self.n} if self.point else None
 
         def make_inputs(self, case, gen):
             return {"x": torch.ones(self.n)}
@@ -550,7 +554,8 @@ def test_a_vendor_baseline_is_timed_once_per_shape_and_reused_with_a_note(monkey
             return {"q": x, "k": x, "v": x}
 
         def extra_baselines(self, case, inputs, impl):
-            return {}
+            n = inputs["x"].shape[0]
+            return {"own": (lambda: timed.append(("own", n)), None, ("size", n))}
 
     class Device(_ToyDevice):
         def vendor_baselines(self, problem):
@@ -569,7 +574,18 @@ def test_a_vendor_baseline_is_timed_once_per_shape_and_reused_with_a_note(monkey
     first = run_mod.run_bench(Family(4), _ToyCase(), Device(), kernel, runs=5, l2="warm")
     second = run_mod.run_bench(Family(4), _ToyCase(), Device(), kernel, runs=5, l2="warm")
     other = run_mod.run_bench(Family(8), _ToyCase(), Device(), kernel, runs=5, l2="warm")
-    assert timed == [4, 8]  # the 4-element problem timed once, the 8-element one on its own
+    # The 4-element problem timed once, the 8-element one on its own; the family's keyed
+    # baseline likewise, and again for another implementation of the same problem.
+    def other_kernel(x, out):
+        out.copy_(x)
+
+    by_other = run_mod.run_bench(Family(4), _ToyCase(), Device(), other_kernel, runs=5, l2="warm")
+    assert timed == [4, ("own", 4), 8, ("own", 8), ("own", 4)]
+    assert "reused" in second["baselines"]["own"]["note"] and "reused" not in (by_other["baselines"]["own"]["note"] or "")
+    # A headline case (no sweep) times its own baselines even when a sweep point had the key.
+    timed.clear()
+    headline = run_mod.run_bench(Family(4, point=False), _ToyCase(), Device(), kernel, runs=5, l2="warm")
+    assert timed == [("own", 4)] and "reused" not in (headline["baselines"]["own"]["note"] or "")
     assert "reused" not in (first["baselines"]["vendor"]["note"] or "")
     assert "reused" in second["baselines"]["vendor"]["note"] and "dense" in second["baselines"]["vendor"]["note"]
     assert second["baselines"]["vendor"]["device"] == first["baselines"]["vendor"]["device"]

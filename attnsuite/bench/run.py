@@ -12,6 +12,7 @@ from typing import Callable
 
 import torch
 
+from ..family import inputs_on
 from .timing import device_lock, device_time, first_call_s, l2_flusher, time_call
 from .vendor import vendor_baselines
 
@@ -19,8 +20,9 @@ REPEAT_SPREAD = 0.10
 #: Device time one baseline's timed runs may take in all. A baseline is a yardstick, not the
 #: subject: the float32/float64 PyTorch reference at a long sequence takes tens to hundreds of
 #: milliseconds a call, and 30 graph replays plus 30 host samples of it cost seconds per case
-#: while its median settles in a few runs. The kernel under test always gets every run.
-BASELINE_BUDGET_S = 0.5
+#: while its median settles in a few runs (a block-sparse sweep's 11-12 ms reference: the
+#: medians of 5 and of 14 runs agreed within 1%). The kernel under test always gets every run.
+BASELINE_BUDGET_S = 0.05
 #: Fewest timed runs of any baseline (its median and quartiles stay defined and stable).
 MIN_BASELINE_RUNS = 5
 
@@ -51,7 +53,7 @@ def unchecked(impl: Callable) -> Callable:
 
 def prepare(family, case, device, impl) -> tuple[dict, dict, Callable]:
     """The case's inputs on the device, its outputs, and the kernel call to time."""
-    inputs = {k: device.place(v) for k, v in family.make_inputs(case, case.generator()).items()}
+    inputs = inputs_on(family, case, device)
     outputs = {name: torch.empty(shape, dtype=dtype, device=device.torch_device)
                for name, (shape, dtype) in family.output_specs(case, inputs).items()}
     fast = launch_only(unchecked(impl))
@@ -99,6 +101,14 @@ def vendor_key(name: str, problem: dict | None, timing: dict) -> tuple | None:
     return (name, tensors, bool(problem.get("causal", False)), timing["runs"], timing["method"], timing["l2"])
 
 
+def _hashable(x) -> bool:
+    try:
+        hash(x)
+    except TypeError:
+        return False
+    return True
+
+
 def baseline_runs(call_s: float, runs: int, budget_s: float = BASELINE_BUDGET_S) -> int:
     """Timed runs for a baseline whose first call took ``call_s`` seconds: ``runs`` while they
     fit in ``budget_s``, fewer for a slow one, never fewer than MIN_BASELINE_RUNS (nor more than
@@ -125,7 +135,15 @@ def run_bench(family, case, device, impl, *, runs: int = 30, warmup: int = 5, me
     candidates.update(vendor)
     # A family's own yardsticks call the kernel as the timed call does (no index checks: those
     # synchronize, so the call could not be captured in a graph).
-    candidates.update(family.extra_baselines(case, inputs, unchecked(impl)))
+    # An entry may carry a third item, what its device time depends on (the dense kernel of
+    # block-sparse: the shapes and the block shape, not the sweep point's sparsity): timed for
+    # the first sweep point with that key in the process and reused, like a vendor baseline.
+    # On a sweep's points only: a headline case times each of its baselines itself.
+    shared_keys = {}
+    for name, entry in family.extra_baselines(case, inputs, unchecked(impl)).items():
+        candidates[name] = tuple(entry[:2])
+        if len(entry) > 2 and entry[2] is not None and family.sweep(case):
+            shared_keys[name] = entry[2]
     # The checks' cost is a property of the implementation, shown on the headline cases; a
     # sweep's points chart the kernel against its baselines and skip it.
     if unchecked(impl) is not impl and not family.sweep(case):
@@ -142,6 +160,8 @@ def run_bench(family, case, device, impl, *, runs: int = 30, warmup: int = 5, me
                 baselines[name] = {"unavailable": note}
                 continue
             shared = vendor_key(name, problem, timing) if name in vendor else None
+            if name in shared_keys and _hashable(impl):  # the implementation itself is part of it
+                shared = (name, impl, shared_keys[name], timing["runs"], timing["method"], timing["l2"])
             if shared in _VENDOR_TIMES:
                 baselines[name] = dict(_VENDOR_TIMES[shared])
                 baselines[name]["note"] = "; ".join(
@@ -149,7 +169,8 @@ def run_bench(family, case, device, impl, *, runs: int = 30, warmup: int = 5, me
                 continue
             try:
                 n = baseline_runs(first_call_s(device, fn), runs)
-                line = time_call(device, fn, **{**timing, "runs": n}, host_runs=n if n < runs else None)
+                # Host samples too: as many as its device runs (the kernel gets at least 50).
+                line = time_call(device, fn, **{**timing, "runs": n}, host_runs=n)
                 if n < runs:
                     line["note"] = "; ".join(x for x in (line["note"], f"{n} timed runs (a slow baseline)") if x)
             except Exception as exc:  # a baseline that fails must not lose the kernel's timing
