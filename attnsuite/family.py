@@ -50,7 +50,7 @@ class Family(ABC):
     def make_inputs(self, case: Case, gen: torch.Generator) -> Tensors:
         """Inputs on the CPU, drawn from ``gen`` only (the harness seeds it from the case id).
         A family may also take ``device`` (a torch.device) and do costly derived work there
-        (mustafar's reference compressor): the values must be the same on any device."""
+        (mustafar's reference compressor): the drawn values stay the CPU generator's."""
 
     @abstractmethod
     def output_specs(self, case: Case, inputs: Tensors) -> OutputSpec:

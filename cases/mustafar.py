@@ -234,8 +234,11 @@ class Mustafar(Family):
         # Buffers of the reference compressor: what the compute ops read (the compress op builds
         # its own; these give its compression ratio).
         # On the run's device when there is one: at S_c = 32768 the compressor took 11 s of a
-        # GPU host's CPU and takes milliseconds there, with the same buffers (its ranks come
-        # from a stable sort, its packing from integer sums, its scales from IEEE arithmetic).
+        # GPU host's CPU and takes milliseconds there. The keep masks, bitmaps and 16-bit
+        # buffers are the same bits on any device (ranks from a stable sort, packing by integer
+        # sums); 2-bit scales may differ by an ulp (torch on CUDA divides by a scalar through
+        # its reciprocal), and with them a code at a rounding tie. Either way the reference
+        # decodes the very buffers the implementation reads.
         work = (lambda t: t.to(device)) if device is not None else (lambda t: t)
         inputs.update({"kc_" + n: t for n, t in encode_buffers(work(k), case["s"], "key", case["bits"]).items()})
         inputs.update({"vc_" + n: t for n, t in encode_buffers(work(v), case["s"], "value", case["bits"]).items()})

@@ -78,9 +78,7 @@ def quantised(x: torch.Tensor, sparsity: float, kind: str, chosen: torch.Tensor 
     hi = torch.where(keep, v, -math.inf).amax(-1, keepdim=True)
     none = ~keep.any(-1, keepdim=True)
     lo, hi = lo.masked_fill(none, 0.0), hi.masked_fill(none, 0.0)
-    # A tensor divisor: torch divides by a scalar as a multiply by its reciprocal on CUDA (not
-    # on CPU), which moved scales by an ulp between devices; tensor by tensor is IEEE on both.
-    scale = (hi - lo) / torch.full_like(hi, 3.0)
+    scale = (hi - lo) / 3
     scale = torch.where(scale == 0, 1.0, scale)
     zero = torch.floor(-lo / scale + 0.5)
     code = (torch.floor(v / scale + 0.5) + zero).clamp(0, 3)
@@ -180,9 +178,7 @@ def encode_buffers(x: torch.Tensor, sparsity: float, kind: str, bits: int) -> di
     lo = torch.where(keep, v, math.inf).amin(-1)
     hi = torch.where(keep, v, -math.inf).amax(-1)
     lo, hi = torch.where(count > 0, lo, 0.0), torch.where(count > 0, hi, 0.0)
-    # A tensor divisor: torch divides by a scalar as a multiply by its reciprocal on CUDA (not
-    # on CPU), which moved scales by an ulp between devices; tensor by tensor is IEEE on both.
-    scale = (hi - lo) / torch.full_like(hi, 3.0)
+    scale = (hi - lo) / 3
     scale = torch.where(scale == 0, 1.0, scale)
     zero = torch.floor(-lo / scale + 0.5)
     code = (torch.floor(v / scale[:, None] + 0.5) + zero[:, None]).clamp(0, 3).to(torch.int64)
