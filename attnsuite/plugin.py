@@ -15,7 +15,7 @@ from .collection import OUTCOME, PARAM, FamilyFile
 from .devices import DeviceUnavailable, device_class, host_device, open_device
 from .options import OptionError, add_options, joined_option_values, read_options, value_options
 from .records import RecordWriter, read_records
-from .scheduling import contiguous_scheduler, order_for_compiles, specialization_key
+from .scheduling import auto_workers, contiguous_scheduler, order_for_compiles, specialization_key, usable_cpus
 from .transport import ControllerWriters, WorkerCache, carried
 from .context import SUITE, now, suite
 from .session import SuiteSession
@@ -213,6 +213,20 @@ def _specialization(item):
     if param is None:
         return None
     return specialization_key(param.case.family, param.case.params)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_auto_num_workers(config):
+    """``-n auto`` on a device: a worker per core, at most WORKERS_PER_DEVICE per device. The
+    interpreter, compile-only runs and PYTEST_XDIST_AUTO_NUM_WORKERS keep xdist's own count."""
+    kind = config.getoption("device")
+    if kind == "cpu" or config.getoption("compile_only") or os.environ.get("PYTEST_XDIST_AUTO_NUM_WORKERS"):
+        return None
+    try:
+        devices = device_class(kind).visible_count()
+    except Exception:  # noqa: BLE001 - no device: the run stops with its own message later
+        return None
+    return auto_workers(usable_cpus(), devices)
 
 
 @pytest.hookimpl(optionalhook=True)

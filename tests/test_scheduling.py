@@ -33,3 +33,39 @@ def test_the_work_stealing_scheduler_replaces_only_plain_load():
     assert contiguous_scheduler(config("no"), None) is None
     scheduler = contiguous_scheduler(config("load"), None)
     assert type(scheduler).__name__ == "WorkStealingScheduling"
+
+
+def test_auto_workers_one_per_core_at_most_sixteen_per_device():
+    from attnsuite.scheduling import WORKERS_PER_DEVICE, auto_workers
+
+    assert auto_workers(16, 1) == 16
+    assert auto_workers(64, 1) == WORKERS_PER_DEVICE == 16
+    assert auto_workers(128, 8) == 128
+    assert auto_workers(4, 2) == 4
+    assert auto_workers(1, 0) == 1
+
+
+def test_dash_n_auto_on_a_device_asks_the_plugin(monkeypatch):
+    """The hook answers for device runs only; the interpreter keeps xdist's own count."""
+    from attnsuite import plugin
+
+    class Config:
+        def __init__(self, device, compile_only=False):
+            self.values = {"device": device, "compile_only": compile_only}
+
+        def getoption(self, name):
+            return self.values[name]
+
+    class TwoCards:
+        @classmethod
+        def visible_count(cls):
+            return 2
+
+    monkeypatch.delenv("PYTEST_XDIST_AUTO_NUM_WORKERS", raising=False)
+    monkeypatch.setattr(plugin, "device_class", lambda kind: TwoCards)
+    monkeypatch.setattr(plugin, "usable_cpus", lambda: 48)
+    assert plugin.pytest_xdist_auto_num_workers(Config("cuda")) == 32
+    assert plugin.pytest_xdist_auto_num_workers(Config("cpu")) is None
+    assert plugin.pytest_xdist_auto_num_workers(Config("cuda", compile_only=True)) is None
+    monkeypatch.setenv("PYTEST_XDIST_AUTO_NUM_WORKERS", "3")
+    assert plugin.pytest_xdist_auto_num_workers(Config("cuda")) is None
