@@ -35,6 +35,7 @@ def _install() -> bool:
     cls = _interpreted_class()
     if cls is None or "run" not in vars(cls):
         return False
+    skip_repeated_patching()
     if _original is None:
         _original = vars(cls)["run"]
 
@@ -63,3 +64,50 @@ def counting(active: bool = True) -> Iterator[list[Optional[int]]]:
         yield counter
     finally:
         _counts.remove(counter)
+
+
+# -- the interpreter's per-call re-patching ------------------------------------------------------
+
+_patch_lang_original = None
+
+
+def skip_repeated_patching() -> bool:
+    """Make the interpreter skip re-patching ``triton.language`` for a @jit helper called while
+    its modules are patched already (by the kernel that calls it). Triton 3.6-3.9 patch every
+    builtin of ``tl``, ``tl.core``, ``tl.math`` and the tensor class on *each* helper call,
+    scanning the modules with ``inspect.getmembers``: a third of the interpreter's time in the
+    quick profile's kernels, for a patch that changes nothing (a patched builtin is no longer a
+    builtin, so the scan patches nothing again). The helper-level patch is also never undone, so
+    skipping it removes that leak too. A helper whose modules are not all patched yet (a kernel
+    that does not see ``tl.core`` calling one that does) still gets the interpreter's own patch.
+    Results are the same bits (tests/test_interpreter_patching.py). False where the interpreter
+    has no ``_patch_lang`` to wrap."""
+    global _patch_lang_original
+    try:
+        import triton.language as tl
+        from triton.runtime import interpreter
+    except ImportError:
+        return False
+    original = getattr(interpreter, "_patch_lang", None)
+    if original is None:
+        return False
+    if _patch_lang_original is not None:
+        return True
+    _patch_lang_original = original
+    empty_scope = getattr(interpreter, "_LangPatchScope", None)
+
+    def patched(lang) -> bool:
+        probes = [getattr(lang, "load", None), getattr(getattr(lang, "tensor", None), "__add__", None)]
+        if lang is tl:
+            probes.append(getattr(tl.math, "exp", None))
+        return all(p is not None and not tl.core.is_builtin(p) for p in probes)
+
+    @functools.wraps(original)
+    def _patch_lang(fn):
+        langs = [v for v in getattr(fn, "__globals__", {}).values() if v is tl or v is tl.core]
+        if langs and all(patched(lang) for lang in langs):
+            return empty_scope() if empty_scope is not None else None
+        return original(fn)
+
+    interpreter._patch_lang = _patch_lang
+    return True

@@ -1,0 +1,54 @@
+"""attnsuite/interpreted.skip_repeated_patching: a @jit helper called inside an interpreted kernel
+no longer re-patches ``triton.language`` (the interpreter's per-call scan), with the same result
+bits and no patch left behind after the launch."""
+from __future__ import annotations
+
+import os
+
+import pytest
+import torch
+
+triton = pytest.importorskip("triton")
+import triton.language as tl  # noqa: E402
+
+from attnsuite import interpreted  # noqa: E402
+
+
+@triton.jit
+def _scaled_exp(x, s):
+    return tl.exp(x * s) + tl.sum(x, axis=0)
+
+
+@triton.jit
+def _kernel(x_ptr, out_ptr, N: tl.constexpr):
+    offs = tl.arange(0, N)
+    x = tl.load(x_ptr + offs)
+    tl.store(out_ptr + offs, _scaled_exp(x, 0.5) - _scaled_exp(x * 2, 0.25))
+
+
+def _run(x):
+    out = torch.empty_like(x)
+    _kernel[(1,)](x, out, N=x.numel())
+    return out
+
+
+@pytest.mark.skipif(os.environ.get("TRITON_INTERPRET") != "1", reason="interpreter only")
+def test_helpers_give_the_same_bits_and_leave_nothing_patched(monkeypatch):
+    from triton.runtime import interpreter
+
+    x = torch.randn(64, generator=torch.Generator().manual_seed(0))
+    calls = []
+    monkeypatch.setattr(interpreted, "_patch_lang_original", None)
+    before = interpreter._patch_lang
+    counting = lambda fn: (calls.append(fn.__name__), before(fn))[1]  # noqa: E731
+    monkeypatch.setattr(interpreter, "_patch_lang", counting)
+    plain = _run(x)
+    plain_calls = len(calls)
+    calls.clear()
+    assert interpreted.skip_repeated_patching()
+    skipped = _run(x)
+    assert torch.equal(plain.view(torch.int32), skipped.view(torch.int32))
+    # Only the kernel's own patch reaches the interpreter; before, every helper call (ours and
+    # tl.sum's own @jit helpers) patched again.
+    assert plain_calls >= 3 and calls == ["_kernel"]
+    assert tl.core.is_builtin(tl.load) and tl.core.is_builtin(tl.math.exp)  # restored after the launch
