@@ -1,6 +1,6 @@
 """The Ascend compile-only tier against a nondeterministic compiler: the MLIR tools run on one
-thread where they list the option, and a bishengir failure is compiled once more, a pass on the
-second try recorded as flaky (attnsuite/compile/npu.py)."""
+thread where they list the option; a bishengir failure is compiled once more and an adapter killed
+by a signal up to twice more, a pass on a later try recorded as flaky (attnsuite/compile/npu.py)."""
 import stat
 
 import pytest
@@ -9,19 +9,27 @@ from attnsuite.compile import npu
 from attnsuite.compile.result import FAIL, PASS, CompileOutcome
 
 
-def _outcome(outcome, stage=None, message=""):
+def _outcome(outcome, stage=None, message="", tool_rc=None):
+    arts = {} if tool_rc is None else {"tool_rc": tool_rc}
     return CompileOutcome(target="Ascend910B2", outcome=outcome, stage=stage, message=message,
-                          last_stage_reached="x", artifacts={}, seconds=1.0, kernel="k")
+                          last_stage_reached="x", artifacts=arts, seconds=1.0, kernel="k")
+
+
+class _Queue(list):
+    options: list
 
 
 @pytest.fixture
 def tries(monkeypatch):
     """compile_once returns the queued outcomes in order; the list records how many were used."""
-    queue = []
+    queue = _Queue()
+    queue_options = []
 
     def fake(plan, target, **options):
+        queue_options.append(options)
         return queue.pop(0)
     monkeypatch.setattr(npu, "compile_once", fake)
+    queue.options = queue_options
     return queue
 
 
@@ -30,7 +38,7 @@ def test_a_bishengir_failure_that_passes_the_second_time_is_a_pass_marked_flaky(
     oc = npu.compile_link(object())
     assert oc.outcome == PASS
     assert oc.artifacts["flaky"] == "operand #2 does not dominate this use"
-    assert "second try" in oc.message and oc.seconds == 2.0
+    assert "try 2" in oc.message and oc.seconds == 2.0
     assert not tries
 
 
@@ -41,8 +49,46 @@ def test_a_bishengir_failure_that_repeats_is_the_first_failure(tries):
     assert not tries
 
 
+def test_an_adapter_killed_by_a_signal_is_tried_three_times(tries):
+    crash = "triton-adapter-opt exit -11 (killed by SIGSEGV)"
+    tries += [_outcome(FAIL, "adapter", crash, -11), _outcome(FAIL, "adapter", "again", -6),
+              _outcome(PASS)]
+    oc = npu.compile_link(object())
+    assert oc.outcome == PASS and oc.artifacts["flaky"] == crash and "try 3" in oc.message
+    assert oc.seconds == 3.0 and not tries
+    # The second try runs the adapter without address randomization, the others as usual.
+    assert [o.get("fixed_layout", False) for o in tries.options] == [False, True, False]
+
+
+def test_an_adapter_crash_on_every_try_is_the_first_crash(tries):
+    tries += [_outcome(FAIL, "adapter", m, -11) for m in ("first", "second", "third", "fourth")]
+    tries.append(_outcome(PASS))
+    oc = npu.compile_link(object())
+    assert (oc.outcome, oc.message, oc.seconds) == (FAIL, "first", 4.0)
+    assert len(tries) == 1
+
+
+def test_a_bishengir_retry_keeps_address_randomization(tries):
+    tries += [_outcome(FAIL, "bishengir", "first"), _outcome(PASS)]
+    npu.compile_link(object())
+    assert not any(o.get("fixed_layout") for o in tries.options)
+
+
+def test_the_adapter_runs_without_symbolization_and_with_a_fixed_layout_when_asked(tmp_path):
+    tool = tmp_path / "triton-adapter-opt"
+    tool.write_text("#!/bin/sh\ncat /proc/self/personality\necho \"$LLVM_DISABLE_SYMBOLIZATION\"\n")
+    tool.chmod(tool.stat().st_mode | stat.S_IEXEC)
+    plain = npu._ToolLog(30).run([str(tool)], capture_output=True, text=True).stdout.split()
+    fixed = npu._ToolLog(30, fixed_layout=True).run([str(tool)], capture_output=True, text=True).stdout.split()
+    assert plain[1] == fixed[1] == "1"
+    assert int(plain[0], 16) & 0x0040000 == 0
+    if int(fixed[0], 16) & 0x0040000 == 0:
+        pytest.skip("this container does not allow personality(ADDR_NO_RANDOMIZE)")
+
+
 @pytest.mark.parametrize("first", [_outcome(PASS), _outcome(FAIL, "ub_overflow", "ub overflow"),
-                                   _outcome(FAIL, "adapter", "x"), _outcome(FAIL, "frontend", "x"),
+                                   _outcome(FAIL, "adapter", "x"), _outcome(FAIL, "adapter", "x", 1),
+                                   _outcome(FAIL, "frontend", "x"),
                                    _outcome(FAIL, "bishengir", "bishengir-compile timed out after 9s")])
 def test_other_outcomes_are_compiled_once(tries, first):
     tries += [first, _outcome(PASS)]
