@@ -2,7 +2,8 @@
 family and device (the same numbers as the report's matrix; per implementation where a family ran
 several), then, when the run used several devices or hosts, a line per device (the report's
 hosts-and-devices table), then one line per library that could not be imported here (its cases
-are all unsupported, attnsuite/ecosystem), however many cases and families that is."""
+are all unsupported, attnsuite/ecosystem), however many cases and families that is, and one line
+per compile target where a launch compiled only on a retry (attnsuite/compile/npu.py)."""
 from __future__ import annotations
 
 from .records import merge_latest
@@ -30,7 +31,28 @@ def summary_lines(records: list[dict]) -> list[str]:
             bench = f" · {p['benchmarks']} benchmarks" if p["benchmarks"] else ""
             lines.append(f"{p['host']} {p['device']}: {counts}{bench}"
                          + (f"; case time {p['total']}" if p["total"] else ""))
-    return lines + broken_library_lines(merged)
+    return lines + broken_library_lines(merged) + retried_compile_lines(merged)
+
+
+def retried_compile_lines(records: list[dict]) -> list[str]:
+    """One line per target where launches passed only on a retry, with the first such case and
+    its first failure: a nondeterministic compiler (porting_notes.md, adapter_use_after_free and
+    bishengir_flaky) shows at the end of the run instead of passing unseen."""
+    found: dict[str, list] = {}
+    for r in records:
+        for target, launches in (r.get("compile") or {}).items():
+            for launch in launches if isinstance(launches, list) else []:
+                if isinstance(launch, dict) and launch.get("flaky"):
+                    found.setdefault(target, []).append((r["case_id"], launch))
+    lines = []
+    for target, hits in sorted(found.items()):
+        case_id, launch = hits[0]
+        first = (str(launch["flaky"]).strip().splitlines() or [""])[0]
+        cases = len({c for c, _ in hits})
+        lines.append(f"{target}: {len(hits)} launch{'es' if len(hits) != 1 else ''} in {cases} "
+                     f"case{'s' if cases != 1 else ''} compiled only on a retry, first "
+                     f"{case_id} ({launch.get('kernel')}): {first}")
+    return lines
 
 
 def broken_library_lines(records: list[dict]) -> list[str]:

@@ -722,3 +722,22 @@ def test_the_terminal_summary_adds_a_line_per_device_when_a_run_used_several():
     two = summary_lines([on(0, "decode[a]"), on(1, "decode[b]", "fail"), on(1, "decode[c]", "crash")])
     assert two[1:] == ["host-a cuda:0: 1 pass; case time 250 ms",
                        "host-a cuda:1: 1 fail · 1 crash; case time 500 ms"]
+
+
+def test_the_terminal_summary_names_launches_that_compiled_only_on_a_retry():
+    from attnsuite.summary import retried_compile_lines, summary_lines
+
+    def compiled(case, *launches):
+        return make_record(case, device="npu", mode="compile", compile={"Ascend910B2": list(launches)})
+
+    clean = {"kernel": "_decode_fwd", "outcome": "pass"}
+    crash = "[ConvertTritonIRToLinalgIR] triton-adapter-opt exit -11 (killed by SIGSEGV)\nmore"
+    retried = {"kernel": "_mustafar_values_fwd", "outcome": "pass", "flaky": crash}
+    assert retried_compile_lines([compiled("decode[a]", clean)]) == []
+    records = [compiled("decode[a]", clean), compiled("mustafar[b]", retried, clean),
+               compiled("mustafar[c]", retried, retried)]
+    (line,) = retried_compile_lines(records)
+    assert line == ("Ascend910B2: 3 launches in 2 cases compiled only on a retry, first mustafar[b] "
+                    "(_mustafar_values_fwd): [ConvertTritonIRToLinalgIR] triton-adapter-opt exit -11 "
+                    "(killed by SIGSEGV)")
+    assert summary_lines(records)[-1] == line
