@@ -1,6 +1,7 @@
 """The Ascend compile-only tier against a nondeterministic compiler: the MLIR tools run on one
-thread where they list the option; a bishengir failure is compiled once more and an adapter killed
-by a signal up to twice more, a pass on a later try recorded as flaky (attnsuite/compile/npu.py)."""
+thread where they list the option; a bishengir failure is compiled once more and an adapter
+killed by a signal up to three more times (the first without address randomization), a pass on
+a later try recorded as flaky (attnsuite/compile/npu.py)."""
 import stat
 
 import pytest
