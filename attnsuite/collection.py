@@ -74,6 +74,13 @@ def _registered_tags(config) -> set[str]:
     return {line.split(":")[0].split("(")[0].strip() for line in config.getini("markers")}
 
 
+def register_tags(config, tags) -> None:
+    """Catalog tags (bench, sweep, kept, ...) select with -m; registered so --strict-markers
+    accepts them and pytest does not warn once per case."""
+    for tag in sorted(set(tags) - _registered_tags(config)):
+        config.addinivalue_line("markers", f"{tag}: a case tag of the catalog")
+
+
 class CaseItem(pytest.Item):
     """One conformance case against one implementation."""
 
@@ -83,10 +90,7 @@ class CaseItem(pytest.Item):
         self.stash[PARAM] = param
         timeout = suite(self.config).options.case_timeout if self.config.pluginmanager.hasplugin("timeout") \
             else None
-        for tag in param.case.tags - _registered_tags(self.config):
-            # Catalog tags (bench, sweep, kept, ...) select with -m; registered so --strict-markers
-            # accepts them and pytest does not warn once per case.
-            self.config.addinivalue_line("markers", f"{tag}: a case tag of the catalog")
+        register_tags(self.config, param.case.tags)
         for mark in param.marks(timeout):
             self.add_marker(mark)
         # -k matches tags too: ``-k bench``, ``-k "fuzz and decode"``.

@@ -10,12 +10,20 @@ import os
 
 import pytest
 
+# numpy's OpenBLAS does one job in this suite: the Triton interpreter's tl.dot, on tiles of a few
+# hundred rows at most. Its threads spin between calls and took the cores from torch (inputs,
+# references) and from the other xdist workers: on 2 cores the quick profile took 45.3 s with
+# OpenBLAS's default threads and 29.9 s with one (case time 80.9 s -> 50.6 s). OpenBLAS reads this
+# when numpy loads, which torch does in the imports below; a value the user set is kept.
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+
 from .accounting import RunAccount, is_crash
-from .collection import OUTCOME, PARAM, FamilyFile
+from .collection import OUTCOME, PARAM, FamilyFile, register_tags
 from .devices import DeviceUnavailable, device_class, host_device, open_device
 from .options import OptionError, add_options, joined_option_values, read_options, value_options
 from .records import RecordWriter, read_records
-from .scheduling import auto_workers, contiguous_scheduler, order_for_compiles, specialization_key, usable_cpus
+from .scheduling import (auto_workers, contiguous_scheduler, order_for_compiles, specialization_key,
+                         tolerate_dead_workers, usable_cpus)
 from .transport import ControllerWriters, WorkerCache, carried
 from .context import SUITE, now, suite
 from .session import SuiteSession
@@ -145,6 +153,7 @@ def pytest_configure_node(node):
     options = suite(node.config).options
     node.workerinput["attnsuite_run_id"] = options.run_id
     node.workerinput["attnsuite_records_dir"] = node.config.getoption("records_dir")
+    tolerate_dead_workers(node)
 
 
 def pytest_report_header(config):
@@ -184,7 +193,10 @@ def pytest_generate_tests(metafunc):
         # --workloads: every mapped workload is a benchmark case too (shapes from a deployment).
         workloads = [c for c in session.workload_cases(family) if not c.params.get("unmapped")]
         for case in [*bench_selection(family, session.options.profile), *workloads]:
-            marks = [pytest.mark.bench] + ([pytest.mark.workload] if case in workloads else [])
+            # The case's tags are marks too: ``-m "not sweep"`` keeps the headline cases.
+            tags = {"bench", *case.tags} | ({"workload"} if case in workloads else set())
+            register_tags(metafunc.config, tags)
+            marks = [getattr(pytest.mark, tag) for tag in sorted(tags)]
             # One benchmark per implementation when several run side by side (``@impl`` ids,
             # as the conformance items have), each timed beside the same baselines.
             params += [pytest.param(case, id=case.id if len(impls) == 1 else f"{case.id}@{impl}",

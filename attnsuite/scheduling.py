@@ -6,7 +6,10 @@ Why: on a fresh machine a case's first call compiles its kernels (about 1 s each
 host) and the Triton cache on disk serves every later process. Round robin sends neighbouring
 cases, which mostly share a specialization (a catalog lists a dtype's or a head dim's cases
 together), to different workers at the same moment, and each compiles the same kernel. In
-contiguous ranges one worker compiles it and its next cases reuse it."""
+contiguous ranges one worker compiles it and its next cases reuse it.
+
+Every run, on any device, also gets ``tolerate_dead_workers``: commands to a worker that died a
+moment ago are dropped instead of ending the run."""
 from __future__ import annotations
 
 import os
@@ -36,6 +39,26 @@ def order_for_compiles(items: list, key_of) -> None:
         keys.append(key)
     order = {id(item): (-1, ()) if key is None else (first_seen[key[0]], key) for item, key in zip(items, keys)}
     items.sort(key=lambda item: order[id(item)])
+
+
+def tolerate_dead_workers(node) -> None:
+    """Let the controller's commands to a worker that has just died fail quietly.
+
+    Why: when two workers die at nearly the same time (a kernel that aborts on every call, under
+    ``-n 2`` or more), xdist handles the first death by handing that worker's pending cases to
+    the others, and sending them to the second, already dead, raises ``OSError`` inside its
+    event loop: the run ends in INTERNALERROR and the first worker's crash is never recorded.
+    The cases a failed send assigned stay in the dead worker's pending list, and xdist hands them
+    on again when it handles that worker's own death, so dropping the send loses nothing."""
+    send = node.sendcommand
+
+    def sendcommand(name, **kwargs):
+        try:
+            send(name, **kwargs)
+        except OSError as exc:
+            node.log(f"{name} not sent: the worker is gone ({exc})")
+
+    node.sendcommand = sendcommand
 
 
 def contiguous_scheduler(config, log):

@@ -52,3 +52,22 @@ def test_helpers_give_the_same_bits_and_leave_nothing_patched(monkeypatch):
     # tl.sum's own @jit helpers) patched again.
     assert plain_calls >= 3 and calls == ["_kernel"]
     assert tl.core.is_builtin(tl.load) and tl.core.is_builtin(tl.math.exp)  # restored after the launch
+
+
+@pytest.mark.parametrize("preset", [None, "3"])
+def test_the_plugin_gives_numpys_blas_one_thread_before_numpy_loads_unless_the_user_chose(preset):
+    """OpenBLAS reads OPENBLAS_NUM_THREADS once, when numpy loads (torch loads it): the plugin sets
+    it before its own imports, and keeps a value the user set."""
+    import subprocess
+    import sys
+
+    from tests.conftest import ROOT
+
+    env = {k: v for k, v in os.environ.items() if k != "OPENBLAS_NUM_THREADS"}
+    if preset:
+        env["OPENBLAS_NUM_THREADS"] = preset
+    code = ("import os, sys, pytest; loaded = 'numpy' in sys.modules; import attnsuite.plugin; "
+            "print(loaded, 'numpy' in sys.modules, os.environ['OPENBLAS_NUM_THREADS'])")
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env={**env, "PYTHONPATH": str(ROOT)},
+                         capture_output=True, text=True, timeout=120)
+    assert out.stdout.split() == ["False", "True", preset or "1"], out.stderr[-2000:]

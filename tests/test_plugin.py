@@ -133,6 +133,29 @@ def test_case_tags_select_with_m_and_k(select):
     assert sorted(i.split("::")[1] for i in ids) == sorted(c.id for c in FAMILY.cases if "bench" in c.tags)
 
 
+@pytest.mark.parametrize("select", [("-m", "not sweep", "-k", "decode"), ("-k", "decode and bench and not sweep"),
+                                    ("-m", "sweep", "-k", "decode")])
+def test_benchmarks_select_by_case_tags_too(select):
+    """A benchmark carries its case's tags as marks: a run can leave the sweeps out."""
+    import subprocess
+    import sys
+
+    from tests.conftest import ROOT
+
+    out = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider",
+                          "--strict-markers", "--profile", "full", "benchmarks", *select], cwd=ROOT,
+                         capture_output=True, text=True, env={**__import__("os").environ, "PYTHONPATH": str(ROOT)},
+                         timeout=300).stdout
+    ids = {line.split("[", 1)[1][:-1] for line in out.splitlines() if line.startswith("benchmarks/")}
+    from attnsuite.plugin import bench_selection
+    from cases.decode import FAMILY
+
+    full = {c.id: c for c in bench_selection(FAMILY, "full")}
+    sweeps = {i for i, c in full.items() if "sweep" in c.tags}
+    wanted = sweeps if select[1] == "sweep" else set(full) - sweeps
+    assert sweeps and wanted and ids & set(full) == wanted, out[-2000:]
+
+
 def test_option_values_are_joined_for_the_workers(pytestconfig):
     from attnsuite.options import joined_option_values, value_options
 

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
-from attnsuite.scheduling import contiguous_scheduler, order_for_compiles, specialization_key
+import pytest
+
+from attnsuite.scheduling import contiguous_scheduler, order_for_compiles, specialization_key, tolerate_dead_workers
 
 
 def test_sizes_do_not_change_the_key_and_variants_do():
@@ -69,3 +71,58 @@ def test_dash_n_auto_on_a_device_asks_the_plugin(monkeypatch):
     assert plugin.pytest_xdist_auto_num_workers(Config("cuda", compile_only=True)) is None
     monkeypatch.setenv("PYTEST_XDIST_AUTO_NUM_WORKERS", "3")
     assert plugin.pytest_xdist_auto_num_workers(Config("cuda")) is None
+
+
+class _Channel:
+    def __init__(self):
+        self.sent, self.dead = [], False
+
+    def send(self, item):
+        if self.dead:
+            raise OSError("cannot send (already closed?)")
+        self.sent.append(item)
+
+
+def _worker(name):
+    from xdist.workermanage import WorkerController
+
+    node = WorkerController.__new__(WorkerController)  # no gateway: only what the scheduler touches
+    node.channel, node._down, node._shutdown_sent = _Channel(), False, False
+    node.log = lambda *args: None
+    node.gateway = SimpleNamespace(id=name)
+    return node
+
+
+@pytest.mark.parametrize("scheduler", ["LoadScheduling", "WorkStealingScheduling"])
+@pytest.mark.parametrize("guarded", [True, False])
+def test_two_workers_dying_together_lose_no_case_and_raise_nothing(scheduler, guarded):
+    """xdist's own scheduler, driven through a worker's death while the other worker is already
+    dead and its death not yet handled: without the guard the hand-over raises OSError (the run
+    would end in INTERNALERROR); with it, each dead worker's running case comes back as its
+    crash and every other case stays pending (not_run), none lost."""
+    from xdist import scheduler as xdist_scheduler
+
+    config = SimpleNamespace(option=SimpleNamespace(tx=["popen"] * 2, numprocesses=2),
+                             getvalue=lambda name: {"tx": ["popen"] * 2, "numprocesses": 2}.get(name),
+                             getoption=lambda name, default=None: {"tx": ["popen"] * 2, "maxschedchunk": None}.get(
+                                 name, default))
+    sched = getattr(xdist_scheduler, scheduler)(config)
+    ids = [f"t{i}" for i in range(40)]
+    a, b = _worker("gw0"), _worker("gw1")
+    for node in (a, b):
+        if guarded:
+            tolerate_dead_workers(node)
+        sched.add_node(node)
+        sched.add_node_collection(node, ids)
+    sched.schedule()
+    done = sched.node2pending[b][:-1]  # gw1 is through all but one of its share ...
+    del sched.node2pending[b][:-1]
+    b.channel.dead = True  # ... and dies on that one; its errordown is still queued behind gw0's
+    if not guarded:
+        with pytest.raises(OSError):
+            sched.remove_node(a)
+        return
+    crashed = [sched.remove_node(a), sched.remove_node(b)]
+    assert None not in crashed and len(set(crashed)) == 2
+    assert sorted([ids.index(c) for c in crashed] + sched.pending + done) == list(range(len(ids)))
+
