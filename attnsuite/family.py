@@ -101,6 +101,13 @@ class Family(ABC):
         """Which report chart a bench case feeds: ``{"name", "series", "x"}`` or None."""
         return None
 
+    def reference_cost_key(self, case: Case, inputs: Tensors):
+        """What the reference's device time depends on, where that is less than the whole case
+        (hashable), else None. As for a keyed extra baseline, a benchmark sweep times the
+        reference for its first point with that key in a process and reuses the figure, with a
+        note, on the others; a headline case always times its own."""
+        return None
+
     def default_impl(self) -> tuple[str, Callable]:
         name = next(iter(self.impls))
         return name, self.impls[name]

@@ -179,3 +179,25 @@ def test_disabled_lse_is_empty():
     o, lse = block_sparse(kw["q"], kw["k"], kw["v"], kw["sabi"], block_shape=kw["block_shape"])
     assert lse.numel() == 0 and lse.dtype == torch.float32
     assert o.shape == kw["q"].shape
+
+
+def test_the_reference_cost_key_leaves_out_the_query_block_size_only():
+    """A sweep reuses the reference's time across points with one key (attnsuite/bench/run.py):
+    points that differ in the query block size share it; sparsity, key block size and sizes do
+    not (each moved the measured time more)."""
+    from cases.block_sparse import FAMILY
+
+    points = [c for c in FAMILY.cases if "block_shape" in c.tags]
+    headline = [c for c in FAMILY.cases if "bench" in c.tags and "block_shape" not in c.tags]
+    keys = {}
+    for c in points + headline:
+        keys.setdefault(FAMILY.reference_cost_key(c, _meta_inputs(c)), set()).add(
+            (c["S"], c["H"], c["bkv"], c["s"], c.params.get("lse", True)))
+    assert all(len(v) == 1 for v in keys.values())  # nothing but the query block size merged
+    assert len(keys) < len(points) + len(headline)   # and that merges some points
+
+
+def _meta_inputs(case):
+    B, H, S, D = (case.params[k] for k in ("B", "H", "S", "D"))
+    dtype = {"fp16": torch.float16, "bf16": torch.bfloat16}[case.params["dtype"]]
+    return {"q": torch.empty(B, H, S, D, dtype=dtype), "k": torch.empty(B, H, S, D, dtype=dtype)}

@@ -594,6 +594,44 @@ def test_a_vendor_baseline_is_timed_once_per_shape_and_reused_with_a_note(monkey
     assert second["speedup"]["vendor"] == pytest.approx(1.0)
 
 
+def test_a_reference_whose_time_depends_on_less_than_the_case_is_timed_once_per_key_in_a_sweep(monkeypatch):
+    from attnsuite.bench import run as run_mod
+
+    timed = []
+
+    class Family(_ToyFamily):
+        def __init__(self, n, point=True):
+            self.n, self.point = n, point
+
+        def sweep(self, case):
+            return {"name": "toy", "series": "s", "x": self.n} if self.point else None
+
+        def reference(self, case, inputs, dtype):
+            timed.append(self.n)
+
+        def reference_cost_key(self, case, inputs):
+            return ("size", self.n)
+
+        def extra_baselines(self, case, inputs, impl):
+            return {}
+
+    monkeypatch.setattr(run_mod, "_VENDOR_TIMES", {})
+    monkeypatch.setattr(run_mod, "device_lock", lambda device: nullcontext())
+    monkeypatch.setattr(run_mod, "time_call", lambda device, fn, **kw: (fn(), {
+        "device": {"median_ms": 0.04}, "method": "cudagraph", "note": None})[1])
+    monkeypatch.setattr(run_mod, "first_call_s", lambda device, fn: 0.0)
+
+    def kernel(x, out):
+        out.copy_(x)
+
+    runs = [run_mod.run_bench(Family(n, point), _ToyCase(), _ToyDevice(), kernel, runs=5, l2="warm")
+            for n, point in ((4, True), (4, True), (8, True), (4, False))]
+    assert timed == [4, 8, 4]  # the second point of size 4 reuses; a headline case times its own
+    notes = [r["baselines"]["reference"]["note"] or "" for r in runs]
+    assert ["reused" in n for n in notes] == [False, True, False, False]
+    assert runs[1]["speedup"]["reference"] == pytest.approx(runs[0]["speedup"]["reference"])
+
+
 def test_an_adapter_with_a_prepare_step_is_timed_by_its_launch_alone():
     from attnsuite.bench.run import launch_only
 
