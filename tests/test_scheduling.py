@@ -118,10 +118,12 @@ def test_two_workers_dying_together_lose_no_case_and_raise_nothing(scheduler, gu
     done = sched.node2pending[b][:-1]  # gw1 is through all but one of its share ...
     del sched.node2pending[b][:-1]
     b.channel.dead = True  # ... and dies on that one; its errordown is still queued behind gw0's
-    if not guarded:
-        with pytest.raises(OSError):
+    if not guarded:  # shows the drive reaches the race; an xdist that fixed it makes this moot
+        try:
             sched.remove_node(a)
-        return
+        except OSError:
+            return
+        pytest.skip("this xdist no longer sends a dead worker's cases to another dead worker")
     crashed = [sched.remove_node(a), sched.remove_node(b)]
     assert None not in crashed and len(set(crashed)) == 2
     assert sorted([ids.index(c) for c in crashed] + sched.pending + done) == list(range(len(ids)))

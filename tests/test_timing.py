@@ -531,6 +531,19 @@ def test_the_flush_graph_is_captured_once_and_replayed_for_every_later_call():
     assert len([c for c in other.captured if c["call"] == 0]) == 2
 
 
+def _time_by_calling(monkeypatch, run_mod, median_ms: float) -> None:
+    """run_bench with every timed callable called once and given ``median_ms``, no device."""
+    monkeypatch.setattr(run_mod, "_VENDOR_TIMES", {})
+    monkeypatch.setattr(run_mod, "device_lock", lambda device: nullcontext())
+    monkeypatch.setattr(run_mod, "time_call", lambda device, fn, **kw: (fn(), {
+        "device": {"median_ms": median_ms}, "method": "cudagraph", "note": None})[1])
+    monkeypatch.setattr(run_mod, "first_call_s", lambda device, fn: 0.0)
+
+
+def _copy_kernel(x, out):
+    out.copy_(x)
+
+
 def test_a_vendor_baseline_is_timed_once_per_shape_and_reused_with_a_note(monkeypatch):
     from attnsuite.bench import run as run_mod
 
@@ -562,15 +575,8 @@ def test_a_vendor_baseline_is_timed_once_per_shape_and_reused_with_a_note(monkey
             n = problem["q"].shape[0]
             return {"vendor": (lambda: timed.append(n), "dense"), "gone": (None, "not here")}
 
-    monkeypatch.setattr(run_mod, "_VENDOR_TIMES", {})
-    monkeypatch.setattr(run_mod, "device_lock", lambda device: nullcontext())
-    monkeypatch.setattr(run_mod, "time_call", lambda device, fn, **kw: (fn(), {
-        "device": {"median_ms": 0.01}, "method": "cudagraph", "note": None})[1])
-    monkeypatch.setattr(run_mod, "first_call_s", lambda device, fn: 0.0)
-
-    def kernel(x, out):
-        out.copy_(x)
-
+    _time_by_calling(monkeypatch, run_mod, 0.01)
+    kernel = _copy_kernel
     first = run_mod.run_bench(Family(4), _ToyCase(), Device(), kernel, runs=5, l2="warm")
     second = run_mod.run_bench(Family(4), _ToyCase(), Device(), kernel, runs=5, l2="warm")
     other = run_mod.run_bench(Family(8), _ToyCase(), Device(), kernel, runs=5, l2="warm")
@@ -615,16 +621,8 @@ def test_a_reference_whose_time_depends_on_less_than_the_case_is_timed_once_per_
         def extra_baselines(self, case, inputs, impl):
             return {}
 
-    monkeypatch.setattr(run_mod, "_VENDOR_TIMES", {})
-    monkeypatch.setattr(run_mod, "device_lock", lambda device: nullcontext())
-    monkeypatch.setattr(run_mod, "time_call", lambda device, fn, **kw: (fn(), {
-        "device": {"median_ms": 0.04}, "method": "cudagraph", "note": None})[1])
-    monkeypatch.setattr(run_mod, "first_call_s", lambda device, fn: 0.0)
-
-    def kernel(x, out):
-        out.copy_(x)
-
-    runs = [run_mod.run_bench(Family(n, point), _ToyCase(), _ToyDevice(), kernel, runs=5, l2="warm")
+    _time_by_calling(monkeypatch, run_mod, 0.04)
+    runs = [run_mod.run_bench(Family(n, point), _ToyCase(), _ToyDevice(), _copy_kernel, runs=5, l2="warm")
             for n, point in ((4, True), (4, True), (8, True), (4, False))]
     assert timed == [4, 8, 4]  # the second point of size 4 reuses; a headline case times its own
     notes = [r["baselines"]["reference"]["note"] or "" for r in runs]
