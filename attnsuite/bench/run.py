@@ -145,7 +145,7 @@ def run_bench(family, case, device, impl, *, runs: int = 30, warmup: int = 5, me
         if len(entry) > 2 and entry[2] is not None and family.sweep(case):
             shared_keys[name] = entry[2]
     # The reference too, where the family says its time depends on less than the case (timing it
-    # took each of a block-sparse sweep's 160 points about 15 calls of 12 ms on an H100).
+    # took each of a block-sparse sweep's 160 points 12 calls of about 12 ms on an H100).
     reference_key = getattr(family, "reference_cost_key", lambda c, i: None)(case, inputs)
     if reference_key is not None and family.sweep(case):
         shared_keys["reference"] = reference_key
