@@ -17,12 +17,12 @@ reported apart and does not count. Cases with a ledger entry are left out for mu
 cannot judge one; except entries about the interpreter (``only_after_interpreted_launch``), which
 explain a failure only where a Triton kernel ran: a torch mutant is judged on those cases too.
 
-Each (catalog, family) runs in one worker process that imports the kernels once, draws each
+Each (catalog, family) runs in a worker process that imports its kernels once, draws each
 case's inputs and references once for all the implementations, and calls the runner in process
-(``attnsuite.runner.run_case``). Workers run in parallel (``--jobs``); the parent watches each one:
-a worker silent for longer than ``--case-timeout`` (a hung case) or one that dies (a crash) is
-replaced, the implementation it was running counted as killed (a mutant) or failed (a control),
-and the rest of its catalog goes on in the new worker. Exit status 1 when a mutant survives, a
+(``attnsuite.runner.run_case``). ``--jobs`` workers run in parallel, each given catalog after
+catalog; the parent watches each one: a worker silent for longer than ``--case-timeout`` (a hung
+case) or one that dies (a crash) is replaced, the implementation it was running counted as killed
+(a mutant) or failed (a control), and the rest of its catalog goes on in the new worker. Exit status 1 when a mutant survives, a
 control fails, or a catalog cannot be run.
 """
 from __future__ import annotations
@@ -170,16 +170,27 @@ def _events_apart() -> None:
     os.dup2(2, 1)
 
 
-def worker(catalog_name: str, family_name: str | None, device_kind: str, profile: str, fuzz_seed: int,
-           fuzz_count: int, skip: set[str], shard: tuple[int, int]) -> int:
-    """Run a catalog's implementations, reporting events on stdout as JSON lines."""
-    from .devices import device_class, open_device
+def worker(device_kind: str, profile: str, fuzz_seed: int, fuzz_count: int) -> int:
+    """Run the jobs read from stdin (one JSON object a line: catalog, family, shard, skip), one
+    after another, reporting events on stdout as JSON lines; end at the end of stdin."""
+    from .devices import device_class
 
     _events_apart()
     device_class(device_kind).prepare_environment()
+    for line in sys.stdin:
+        job = json.loads(line)
+        _run_catalog(job["catalog"], job["family"], device_kind, profile, fuzz_seed, fuzz_count,
+                     set(job["skip"]), tuple(job["shard"]))
+    return 0
+
+
+def _run_catalog(catalog_name: str, family_name: str | None, device_kind: str, profile: str, fuzz_seed: int,
+                 fuzz_count: int, skip: set[str], shard: tuple[int, int]) -> None:
+    """One job: a catalog's implementations (its shard of them, less ``skip``)."""
     from . import registry
     from .case import select
     from .interfaces import BadImplementation, check_impl
+    from .devices import open_device
     from .ledger import load, lookup
     from .options import DEFAULT_LEDGER
     from .runner import run_case
@@ -254,7 +265,6 @@ def worker(catalog_name: str, family_name: str | None, device_kind: str, profile
         verdict.cpu_s = round(time.process_time() - started, 2)
         _emit(event="verdict", **asdict(verdict))
     _emit(event="done")
-    return 0
 
 
 def torch_threads(device_kind: str) -> None:
@@ -276,15 +286,9 @@ class Job:
     shard: tuple[int, int] = (0, 1)
 
 
-def _worker_command(job: Job, args, skip: set[str]) -> list[str]:
-    cmd = [sys.executable, "-m", "attnsuite.mutate", "--worker", "--catalog", job.catalog]
-    if job.family:
-        cmd += ["--family", job.family]
-    cmd += ["--device", args.device, "--profile", args.profile, "--fuzz-seed", str(args.fuzz_seed),
-           "--fuzz-count", str(args.fuzz_count), "--shard", f"{job.shard[0]}/{job.shard[1]}"]
-    if skip:
-        cmd += ["--skip", ",".join(sorted(skip))]
-    return cmd
+def _worker_command(args) -> list[str]:
+    return [sys.executable, "-m", "attnsuite.mutate", "--worker", "--device", args.device, "--profile", args.profile,
+            "--fuzz-seed", str(args.fuzz_seed), "--fuzz-count", str(args.fuzz_count)]
 
 
 def _reader(stream, lines: queue.Queue) -> None:
@@ -293,29 +297,80 @@ def _reader(stream, lines: queue.Queue) -> None:
     lines.put(None)
 
 
-def run_job(job: Job, args) -> list[Verdict]:
-    """One shard of one catalog, with a worker replaced whenever it hangs or dies."""
-    verdicts: list[Verdict] = []
-    finished: set[str] = set()
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
-    # Workers already run one per core: an intra-op thread pool per worker would only spin
-    # (on a busy 2-core machine, 20x the CPU time of the work itself).
-    env.setdefault("OMP_NUM_THREADS", "1")
-    while True:
-        with tempfile.TemporaryFile(mode="w+") as err:
-            proc = subprocess.Popen(_worker_command(job, args, finished), cwd=ROOT, env=env, text=True,
-                                    stdout=subprocess.PIPE, stderr=err, start_new_session=True)
-            lines: queue.Queue = queue.Queue()
-            threading.Thread(target=_reader, args=(proc.stdout, lines), daemon=True).start()
+class Lane:
+    """One worker process at a time, given job after job: a new one only when the last hung or
+    died. Starting a worker (torch's import, then the kernels') costs about 2 s of CPU, against
+    1-15 s for a catalog: nine catalogs on two lanes start two workers instead of nine."""
+
+    def __init__(self, args):
+        self.args = args
+        self.proc: subprocess.Popen | None = None
+
+    def _start(self) -> None:
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
+        # Workers already run one per core: an intra-op thread pool per worker would only spin
+        # (on a busy 2-core machine, 20x the CPU time of the work itself).
+        env.setdefault("OMP_NUM_THREADS", "1")
+        self.err = tempfile.TemporaryFile(mode="w+")
+        self.proc = subprocess.Popen(_worker_command(self.args), cwd=ROOT, env=env, text=True, stdin=subprocess.PIPE,
+                                     stdout=subprocess.PIPE, stderr=self.err, start_new_session=True)
+        self.lines: queue.Queue = queue.Queue()
+        threading.Thread(target=_reader, args=(self.proc.stdout, self.lines), daemon=True).start()
+
+    def _give(self, job: Job, skip: set[str]) -> bool:
+        """Send ``job`` to the worker (started if there is none); False if it is gone already."""
+        if self.proc is None:
+            self._start()
+        try:
+            self.proc.stdin.write(json.dumps({"catalog": job.catalog, "family": job.family, "shard": job.shard,
+                                              "skip": sorted(skip)}) + "\n")
+            self.proc.stdin.flush()
+            return True
+        except OSError:  # it died after its last job: the read below sees it end
+            return False
+
+    def _end(self, kill: bool) -> str:
+        """Stop the worker (killed with its process group, or told there is no more work); the
+        tail of what it wrote to stderr."""
+        proc, self.proc = self.proc, None
+        if proc is None:
+            return ""
+        if kill:
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        else:
+            try:
+                proc.stdin.close()
+            except OSError:
+                pass
+        proc.wait()
+        self.err.seek(0)
+        tail = self.err.read()[-2000:]
+        self.err.close()
+        return tail
+
+    def close(self) -> None:
+        self._end(kill=False)
+
+    def run_job(self, job: Job) -> list[Verdict]:
+        """One shard of one catalog, with the worker replaced whenever it hangs or dies."""
+        verdicts: list[Verdict] = []
+        finished: set[str] = set()
+        args = self.args
+        while True:
+            if not self._give(job, finished):  # it died after its last job: not this job's doing
+                self._end(kill=True)
+                self._give(job, finished)
             current, why, done, ready = None, None, False, False
             while True:
-                # Imports and the first inputs come before any case: they get their own allowance.
+                # The job's imports and first inputs come before any case: they get their own allowance.
                 limit = args.case_timeout if ready else max(args.case_timeout, STARTUP_TIMEOUT)
                 try:
-                    line = lines.get(timeout=limit)
+                    line = self.lines.get(timeout=limit)
                 except queue.Empty:
                     why = f"timeout: no answer within {limit:g} s"
-                    os.killpg(proc.pid, signal.SIGKILL)
                     break
                 if line is None:
                     break
@@ -333,22 +388,22 @@ def run_job(job: Job, args) -> list[Verdict]:
                     current = None
                 elif event.get("event") == "done":
                     done = True
-            proc.wait()
+                    break
             if done:
                 return verdicts
-            err.seek(0)
-            tail = err.read()[-2000:]
-        if current is None:  # died outside any case: the catalog itself cannot run
-            verdicts.append(Verdict(job.family or job.catalog, "catalog", job.catalog, "", job.catalog, ok=False,
-                                    message=f"worker exited with {proc.returncode} before finishing: {tail}"))
-            return verdicts
-        why = why or f"crash: worker exited with {proc.returncode}: {tail.strip().splitlines()[-1:] or ''}"
-        stage = "timeout" if why.startswith("timeout") else "crash"
-        kind, name = current["kind"], current["name"]
-        verdicts.append(Verdict(current["family"], kind, name, "", job.catalog, ok=(kind == "mutant"),
-                                case=current["case"], stage=stage, message=why,
-                                failures=[] if kind == "mutant" else [(current["case"], stage, why)]))
-        finished.add(name)
+            returncode = self.proc.poll() if self.proc is not None else None
+            tail = self._end(kill=True)
+            if current is None:  # died outside any case: the catalog itself cannot run
+                verdicts.append(Verdict(job.family or job.catalog, "catalog", job.catalog, "", job.catalog, ok=False,
+                                        message=f"worker exited with {returncode} before finishing: {tail}"))
+                return verdicts
+            why = why or f"crash: worker exited with {returncode}: {tail.strip().splitlines()[-1:] or ''}"
+            stage = "timeout" if why.startswith("timeout") else "crash"
+            kind, name = current["kind"], current["name"]
+            verdicts.append(Verdict(current["family"], kind, name, "", job.catalog, ok=(kind == "mutant"),
+                                    case=current["case"], stage=stage, message=why,
+                                    failures=[] if kind == "mutant" else [(current["case"], stage, why)]))
+            finished.add(name)
 
 
 def jobs_for(catalogs: list[tuple[str, str]], jobs: int) -> list[Job]:
@@ -358,10 +413,29 @@ def jobs_for(catalogs: list[tuple[str, str]], jobs: int) -> list[Job]:
 
 
 def run(catalogs: list[tuple[str, str]], args) -> list[Verdict]:
+    """The jobs over ``args.jobs`` lanes, each taking the next job as it frees up; the verdicts
+    in the jobs' order."""
     todo = jobs_for(catalogs, args.jobs)
+    pending: queue.Queue = queue.Queue()
+    for index, job in enumerate(todo):
+        pending.put((index, job))
+    results: dict[int, list[Verdict]] = {}
+
+    def lane() -> None:
+        worker = Lane(args)
+        try:
+            while True:
+                try:
+                    index, job = pending.get_nowait()
+                except queue.Empty:
+                    return
+                results[index] = worker.run_job(job)
+        finally:
+            worker.close()
+
     with ThreadPoolExecutor(max_workers=args.jobs) as pool:
-        results = list(pool.map(lambda job: run_job(job, args), todo))
-    return [v for verdicts in results for v in verdicts]
+        list(pool.map(lambda _: lane(), range(min(args.jobs, len(todo)))))
+    return [v for index in range(len(todo)) for v in results[index]]
 
 
 def summary(verdicts: list[Verdict]) -> str:
@@ -409,13 +483,9 @@ def main(argv=None) -> int:
                         help="seconds a worker may stay silent (one case) before it counts as hung")
     parser.add_argument("--json", default=None, help="also write the verdicts here")
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
-    parser.add_argument("--skip", default="", help=argparse.SUPPRESS)
-    parser.add_argument("--shard", default="0/1", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.worker:
-        index, count = (int(x) for x in args.shard.split("/"))
-        return worker(args.catalog[0], args.family, args.device, args.profile, args.fuzz_seed, args.fuzz_count,
-                      set(filter(None, args.skip.split(","))), (index, count))
+        return worker(args.device, args.profile, args.fuzz_seed, args.fuzz_count)
     if args.catalog:
         catalogs = [(name, args.family) for name in args.catalog]
     else:

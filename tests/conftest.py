@@ -1,18 +1,17 @@
-"""Helpers for the project's own tests: run the conformance suite in a subprocess and read
-back what it recorded."""
+"""Helpers for the project's own tests: run the conformance suite in a separate process (forked
+from one that has imported torch already: tests/processes.py) and read back what it recorded."""
 from __future__ import annotations
 
 import fcntl
 import json
 import os
-import subprocess
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
 from attnsuite.records import read_records
+from tests.processes import run_python
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -33,10 +32,10 @@ class SuiteRun:
 
 def _run_suite(out_dir: Path, *args: str, env: dict | None = None, timeout: float = 600) -> SuiteRun:
     records, report = out_dir / "records", out_dir / "index.html"
-    cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
-           "--records-dir", str(records), "--report-html", str(report), *args]
+    argv = ["-m", "pytest", "-q", "-p", "no:cacheprovider",
+            "--records-dir", str(records), "--report-html", str(report), *args]
     full_env = {**os.environ, "PYTHONPATH": str(ROOT), **(env or {})}
-    proc = subprocess.run(cmd, cwd=ROOT, env=full_env, capture_output=True, text=True, timeout=timeout)
+    proc = run_python(argv, cwd=ROOT, env=full_env, timeout=timeout)
     found = read_records([records]) if records.is_dir() else []
     return SuiteRun(proc.returncode, proc.stdout + proc.stderr, found, report)
 

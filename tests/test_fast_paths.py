@@ -75,10 +75,8 @@ def test_in_kernel_split_merge_matches_the_reference_in_the_interpreter():
     """decode's fused merge (the last split program merges) runs only with several splits; the
     quick cases are too short for the interpreter to split, so this forces 1, 3 and 5 splits."""
     import os
-    import subprocess
-    import sys
-
     from tests.conftest import ROOT
+    from tests.processes import run_python
 
     script = (
         "import torch\n"
@@ -94,8 +92,7 @@ def test_in_kernel_split_merge_matches_the_reference_in_the_interpreter():
         "    assert eo < 2e-3 and el < 1e-4, (n, eo, el)\n"
         "print('ok')\n")
     env = {**os.environ, "PYTHONPATH": str(ROOT), "TRITON_INTERPRET": "1", "ATTNSUITE_KERNEL_PATH": "fast"}
-    proc = subprocess.run([sys.executable, "-c", script], cwd=ROOT, env=env, capture_output=True, text=True,
-                          timeout=300)
+    proc = run_python(["-c", script], cwd=ROOT, env=env, timeout=300)
     assert proc.returncode == 0 and "ok" in proc.stdout, proc.stdout + proc.stderr
 
 

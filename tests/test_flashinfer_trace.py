@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import shutil
 import textwrap
 
@@ -339,11 +340,10 @@ def test_a_workloads_option_that_is_no_directory_is_a_usage_error(run_suite, tmp
 
 
 def _collected(*args: str) -> list[str]:
-    import subprocess
-    import sys
+    from tests.processes import run_python
 
-    out = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider", *args],
-                         cwd=ROOT, capture_output=True, text=True)
+    out = run_python(["-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider", *args],
+                     cwd=ROOT, env=dict(os.environ), timeout=300)
     return [line for line in out.stdout.splitlines() if "::" in line]
 
 
@@ -356,12 +356,11 @@ def test_workload_cases_come_beside_the_catalog_not_instead():
 
 
 def test_mapped_workloads_are_benchmark_cases_too():
-    import subprocess
-    import sys
+    from tests.processes import run_python
 
-    out = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider",
-                          "benchmarks", "-m", "workload", f"--workloads={DATA}"],
-                         cwd=ROOT, capture_output=True, text=True)
+    out = run_python(["-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider",
+                      "benchmarks", "-m", "workload", f"--workloads={DATA}"],
+                     cwd=ROOT, env=dict(os.environ), timeout=300)
     ids = sorted(line.split("[", 1)[1] for line in out.stdout.splitlines() if "::test_bench[" in line)
     assert ids == [f"paged_decode[fi-{DEC}-dec-rand-1]]", f"paged_decode[fi-{DEC}-dec-st-1]]",
                    f"prefill_varlen[fi-{RAG}-rag-rand-1]]"], out.stdout[-2000:]

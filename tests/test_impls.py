@@ -120,13 +120,11 @@ def test_interface_check_names_the_expected_call():
 
 
 def test_interfaces_print_shapes_dtypes_and_the_scale():
-    import subprocess
-    import sys
-
     from tests.conftest import ROOT
+    from tests.processes import run_python
 
-    out = subprocess.run([sys.executable, "-m", "attnsuite.interfaces"], cwd=ROOT, capture_output=True, text=True,
-                         env={**__import__("os").environ, "PYTHONPATH": str(ROOT)}, timeout=120).stdout
+    out = run_python(["-m", "attnsuite.interfaces"], cwd=ROOT,
+                     env={**__import__("os").environ, "PYTHONPATH": str(ROOT)}, timeout=120).stdout
     for family in families():
         assert out.count(f"\n{family}") + out.startswith(family) >= 1, family
     assert "[B, Hq, S, D]" in out and "1/sqrt(D)" in out and "kv_page_indptr [B + 1]" in out
@@ -170,8 +168,7 @@ def test_the_interpreter_bf16_entry_judges_only_cases_that_ran_a_triton_kernel(r
 
 def test_interpreted_launches_are_counted():
     import os
-    import subprocess
-    import sys
+    from tests.processes import run_python
 
     code = ("import torch\n"
             "from attnsuite import interpreted\n"
@@ -183,7 +180,6 @@ def test_interpreted_launches_are_counted():
             "    torch.softmax(q.float(), -1)\n"
             "print(n[0], m[0])\n")
     env = {**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": str(ROOT)}
-    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True,
-                         timeout=300)
+    out = run_python(["-c", code], cwd=ROOT, env=env, timeout=300)
     launched, none = out.stdout.split()
     assert int(launched) >= 1 and int(none) == 0, out.stderr[-2000:]

@@ -71,3 +71,18 @@ def test_the_plugin_gives_numpys_blas_one_thread_before_numpy_loads_unless_the_u
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env={**env, "PYTHONPATH": str(ROOT)},
                          capture_output=True, text=True, timeout=120)
     assert out.stdout.split() == ["False", "True", preset or "1"], out.stderr[-2000:]
+
+
+def test_the_memoized_dtype_lookup_answers_as_the_interpreter_s_own():
+    from triton.runtime import interpreter
+
+    assert interpreted.memoize_np_dtypes() and interpreted.memoize_np_dtypes()  # installs once
+    memo = interpreter._get_np_dtype
+    original = memo.__wrapped__
+    scalars = [tl.int1, tl.int8, tl.uint8, tl.int16, tl.uint16, tl.int32, tl.uint32, tl.int64, tl.uint64,
+               tl.float16, tl.bfloat16, tl.float32, tl.float64, tl.float8e5, tl.float8e4nv]
+    types = scalars + [tl.pointer_type(t) for t in scalars]
+    types += [tl.block_type(t, [4, 8]) for t in types]
+    for ty in types * 2:  # the second time from the memo
+        assert memo(ty) == original(ty), ty
+    assert memo(tl.block_type(tl.float16, [2])) == memo(tl.block_type(tl.float16, [16, 16])) == original(tl.float16)

@@ -356,10 +356,8 @@ def test_every_kernel_plan_binds_completely_for_the_direct_launch():
     every launch of every family's bench and quick plans has a value for each kernel parameter,
     so none silently falls back to the JIT path on a GPU."""
     import os
-    import subprocess
-    import sys
-
     from tests.conftest import ROOT
+    from tests.processes import run_python
 
     script = (
         "import importlib, torch\n"
@@ -387,8 +385,7 @@ def test_every_kernel_plan_binds_completely_for_the_direct_launch():
         "print('bound', n)\n")
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     env["PYTHONPATH"] = str(ROOT)
-    proc = subprocess.run([sys.executable, "-c", script], cwd=ROOT, env=env, capture_output=True, text=True,
-                          timeout=600)
+    proc = run_python(["-c", script], cwd=ROOT, env=env, timeout=600)
     assert proc.returncode == 0 and "bound" in proc.stdout, proc.stdout + proc.stderr
     assert int(proc.stdout.split()[-1]) >= 30
 

@@ -4,11 +4,11 @@ each checked in the interpreter against a dense decode of the same buffers."""
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 import textwrap
 
 import pytest
+
+from tests.processes import run_python
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -46,8 +46,7 @@ SCRIPT = textwrap.dedent("""
 @pytest.mark.parametrize("path", ["ascend", "fast"])
 def test_mustafar_plan_in_interpreter(path):
     env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    res = subprocess.run([sys.executable, "-c", SCRIPT, path], cwd=ROOT, env=env,
-                         capture_output=True, text=True, timeout=900)
+    res = run_python(["-c", SCRIPT, path], cwd=ROOT, env=env, timeout=900)
     assert res.returncode == 0 and res.stdout.strip().endswith("ok"), res.stderr[-3000:]
 
 

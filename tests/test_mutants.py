@@ -56,7 +56,7 @@ def test_the_quick_profile_on_cpu_kills_every_mutant_and_passes_every_control(tm
 
 
 def test_any_catalog_module_hung_and_crashing_implementations_counted(tmp_path):
-    proc, verdicts = _mutate(tmp_path, "--catalog", "tests.mutation_catalog", "--case-timeout", "10", "--jobs", "1")
+    proc, verdicts = _mutate(tmp_path, "--catalog", "tests.mutation_catalog", "--case-timeout", "5", "--jobs", "1")
     by_name = {v["name"]: v for v in verdicts}
     assert proc.returncode == 1, proc.stdout + proc.stderr
     assert set(by_name) == {"decode_correct", "decode_hangs", "decode_crashes", "decode_unscaled",
@@ -75,3 +75,42 @@ def test_any_catalog_module_hung_and_crashing_implementations_counted(tmp_path):
 def test_fewer_catalogs_than_workers_are_split_into_shards():
     assert jobs_for([("a", "x")], 2) == [Job("a", "x", (0, 2)), Job("a", "x", (1, 2))]
     assert [j.shard for j in jobs_for([("a", None), ("b", None), ("c", None)], 2)] == [(0, 1)] * 3
+
+
+#: A stand-in worker speaking the runner's protocol: job "dies" crashes inside its first case,
+#: "silent" hangs in it; any other job reports one verdict. It prints its pid into each verdict.
+FAKE_WORKER = r"""
+import json, os, sys, time
+for line in sys.stdin:
+    job = json.loads(line)
+    emit = lambda **e: (print(json.dumps(e)), sys.stdout.flush())
+    name = job["catalog"]
+    emit(event="ready")
+    if name not in job["skip"]:
+        emit(event="case", kind="mutant", name=name, case="c[1]", family="f")
+        if name == "dies":
+            os._exit(3)
+        if name == "silent":
+            time.sleep(60)
+        emit(event="verdict", family="f", kind="mutant", name=name, doc="", catalog=name, ok=True,
+             case="c[1]", stage="numeric", message=str(os.getpid()))
+    emit(event="done")
+"""
+
+
+def test_a_lane_gives_its_worker_job_after_job_and_replaces_one_that_died_or_hung(monkeypatch):
+    from argparse import Namespace
+
+    import attnsuite.mutate as mutate
+
+    monkeypatch.setattr(mutate, "_worker_command", lambda args: [sys.executable, "-c", FAKE_WORKER])
+    args = Namespace(jobs=1, case_timeout=2.0)
+    names = ["a", "b", "dies", "c", "silent", "d"]
+    verdicts = mutate.run([(n, "f") for n in names], args)
+    assert [v.name for v in verdicts] == names
+    by = {v.name: v for v in verdicts}
+    assert by["dies"].ok and by["dies"].stage == "crash" and "exited with 3" in by["dies"].message
+    assert by["silent"].ok and by["silent"].stage == "timeout"
+    # One worker until a death, a fresh one after each.
+    pids = [by[n].message for n in ("a", "b", "c", "d")]
+    assert pids[0] == pids[1] != pids[2] != pids[3]

@@ -3,8 +3,6 @@ npu path one program per core, each looping over its (batch x KV head x split) t
 split aimed at the core count; the CUDA plan untouched; and the loop gives the plain grid's
 results bit for bit in the interpreter."""
 import os
-import subprocess
-import sys
 
 import pytest
 import torch
@@ -15,6 +13,7 @@ from kernels import decode as dec
 from kernels import paged_decode as pdec
 from kernels._checks import capture_launches
 from kernels._grid import npu_splits
+from tests.processes import run_python
 
 
 def _names(plan):
@@ -140,6 +139,5 @@ print("ok")
 def test_persistent_loop_gives_the_plain_grid_results_in_the_interpreter():
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     env = {**os.environ, "PYTHONPATH": root, "TRITON_INTERPRET": "1"}
-    proc = subprocess.run([sys.executable, "-c", SCRIPT], cwd=root, env=env, capture_output=True,
-                          text=True, timeout=300)
+    proc = run_python(["-c", SCRIPT], cwd=root, env=env, timeout=300)
     assert proc.returncode == 0 and "ok" in proc.stdout, proc.stdout + proc.stderr

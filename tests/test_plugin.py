@@ -119,14 +119,12 @@ def test_bench_selection_is_headline_cases_plus_sweeps_in_full():
 
 @pytest.mark.parametrize("select", [("-m", "bench"), ("-k", "bench")])
 def test_case_tags_select_with_m_and_k(select):
-    import subprocess
-    import sys
-
     from tests.conftest import ROOT
+    from tests.processes import run_python
 
-    out = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider",
-                          "--profile", "full", "cases/decode.py", *select], cwd=ROOT, capture_output=True, text=True,
-                         env={**__import__("os").environ, "PYTHONPATH": str(ROOT)}, timeout=300).stdout
+    out = run_python(["-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider",
+                      "--profile", "full", "cases/decode.py", *select], cwd=ROOT,
+                     env={**__import__("os").environ, "PYTHONPATH": str(ROOT)}, timeout=300).stdout
     ids = [line for line in out.splitlines() if line.startswith("cases/decode.py::")]
     from cases.decode import FAMILY
 
@@ -136,15 +134,12 @@ def test_case_tags_select_with_m_and_k(select):
 @pytest.mark.parametrize("select", [("-m", "not sweep", "-k", "decode"), ("-m", "sweep", "-k", "decode and bench")])
 def test_benchmarks_select_by_case_tags_too(select):
     """A benchmark carries its case's tags as marks: a run can leave the sweeps out."""
-    import subprocess
-    import sys
-
     from tests.conftest import ROOT
+    from tests.processes import run_python
 
-    out = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider",
-                          "--strict-markers", "--profile", "full", "benchmarks", *select], cwd=ROOT,
-                         capture_output=True, text=True, env={**__import__("os").environ, "PYTHONPATH": str(ROOT)},
-                         timeout=300).stdout
+    out = run_python(["-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider",
+                      "--strict-markers", "--profile", "full", "benchmarks", *select], cwd=ROOT,
+                     env={**__import__("os").environ, "PYTHONPATH": str(ROOT)}, timeout=300).stdout
     ids = {line.split("[", 1)[1][:-1] for line in out.splitlines() if line.startswith("benchmarks/")}
     from attnsuite.plugin import bench_selection
     from cases.decode import FAMILY

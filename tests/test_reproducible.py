@@ -7,8 +7,7 @@ from __future__ import annotations
 
 import json
 import math
-import subprocess
-import sys
+import os
 
 import pytest
 import torch
@@ -16,6 +15,7 @@ import torch
 from attnsuite import registry
 from attnsuite.case import select
 from tests.conftest import ROOT
+from tests.processes import run_python
 
 #: Cases whose inputs involve indexed writes with repeated indices (duplicated tokens with keys
 #: aligned to their query), long lists that split, pages and views; and cases run before them.
@@ -61,10 +61,10 @@ def test_inputs_do_not_depend_on_the_number_of_threads(name):
 
 
 def _digest(case_id: str, *before: str, threads: int) -> dict:
-    cmd = [sys.executable, "-m", "tests.case_digest", case_id, "--threads", str(threads)]
+    argv = ["-m", "tests.case_digest", case_id, "--threads", str(threads)]
     for other in before:
-        cmd += ["--before", other]
-    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600)
+        argv += ["--before", other]
+    proc = run_python(argv, cwd=ROOT, env=dict(os.environ), timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     return json.loads(proc.stdout.strip().splitlines()[-1])
 

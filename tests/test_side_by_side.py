@@ -10,8 +10,6 @@ registers its adapters): a correct one, one with a planted GQA bug that also dec
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 import textwrap
 
 import pytest
@@ -22,6 +20,7 @@ from attnsuite.registry import families
 from attnsuite.report import render_html
 from attnsuite.report.side_by_side import side_by_side
 from tests.conftest import ROOT, _run_suite
+from tests.processes import run_python
 from tests.test_report_bench import bench_record, conformance_record
 
 #: The decode implementations the fake package registers through entry points.
@@ -210,8 +209,7 @@ def test_a_library_failure_gets_a_table_row_repro_command_and_script(every_impl_
     assert [(r["case_id"], r["impl"], r["outcome"]) for r in alone.records] == [(BROKEN_CASE, "fake_gqa", "fail")]
     # The script: only torch, the library and its adapter; exits 1 saying what failed.
     env = {**os.environ, **fakelib}
-    proc = subprocess.run([sys.executable, script], capture_output=True, text=True, env=env, timeout=120,
-                          cwd=run.report.parent)
+    proc = run_python([script], env=env, timeout=120, cwd=run.report.parent)
     assert proc.returncode == 1, proc.stdout + proc.stderr
     assert "o: max |out - ref|" in proc.stdout and "FAIL" in proc.stdout and "FAILED: the failure reproduces" \
         in proc.stdout
@@ -230,8 +228,7 @@ def test_the_script_passes_once_the_library_is_fixed(every_impl_run, fakelib, tm
     source = textwrap.dedent(ADAPTERS).replace("gqa_bug=True", "gqa_bug=False")
     (fixed / "fakelib" / "adapters.py").write_text(source)
     env = {**os.environ, "PYTHONPATH": f"{ROOT}:{fixed}"}
-    proc = subprocess.run([sys.executable, failed["repro_script"]], capture_output=True, text=True, env=env,
-                          timeout=120)
+    proc = run_python([failed["repro_script"]], env=env, timeout=120, cwd=os.getcwd())
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "passed: the failure did not reproduce here" in proc.stdout
 

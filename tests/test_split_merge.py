@@ -4,10 +4,9 @@ take the one-tile merge and the chunked one, empty rows and splits, garbage past
 and ``merge_meta``'s sizing rule. The quick conformance cases rarely split under the
 interpreter (its tiles are large), so these force the split counts."""
 import os
-import subprocess
-import sys
 
 from kernels._split import MERGE_ELEMS_PER_WARP, merge_meta
+from tests.processes import run_python
 
 SCRIPT = r"""
 import torch
@@ -77,8 +76,7 @@ def test_in_kernel_merge_matches_the_references_for_every_family_in_the_interpre
     from tests.conftest import ROOT
 
     env = {**os.environ, "PYTHONPATH": str(ROOT), "TRITON_INTERPRET": "1", "ATTNSUITE_KERNEL_PATH": "fast"}
-    proc = subprocess.run([sys.executable, "-c", SCRIPT], cwd=ROOT, env=env, capture_output=True,
-                          text=True, timeout=600)
+    proc = run_python(["-c", SCRIPT], cwd=ROOT, env=env, timeout=600)
     assert proc.returncode == 0 and "ok" in proc.stdout, proc.stdout + proc.stderr[-3000:]
 
 

@@ -8,6 +8,8 @@ import sys
 import textwrap
 from pathlib import Path
 
+from tests.processes import run_python
+
 ROOT = Path(__file__).resolve().parents[1]
 
 FILES = {
@@ -110,9 +112,9 @@ def _env(tmp_path):
 def test_a_toy_family_runs_its_cases_with_four_files_and_one_registry_line(tmp_path):
     _write(tmp_path)
     records = tmp_path / "records"
-    proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "attnsuite.plugin", "--records-dir",
-                           str(records), "--report-html", str(tmp_path / "index.html")],
-                          cwd=tmp_path, env=_env(tmp_path), capture_output=True, text=True, timeout=300)
+    proc = run_python(["-m", "pytest", "-q", "-p", "attnsuite.plugin", "--records-dir",
+                       str(records), "--report-html", str(tmp_path / "index.html")],
+                      cwd=tmp_path, env=_env(tmp_path), timeout=300)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
     recs = [json.loads(line) for f in records.glob("*.jsonl") for line in f.read_text().splitlines()]
     assert sorted(r["case_id"] for r in recs) == sorted(
