@@ -107,3 +107,19 @@ def test_scores_beyond_the_input_dtype_allow_what_fp32_scores_of_that_size_cost(
     # A baseline larger than the score term is used as it is.
     noisy = tolerance.compare("o", out, ref, ref + 1e-3, torch.float16, score_bound=30.0)
     assert noisy.allowed == pytest.approx(2 * 1e-3 + U16)
+
+
+def test_every_figure_is_taken_over_the_finite_elements_only():
+    inf, nan = math.inf, math.nan
+    ref = t(1.0, -4.0, inf, nan, 2.0)
+    out = t(1.5, -4.0, inf, nan, 2.0)
+    base = t(1.0, nan, inf, nan, 2.25)  # its NaN where the reference is finite is not its error
+    c = tolerance.compare("o", out, ref, base, torch.float16)
+    assert (c.max_abs_err, c.baseline_err, c.floor) == (0.5, 0.25, U16 * 4.0)
+    assert c.max_rel_err == 0.5 / (1.0 + 1e-8)
+    assert c.ok and c.allowed == tolerance.FACTOR * 0.25 + U16 * 4.0
+
+
+def test_an_empty_output_passes_with_nothing_to_measure():
+    c = tolerance.compare("lse", t(), t(), t(), torch.float16)
+    assert c.ok and (c.max_abs_err, c.baseline_err, c.max_rel_err, c.floor) == (0.0, 0.0, 0.0, U16)
