@@ -67,6 +67,18 @@ def counting(active: bool = True) -> Iterator[list[Optional[int]]]:
         _counts.remove(counter)
 
 
+def _interpreter_function(name: str):
+    """(``triton.language``, the interpreter module, its function ``name``), or None where
+    Triton, its interpreter or that function is missing."""
+    try:
+        import triton.language as tl
+        from triton.runtime import interpreter
+    except ImportError:
+        return None
+    original = getattr(interpreter, name, None)
+    return None if original is None else (tl, interpreter, original)
+
+
 # -- the interpreter's per-call re-patching ------------------------------------------------------
 
 _patch_lang_original = None
@@ -84,14 +96,10 @@ def skip_repeated_patching() -> bool:
     Results are the same bits (tests/test_interpreter_patching.py). False where the interpreter
     has no ``_patch_lang`` to wrap."""
     global _patch_lang_original
-    try:
-        import triton.language as tl
-        from triton.runtime import interpreter
-    except ImportError:
+    found = _interpreter_function("_patch_lang")
+    if found is None:
         return False
-    original = getattr(interpreter, "_patch_lang", None)
-    if original is None:
-        return False
+    tl, interpreter, original = found
     if _patch_lang_original is not None:
         return True
     _patch_lang_original = original
@@ -125,14 +133,10 @@ def memoize_np_dtypes() -> bool:
     this and 20.1 s with it (means of three runs). Its answer
     depends on the element type alone, so a block type is looked up by its element type. Same
     result (tests/test_interpreter_patching.py). False where the interpreter has no such function."""
-    try:
-        import triton.language as tl
-        from triton.runtime import interpreter
-    except ImportError:
+    found = _interpreter_function("_get_np_dtype")
+    if found is None:
         return False
-    original = getattr(interpreter, "_get_np_dtype", None)
-    if original is None:
-        return False
+    tl, interpreter, original = found
     if getattr(original, "memoized", False):
         return True
     known: dict = {}
