@@ -431,7 +431,7 @@ def _send_to_controller(config, item, rec: dict) -> None:
 def pytest_sessionfinish(session, exitstatus):
     config = session.config
     s = config.stash.get(SUITE, None)
-    if s is None:
+    if s is None or config.option.collectonly:  # --collect-only ran nothing: no records, no report
         return
     account = config.stash.get(ACCOUNT, None)
     if account is not None:

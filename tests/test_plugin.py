@@ -99,6 +99,15 @@ def test_report_rerenders_and_merges_runs(run_suite, tmp_path):
     assert json.loads(json.dumps(first.records[0]))["schema"] == SCHEMA
 
 
+@pytest.mark.parametrize("workers", [(), ("-n", "1")])
+def test_a_collect_only_run_records_nothing_and_writes_no_report(run_suite, workers):
+    """Nothing ran: no not_run records for every collected case, no run status, no report."""
+    run = run_suite("cases/decode.py", "--collect-only", *workers)
+    assert run.returncode == 0 and "decode[" in run.output, run.output[-2000:]
+    assert run.records == [] and not run.report.exists()
+    assert not (run.report.parent / "records").exists()
+
+
 def test_benchmarks_skip_on_cpu_with_the_reason_and_are_recorded_as_bench(run_suite):
     run = run_suite("benchmarks", "-k", "decode")
     assert run.returncode == 0, run.output[-3000:]
