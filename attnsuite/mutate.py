@@ -326,7 +326,7 @@ class Lane:
                                               "skip": sorted(skip)}) + "\n")
             self.proc.stdin.flush()
             return True
-        except OSError:  # it died after its last job: the read below sees it end
+        except OSError:  # it died after its last job: the caller starts another
             return False
 
     def _end(self, kill: bool) -> str:

@@ -102,8 +102,9 @@ def compare(name: str, out: torch.Tensor, ref: torch.Tensor, base: torch.Tensor,
 
     # Every figure in one read from the device: with 16 workers time-slicing one GPU, each read
     # waits for a turn. With a read per figure (about ten a tensor) the comparisons of the full
-    # profile under -n 16 took 99.5 worker-seconds on an H100, 38 ms a case against 5.5 ms in one
-    # process; with one read, 38.3 worker-seconds (the same machine).
+    # profile under -n 16 took 99.5 worker-seconds on an H100, 38 ms a case (5.5 ms a case in one
+    # process, over three families' full profile); with one read, 38.3 worker-seconds (the same
+    # machine).
     ref_finite = torch.isfinite(ref64)
     out_ok = ref_finite & torch.isfinite(out64)
     diff = (out64 - ref64).abs()
