@@ -351,6 +351,16 @@ class Lane:
         self.err.close()
         return tail
 
+    def _exit_status(self, wait: bool) -> int | None:
+        """The worker's exit status; ``wait``: its stdout closed, so it is exiting, but may not have
+        exited yet (reading it at once gave None on a loaded machine)."""
+        if self.proc is None:
+            return None
+        try:
+            return self.proc.wait(timeout=2.0) if wait else self.proc.poll()
+        except subprocess.TimeoutExpired:
+            return None
+
     def close(self) -> None:
         self._end(kill=False)
 
@@ -391,7 +401,7 @@ class Lane:
                     break
             if done:
                 return verdicts
-            returncode = self.proc.poll() if self.proc is not None else None
+            returncode = self._exit_status(wait=line is None)
             tail = self._end(kill=True)
             if current is None:  # died outside any case: the catalog itself cannot run
                 verdicts.append(Verdict(job.family or job.catalog, "catalog", job.catalog, "", job.catalog, ok=False,
