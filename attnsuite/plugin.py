@@ -110,11 +110,14 @@ def pytest_configure(config):
 def _share_cores(workers: int) -> None:
     """Each xdist worker gets its share of the host's cores for torch's own threads: inputs,
     references and comparisons of 8 workers with a thread per core each would oversubscribe
-    the host many times over."""
+    the host many times over. A thread count the user set (``OMP_NUM_THREADS``, which torch
+    reads as it loads) is kept: they know what else runs on the host."""
     import os
 
     import torch
 
+    if os.environ.get("OMP_NUM_THREADS", "").strip().isdigit():
+        return
     torch.set_num_threads(max(1, (os.cpu_count() or 1) // workers))
 
 

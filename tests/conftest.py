@@ -5,6 +5,7 @@ from __future__ import annotations
 import fcntl
 import json
 import os
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -14,6 +15,15 @@ from attnsuite.records import read_records
 from tests.processes import run_python
 
 ROOT = Path(__file__).resolve().parents[1]
+
+# One intra-op thread for torch in these tests and every process they start, unless you set
+# OMP_NUM_THREADS: two test workers on CI's two cores, each starting runs of its own, keep the
+# cores busy already, and an oversubscribed thread pool spins. Three interpreted runs at once on
+# 2 cores took 17 s of CPU each with torch's default two threads, 9 s with one.
+if "OMP_NUM_THREADS" not in os.environ:
+    os.environ["OMP_NUM_THREADS"] = "1"
+    if "torch" in sys.modules:  # loaded with the suite's plugin, before this file
+        sys.modules["torch"].set_num_threads(1)
 
 
 @dataclass
@@ -53,14 +63,14 @@ def run_suite(tmp_path):
 
 
 @pytest.fixture(scope="session")
-def quick_cpu_run(tmp_path_factory, worker_id) -> SuiteRun:
+def quick_cpu_run(tmp_path_factory) -> SuiteRun:
     """The whole quick profile on cpu under two xdist workers, once per session. It is the
     most expensive run these tests make; every test that needs one (the plugin end to end, the
     report in a browser) reads this one instead of repeating it. Treat it as read-only.
 
     Once per session under ``-n`` too (tox -e tests runs two workers): the first worker to ask
     makes it in the directory the workers share, under a lock; another waits and reads it."""
-    if worker_id == "master":
+    if not os.environ.get("PYTEST_XDIST_WORKER"):  # not under xdist (or -p no:xdist: no worker_id fixture)
         return _run_suite(tmp_path_factory.mktemp("quick-cpu"), "-n", "2")
     shared = tmp_path_factory.getbasetemp().parent / "quick-cpu"
     shared.mkdir(exist_ok=True)
@@ -123,6 +133,18 @@ def pytest_configure(config):
             del os.environ[name]
     elif getattr(config.option, "dist", "no") != "no" and getattr(config.option, "maxschedchunk", 0) is None:
         config.option.maxschedchunk = 1
+
+
+def pytest_sessionstart(session):
+    """The interpreter's dtype memo and shared type layouts, which the suite's runner installs
+    before its first case (attnsuite/interpreted.py), for the kernels these tests interpret
+    directly too. Not the helper-patching skip: test_interpreter_patching.py compares the
+    interpreter with and without it. At session start: Triton must not be imported before the
+    plugin's configure sets ``TRITON_INTERPRET``."""
+    from attnsuite import interpreted
+
+    interpreted.memoize_np_dtypes()
+    interpreted.share_type_layouts()
 
 
 #: The slowest tests, longest first (``--durations`` of ``tox -e tests`` on a 2-core machine,

@@ -66,9 +66,8 @@ def test_the_ci_slice_passes_on_cpu_on_the_persistent_grid(run_suite):
     """The slice runs the kernels the way they launch on Ascend (kernels/_grid.py), three programs
     taking turns over the tiles: the quick profile already covers the plain grid, and no NPU runs
     the persistent one."""
-    # One intra-op thread per worker: two workers already fill CI's two cores.
-    run = run_suite("--device", "cpu", "--profile", "fuzz", "--fuzz-seed", "0", "--fuzz-count", "3", "-n", "2",
-                    "--persistent-programs", "3", env={"OMP_NUM_THREADS": "1"})
+    run = run_suite("--device", "cpu", "--profile", "fuzz", "--fuzz-seed", "0", "--fuzz-count", "3",
+                    "--persistent-programs", "3")
     outcomes = run.outcomes()
     assert run.returncode == 0, run.output[-3000:]
     for name in FUZZED:

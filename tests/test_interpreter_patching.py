@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 
+import numpy as np
 import pytest
 import torch
 
@@ -86,3 +87,40 @@ def test_the_memoized_dtype_lookup_answers_as_the_interpreter_s_own():
     for ty in types * 2:  # the second time from the memo
         assert memo(ty) == original(ty), ty
     assert memo(tl.block_type(tl.float16, [2])) == memo(tl.block_type(tl.float16, [16, 16])) == original(tl.float16)
+
+
+def test_shared_type_layouts_build_the_objects_the_constructors_build():
+    core = tl.core
+    assert interpreted.share_type_layouts() and interpreted.share_type_layouts()  # installs once
+    original_block, original_tensor = core.block_type.__init__.__wrapped__, core.tensor.__init__.__wrapped__
+
+    def built(cls, init, *args):
+        obj = cls.__new__(cls)
+        init(obj, *args)
+        return obj
+
+    def fields(obj):
+        return {k: (repr(v), type(v)) for k, v in vars(obj).items()}
+
+    elements = [tl.float16, tl.bfloat16, tl.float32, tl.int1, tl.int64, tl.pointer_type(tl.float16),
+                tl.pointer_type(tl.int8, const=True)]
+    shapes = [[16], [2, 4], [1, 64, 32], [tl.constexpr(8), 4], core.tuple([4, 2])]
+    for element in elements:
+        for shape in shapes * 2:  # the second time from the shared layouts
+            block = core.block_type(element, shape)
+            assert fields(block) == fields(built(core.block_type, original_block, element, shape))
+            assert block.element_ty is element
+            for ty in (block, element):
+                handle = object()
+                t = core.tensor(handle, ty)
+                assert fields(t) == fields(built(core.tensor, original_tensor, handle, ty))
+                assert t.handle is handle and t.type is ty and t.dtype is ty.scalar
+    # Shapes the constructor refuses are still refused with its error, each time, even beside an
+    # accepted one they equal as a key.
+    core.block_type(tl.float16, [4])
+    for shape in ([], [3], [4.0], [np.int64(4)], (4,)):
+        with pytest.raises(Exception) as expected:
+            built(core.block_type, original_block, tl.float16, shape)
+        for _ in range(2):
+            with pytest.raises(expected.type):
+                core.block_type(tl.float16, shape)

@@ -170,3 +170,21 @@ def test_option_values_are_joined_for_the_workers(pytestconfig):
     assert joined_option_values(["-n", "2", "--records-dir", "/tmp/r", "--impl", "a=b:c", "-x",
                                  "--records-dir=/x", "--impl"], takes) == [
         "-n", "2", "--records-dir=/tmp/r", "--impl=a=b:c", "-x", "--records-dir=/x", "--impl"]
+
+
+@pytest.mark.parametrize("omp,workers,cores,expected", [
+    (None, 2, 16, 8), (None, 32, 16, 1), ("3", 2, 16, None), ("", 2, 16, 8), ("auto", 4, 16, 4)])
+def test_workers_share_the_cores_unless_the_user_set_a_thread_count(monkeypatch, omp, workers, cores, expected):
+    import torch
+
+    from attnsuite import plugin
+
+    set_to = []
+    monkeypatch.setattr(torch, "set_num_threads", set_to.append)
+    monkeypatch.setattr("os.cpu_count", lambda: cores)
+    if omp is None:
+        monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    else:
+        monkeypatch.setenv("OMP_NUM_THREADS", omp)
+    plugin._share_cores(workers)
+    assert set_to == ([] if expected is None else [expected])

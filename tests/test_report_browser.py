@@ -61,7 +61,7 @@ H100 = {"python": "3.11.7", "torch": "2.11.0+cu130", "triton": "3.6.0", "triton_
 # --------------------------------------------------------------------------- the browser
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def chromium() -> str:
     for name in BROWSERS:
         path = shutil.which(name)
@@ -227,7 +227,9 @@ def write_run(run_dir: Path, recs: list[dict], status: dict | None = None) -> Pa
     return run_dir
 
 
-@pytest.fixture(scope="module")
+# Session-scoped: the slow tests run first and in between these (tests/conftest.py), which
+# would tear a module's fixtures down and render the page again each time.
+@pytest.fixture(scope="session")
 def runs(quick_cpu_run, tmp_path_factory) -> list[Path]:
     assert quick_cpu_run.records, quick_cpu_run.output[-3000:]
     tmp = tmp_path_factory.mktemp("browser")
@@ -242,7 +244,7 @@ def runs(quick_cpu_run, tmp_path_factory) -> list[Path]:
     return [cpu, cuda, npu, bench]
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def report(runs, tmp_path_factory) -> Path:
     """The page, rendered by the CLI from the four run directories."""
     out = tmp_path_factory.mktemp("page") / "index.html"
@@ -252,7 +254,7 @@ def report(runs, tmp_path_factory) -> Path:
     return out
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def merged(runs) -> list[dict]:
     return merge(load(runs).records)
 
