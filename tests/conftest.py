@@ -136,15 +136,16 @@ def pytest_configure(config):
 
 
 def pytest_sessionstart(session):
-    """The interpreter's dtype memo and shared type layouts, which the suite's runner installs
-    before its first case (attnsuite/interpreted.py), for the kernels these tests interpret
-    directly too. Not the helper-patching skip: test_interpreter_patching.py compares the
+    """The interpreter's dtype memo, shared type layouts and equal-shape broadcasts, which the
+    suite's runner installs before its first case (attnsuite/interpreted.py), for the kernels
+    these tests interpret directly too. Not the helper-patching skip: test_interpreter_patching.py compares the
     interpreter with and without it. At session start: Triton must not be imported before the
     plugin's configure sets ``TRITON_INTERPRET``."""
     from attnsuite import interpreted
 
     interpreted.memoize_np_dtypes()
     interpreted.share_type_layouts()
+    interpreted.skip_equal_broadcasts()
 
 
 #: The slowest tests, longest first (``--durations`` of ``tox -e tests`` on a 2-core machine,

@@ -124,3 +124,44 @@ def test_shared_type_layouts_build_the_objects_the_constructors_build():
         for _ in range(2):
             with pytest.raises(expected.type):
                 core.block_type(tl.float16, shape)
+
+
+@triton.jit
+def _shapes_kernel(x_ptr, y_ptr, out_ptr, M: tl.constexpr, N: tl.constexpr):
+    rows = tl.arange(0, M)
+    cols = tl.arange(0, N)
+    x = tl.load(x_ptr + rows)
+    y = tl.load(y_ptr + cols)
+    outer = x[:, None] * 2.0 + y[None, :]        # broadcast of different shapes, and of a scalar
+    same = outer * outer - outer                 # equal shapes
+    scaled = same + tl.sum(same, axis=1)[:, None]
+    tl.store(out_ptr + rows[:, None] * N + cols[None, :], scaled)
+
+
+@pytest.mark.skipif(os.environ.get("TRITON_INTERPRET") != "1", reason="interpreter only")
+def test_equal_shape_broadcasts_are_skipped_with_the_same_bits(monkeypatch):
+    from triton.language.semantic import TritonSemantic
+
+    assert interpreted.skip_equal_broadcasts() and interpreted.skip_equal_broadcasts()  # installs once
+    skipping = TritonSemantic.broadcast_impl_value
+    gen = torch.Generator().manual_seed(0)
+    x, y = torch.randn(16, generator=gen), torch.randn(32, generator=gen)
+
+    def run():
+        out = torch.empty(16, 32)
+        _shapes_kernel[(1,)](x, y, out, M=16, N=32)
+        return out
+
+    with_skip = run()
+    monkeypatch.setattr(TritonSemantic, "broadcast_impl_value", skipping.__wrapped__)
+    without = run()
+    assert torch.equal(with_skip.view(torch.int32), without.view(torch.int32))
+    outer = x[:, None] * 2.0 + y[None, :]
+    same = outer * outer - outer
+    torch.testing.assert_close(with_skip, same + same.sum(dim=1, keepdim=True))
+    # Equal shapes come back as they are; others still broadcast.
+    monkeypatch.setattr(TritonSemantic, "broadcast_impl_value", skipping)
+    semantic = TritonSemantic(None)
+    a = tl.core.tensor(object(), tl.block_type(tl.float32, [4, 8]))
+    b = tl.core.tensor(object(), tl.block_type(tl.float32, [4, 8]))
+    assert semantic.broadcast_impl_value(a, b) == (a, b)
