@@ -63,14 +63,16 @@ def run_suite(tmp_path):
 
 
 @pytest.fixture(scope="session")
-def quick_cpu_run(tmp_path_factory) -> SuiteRun:
+def quick_cpu_run(tmp_path_factory, request) -> SuiteRun:
     """The whole quick profile on cpu under two xdist workers, once per session. It is the
     most expensive run these tests make; every test that needs one (the plugin end to end, the
     report in a browser) reads this one instead of repeating it. Treat it as read-only.
 
     Once per session under ``-n`` too (tox -e tests runs two workers): the first worker to ask
     makes it in the directory the workers share, under a lock; another waits and reads it."""
-    if not os.environ.get("PYTEST_XDIST_WORKER"):  # not under xdist (or -p no:xdist: no worker_id fixture)
+    # Not xdist's worker_id fixture (missing under -p no:xdist), nor PYTEST_XDIST_WORKER (which
+    # pytest_configure below removes).
+    if not hasattr(request.config, "workerinput"):
         return _run_suite(tmp_path_factory.mktemp("quick-cpu"), "-n", "2")
     shared = tmp_path_factory.getbasetemp().parent / "quick-cpu"
     shared.mkdir(exist_ok=True)
@@ -138,9 +140,9 @@ def pytest_configure(config):
 def pytest_sessionstart(session):
     """The interpreter's dtype memo, shared type layouts and equal-shape broadcasts, which the
     suite's runner installs before its first case (attnsuite/interpreted.py), for the kernels
-    these tests interpret directly too. Not the helper-patching skip: test_interpreter_patching.py compares the
-    interpreter with and without it. At session start: Triton must not be imported before the
-    plugin's configure sets ``TRITON_INTERPRET``."""
+    these tests interpret directly too. Not the helper-patching skip: test_interpreter_patching.py
+    compares the interpreter with and without it. At session start: Triton must not be imported
+    before the plugin's configure sets ``TRITON_INTERPRET``."""
     if os.environ.get("TRITON_INTERPRET") != "1":  # the compile tiers' runs of these tests
         return
     from attnsuite import interpreted
