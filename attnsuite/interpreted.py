@@ -36,9 +36,7 @@ def _install() -> bool:
     if cls is None or "run" not in vars(cls):
         return False
     skip_repeated_patching()
-    memoize_np_dtypes()
-    share_type_layouts()
-    skip_equal_broadcasts()
+    speed_up()
     if _original is None:
         _original = vars(cls)["run"]
 
@@ -79,6 +77,15 @@ def _interpreter_function(name: str):
         return None
     original = getattr(interpreter, name, None)
     return None if original is None else (tl, interpreter, original)
+
+
+def speed_up() -> None:
+    """The interpreter changes below that compute the same objects faster: the dtype memo, the
+    shared type layouts and the equal-shape broadcasts (each a no-op where Triton lacks what it
+    changes). The helper-patching skip is apart: it changes what the interpreter does."""
+    memoize_np_dtypes()
+    share_type_layouts()
+    skip_equal_broadcasts()
 
 
 # -- the interpreter's per-call re-patching ------------------------------------------------------

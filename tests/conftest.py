@@ -138,18 +138,15 @@ def pytest_configure(config):
 
 
 def pytest_sessionstart(session):
-    """The interpreter's dtype memo, shared type layouts and equal-shape broadcasts, which the
-    suite's runner installs before its first case (attnsuite/interpreted.py), for the kernels
-    these tests interpret directly too. Not the helper-patching skip: test_interpreter_patching.py
-    compares the interpreter with and without it. At session start: Triton must not be imported
-    before the plugin's configure sets ``TRITON_INTERPRET``."""
+    """``interpreted.speed_up``, which the suite's runner installs before its first case, for the
+    kernels these tests interpret directly too (not the helper-patching skip:
+    test_interpreter_patching.py compares the interpreter with and without it). At session start:
+    Triton must not be imported before the plugin's configure sets ``TRITON_INTERPRET``."""
     if os.environ.get("TRITON_INTERPRET") != "1":  # the compile tiers' runs of these tests
         return
     from attnsuite import interpreted
 
-    interpreted.memoize_np_dtypes()
-    interpreted.share_type_layouts()
-    interpreted.skip_equal_broadcasts()
+    interpreted.speed_up()
 
 
 #: The slowest tests, longest first (``--durations`` of ``tox -e tests`` on a 2-core machine,
