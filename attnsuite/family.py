@@ -48,9 +48,11 @@ class Family(ABC):
 
     @abstractmethod
     def make_inputs(self, case: Case, gen: torch.Generator) -> Tensors:
-        """Inputs on the CPU, drawn from ``gen`` only (the harness seeds it from the case id).
-        A family may also take ``device`` (a torch.device) and do costly derived work there
-        (mustafar's reference compressor): the drawn values stay the CPU generator's."""
+        """Inputs drawn from ``gen`` only (the harness seeds it from the case id), on the CPU.
+        A family may also take ``device`` (a torch.device; None: the host) and build its bulk
+        tensors there (``cases/_attention.randn``: drawn by the device's own generator, seeded
+        from ``gen``) and do costly derived work there (mustafar's reference compressor). Its
+        tensors below the bulk size, and what ``gen`` draws for them, do not depend on it."""
 
     @abstractmethod
     def output_specs(self, case: Case, inputs: Tensors) -> OutputSpec:

@@ -6,20 +6,31 @@ from concurrent.futures import ThreadPoolExecutor
 
 import torch
 
-#: Tensors of at least this many elements are drawn in chunks of CHUNK elements, each chunk from
-#: its own generator seeded by one draw of the case's, on several threads. torch.randn with a
-#: generator runs on one core: a bench-sized paged cache (2 x 491M values) took 10-13 s of a
-#: case's time that way. The chunks are fixed, so the values do not depend on the thread count.
+#: Bulk tensors: at least this many elements. On the host they are drawn in chunks of CHUNK
+#: elements, each chunk from its own generator seeded by one draw of the case's, on several
+#: threads. torch.randn with a generator runs on one core: a bench-sized paged cache (2 x 491M
+#: values) took 10-13 s of a case's time that way. The chunks are fixed, so the values do not
+#: depend on the thread count.
 CHUNKED_FROM = 1 << 21
 CHUNK = 1 << 20
 
 
-def randn(gen: torch.Generator, shape, dtype: torch.dtype) -> torch.Tensor:
+def on_accelerator(device) -> bool:
+    return device is not None and torch.device(device).type != "cpu"
+
+
+def randn(gen: torch.Generator, shape, dtype: torch.dtype, device=None) -> torch.Tensor:
+    """Standard normal values of ``dtype``. Small tensors are drawn on the host from ``gen`` and
+    are the same on every device. Bulk tensors, given an accelerator ``device``, are drawn there
+    by its own generator (``device_randn``): milliseconds instead of seconds of host time."""
     # Drawn in fp32 then rounded, so a case's values do not depend on the dtype's RNG path.
     n = math.prod(shape)
     if n < CHUNKED_FROM:
         return torch.randn(shape, generator=gen, dtype=torch.float32).to(dtype)
+    # The same draws from gen either way: the case's later (small) tensors stay device-independent.
     seeds = torch.randint(0, 2**62, (math.ceil(n / CHUNK),), generator=gen).tolist()
+    if on_accelerator(device):
+        return device_randn(seeds[0], shape, dtype, device)
     out = torch.empty(n, dtype=dtype)
 
     def fill(i: int) -> None:
@@ -32,11 +43,21 @@ def randn(gen: torch.Generator, shape, dtype: torch.dtype) -> torch.Tensor:
     return out.view(shape)
 
 
-def qkv(gen: torch.Generator, B: int, Hq: int, Hkv: int, Sq: int, Skv: int, D: int, dtype) -> dict:
+def device_randn(seed: int, shape, dtype: torch.dtype, device) -> torch.Tensor:
+    """Bulk standard normal values drawn on ``device`` by its own generator seeded with ``seed``,
+    in one pass straight into ``dtype`` (the draw is made in fp32 and rounded, as on the host).
+    The same on every run on the same kind of device; not the host's values (a CUDA draw also
+    depends on the GPU's SM count, through the launch grid of torch's RNG kernel)."""
+    gen = torch.Generator(device=device).manual_seed(seed)
+    return torch.empty(shape, dtype=dtype, device=device).normal_(generator=gen)
+
+
+def qkv(gen: torch.Generator, B: int, Hq: int, Hkv: int, Sq: int, Skv: int, D: int, dtype,
+        device=None) -> dict:
     return {
-        "q": randn(gen, (B, Hq, Sq, D), dtype),
-        "k": randn(gen, (B, Hkv, Skv, D), dtype),
-        "v": randn(gen, (B, Hkv, Skv, D), dtype),
+        "q": randn(gen, (B, Hq, Sq, D), dtype, device),
+        "k": randn(gen, (B, Hkv, Skv, D), dtype, device),
+        "v": randn(gen, (B, Hkv, Skv, D), dtype, device),
     }
 
 

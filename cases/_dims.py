@@ -110,7 +110,7 @@ def cancel_values(v: torch.Tensor, second_half: torch.Tensor) -> torch.Tensor:
 
 def second_half(positions: torch.Tensor, lengths) -> torch.Tensor:
     """True where a position lies in the second half of its row's length (broadcasting)."""
-    lengths = torch.as_tensor(lengths, dtype=torch.float64)
+    lengths = torch.as_tensor(lengths, dtype=torch.float64).to(positions.device)
     return positions >= torch.ceil(lengths / 2).to(positions.dtype)
 
 
@@ -120,7 +120,7 @@ def large_queries(q: torch.Tensor) -> torch.Tensor:
 
 def late_mask(positions: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
     """True where a position lies in the last quarter of its row's length (broadcasting)."""
-    lengths = torch.as_tensor(lengths, dtype=torch.float64)
+    lengths = torch.as_tensor(lengths, dtype=torch.float64).to(positions.device)
     return positions >= torch.ceil(lengths * LATE_FRACTION).to(positions.dtype)
 
 
@@ -160,12 +160,12 @@ def shift_scores(vals: str, q: torch.Tensor, k: torch.Tensor, scale: float, low_
     level = torch.where(down, shift + low_extra, -shift).to(torch.float32)
     coef = (level / (a * scale)).view(B, H, *([1] * (q.dim() - 2)))   # q.e: score = -coef * a * scale
 
-    def noise(x):
-        x = x.float()
-        return f * (x - (x @ e)[..., None] * e)
+    def noise(x):  # q and k may lie on different devices (a bulk k is drawn on the run's device)
+        x, u = x.float(), e.to(x.device)
+        return f * (x - (x @ u)[..., None] * u)
 
     q = (noise(q) + coef * e).to(q.dtype)
-    k = (noise(k) - a * e).to(k.dtype)
+    k = (noise(k) - a * e.to(k.device)).to(k.dtype)
     return q, k
 
 
@@ -196,7 +196,7 @@ def dense_values(vals: str, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
         return large_queries(q), k, v
     S = k.shape[-2]
     lens = (torch.full((k.shape[0],), S) if lengths is None else torch.as_tensor(lengths)).view(-1, 1, 1)
-    positions = torch.arange(S)[None, None, :]
+    positions = torch.arange(S, device=k.device)[None, None, :]
     if vals == "cancel":
         return q, k, cancel_values(v, second_half(positions, lens))
     if vals == "late":
@@ -214,6 +214,7 @@ def paged_values(vals: str, q: torch.Tensor, cache: torch.Tensor, layout: str, p
     if vals == "large":
         return large_queries(q), cache
     cache = cache.clone()
+    positions, lengths = positions.to(cache.device), lengths.to(cache.device)
     hnd = cache if layout == "HND" else cache.transpose(2, 3)          # [pages, 2, Hkv, P, D]
     if vals in SHIFTS:
         q, hnd[:, 0] = shift_scores(vals, q, hnd[:, 0], 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale,
@@ -255,7 +256,7 @@ SLACK = 3
 def embed(t: torch.Tensor, shape, index, fill) -> torch.Tensor:
     """``t`` written at ``buffer[index]`` of a fresh ``fill``-filled buffer of ``shape``; returns
     that view (its storage is the whole buffer)."""
-    buf = torch.full(tuple(shape), fill, dtype=t.dtype)
+    buf = torch.full(tuple(shape), fill, dtype=t.dtype, device=t.device)
     buf[index] = t
     return buf[index]
 
@@ -274,7 +275,7 @@ def seq_slice(k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Ten
     """k/v [B, H, S, D] as a window of one longer cache [2, B, H, S + 2 * SLACK, D], starting
     SLACK tokens in (a sliding window over a preallocated cache)."""
     B, H, S, D = k.shape
-    buf = torch.full((2, B, H, S + 2 * SLACK, D), float("nan"), dtype=k.dtype)
+    buf = torch.full((2, B, H, S + 2 * SLACK, D), float("nan"), dtype=k.dtype, device=k.device)
     window = (slice(None), slice(None), slice(SLACK, SLACK + S))
     buf[0][window] = k
     buf[1][window] = v
@@ -287,7 +288,7 @@ def fused_bnsd(*parts: torch.Tensor) -> list[torch.Tensor]:
     sum(H_i) * D."""
     B, _, S, D = parts[0].shape
     total = sum(p.shape[1] for p in parts)
-    buf = torch.full((B, S, total, D), float("nan"), dtype=parts[0].dtype)
+    buf = torch.full((B, S, total, D), float("nan"), dtype=parts[0].dtype, device=parts[0].device)
     out, h0 = [], 0
     for p in parts:
         h = p.shape[1]
@@ -302,7 +303,7 @@ def fused_rows(*parts: torch.Tensor) -> list[torch.Tensor]:
     q/k/v from one QKV projection; a decode query from the fused projection of its token)."""
     N, _, D = parts[0].shape
     total = sum(p.shape[1] for p in parts)
-    buf = torch.full((N, total, D), float("nan"), dtype=parts[0].dtype)
+    buf = torch.full((N, total, D), float("nan"), dtype=parts[0].dtype, device=parts[0].device)
     out, h0 = [], 0
     for p in parts:
         h = p.shape[1]

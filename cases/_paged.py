@@ -13,7 +13,7 @@ import math
 
 import torch
 
-from ._attention import randn
+from ._attention import device_randn, on_accelerator, randn
 from ._dims import CONTIG, draw_length, fused_rows, pool_slice, row_pad
 
 PLACEMENTS = ("ordered", "shuffled", "scattered")
@@ -70,32 +70,40 @@ def token_view(cache: torch.Tensor, layout: str) -> torch.Tensor:
 #: Caches of at least this many elements draw their values from the cache's shape and dtype
 #: alone (not the case's generator), so every case of one cache geometry (a benchmark's kept-
 #: ratio sweep, a family's bench cases, the three paged families at the bench shape) shares
-#: them: drawn once per process and copied, instead of drawn again for each case (1G values).
+#: them. On the host they are drawn once per process and copied, instead of drawn again for each
+#: case (1G values); on an accelerator they are drawn again, in milliseconds, on the device.
 SHARED_FROM = 1 << 26
 _SHARED: dict = {}
 
 
-def shared_values(shape: tuple, dtype: torch.dtype) -> torch.Tensor:
-    """Random values that depend on (shape, dtype) only; the last ones drawn are kept (one
-    cache's worth of host memory) and a fresh copy is returned each time."""
+def shared_values(shape: tuple, dtype: torch.dtype, device=None) -> torch.Tensor:
+    """Random values that depend on (shape, dtype) and the kind of device only. On the host the
+    last ones drawn are kept (one cache's worth of host memory) and a fresh copy is returned each
+    time; device memory is never held between cases."""
     key = (tuple(shape), str(dtype))
+    seed = int.from_bytes(hashlib.sha256(repr(key).encode()).digest()[:8], "little") & (2**63 - 1)
+    if on_accelerator(device):
+        return device_randn(seed, shape, dtype, device)
     if key not in _SHARED:
         _SHARED.clear()
-        seed = int.from_bytes(hashlib.sha256(repr(key).encode()).digest()[:8], "little") & (2**63 - 1)
         _SHARED[key] = randn(torch.Generator().manual_seed(seed), shape, dtype)
     return _SHARED[key].clone()
 
 
-def paged_cache(gen, lengths, page_size, Hkv, D, dtype, layout, indptr, indices, num_pages):
-    """A random paged cache whose slots outside every sequence hold NaN."""
+def paged_cache(gen, lengths, page_size, Hkv, D, dtype, layout, indptr, indices, num_pages, device=None):
+    """A random paged cache whose slots outside every sequence hold NaN; a bulk cache is drawn on
+    ``device`` when one is given (cases/_attention.randn)."""
     shape = cache_shape(num_pages, Hkv, page_size, D, layout)
-    cache = shared_values(shape, dtype) if math.prod(shape) >= SHARED_FROM else randn(gen, shape, dtype)
+    if math.prod(shape) >= SHARED_FROM:
+        cache = shared_values(shape, dtype, device)
+    else:
+        cache = randn(gen, shape, dtype, device)
     used = torch.zeros(num_pages, page_size, dtype=torch.bool)
     for b, n in enumerate(lengths):  # per sequence, not per token: marks its pages' used slots
         pages = indices[indptr[b]:indptr[b + 1]].long()
         # |=: a page shared by two sequences (a given page table) keeps the slots either uses.
         used[pages] |= (torch.arange(len(pages) * page_size) < n).view(-1, page_size)
-    token_view(cache, layout).masked_fill_(~used[:, None, None, :, None], float("nan"))
+    token_view(cache, layout).masked_fill_(~used.to(cache.device)[:, None, None, :, None], float("nan"))
     return cache
 
 
@@ -121,13 +129,14 @@ def dense_to_cache(k: torch.Tensor, v: torch.Tensor, page_size: int, layout: str
     pages, ``indices[b * n : (b + 1) * n]`` in order; slots past S hold NaN."""
     B, Hkv, S, D = k.shape
     n = pages_for(S, page_size)
-    cache = torch.full(cache_shape(num_pages, Hkv, page_size, D, layout), float("nan"), dtype=k.dtype)
+    cache = torch.full(cache_shape(num_pages, Hkv, page_size, D, layout), float("nan"), dtype=k.dtype,
+                       device=k.device)
     view = token_view(cache, layout)
     for part, x in ((0, k), (1, v)):
-        padded = torch.full((B, Hkv, n * page_size, D), float("nan"), dtype=k.dtype)
+        padded = torch.full((B, Hkv, n * page_size, D), float("nan"), dtype=k.dtype, device=k.device)
         padded[:, :, :S] = x
         pages = padded.view(B, Hkv, n, page_size, D).transpose(1, 2).reshape(B * n, Hkv, page_size, D)
-        view[indices.long(), part] = pages
+        view[indices.long().to(k.device), part] = pages
     return cache
 
 

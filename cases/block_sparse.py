@@ -189,13 +189,13 @@ class BlockSparse(Family):
     def fuzz_classes(self, params, rng):
         return draw_classes(rng, params)
 
-    def make_inputs(self, case, gen):
+    def make_inputs(self, case, gen, device=None):
         B, H, S, D = case["B"], case["H"], case["S"], case["D"]
         if case["init"] == "zeros":
             z = torch.zeros((B, H, S, D), dtype=case.dtype)
             inputs = {"q": z, "k": z.clone(), "v": z.clone()}
         else:
-            inputs = qkv(gen, B, H, H, S, S, D, case.dtype)
+            inputs = qkv(gen, B, H, H, S, S, D, case.dtype, device)
         shape = (case["bq"], case["bkv"])
         n_rows, n_cols = grid_shape(S, shape)
         pattern = case.params.get("pattern", "uniform")

@@ -95,8 +95,8 @@ class Decode(Family):
     def fuzz_classes(self, params, rng):
         return draw_classes(rng, params, gqa=True)
 
-    def make_inputs(self, case, gen):
-        inputs = qkv(gen, case["B"], case["Hq"], case["Hkv"], 1, case["S"], case["D"], case.dtype)
+    def make_inputs(self, case, gen, device=None):
+        inputs = qkv(gen, case["B"], case["Hq"], case["Hkv"], 1, case["S"], case["D"], case.dtype, device)
         if case.params.get("qscale"):  # large logits: q scaled (exactly, a power of two)
             inputs["q"] = inputs["q"] * case["qscale"]
         q, k, v = dense_values(case.params.get("vals", RANDN), inputs["q"], inputs["k"], inputs["v"],

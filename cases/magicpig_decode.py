@@ -166,9 +166,9 @@ class MagicPigDecode(SparseDecodeBench, Family):
         # Keys aligned with their query (cos pm1) need one query head per KV head.
         return draw_classes(rng, params, gqa=params.get("cos") is None, pages=True)
 
-    def make_inputs(self, case, gen):
+    def make_inputs(self, case, gen, device=None):
         # Rows shifted down meet their keys anti-parallel: the correction adds up to -log(1e-10).
-        inputs = spd.make_sparse_paged_inputs(case, gen, views=False, low_extra=-math.log(1e-10))
+        inputs = spd.make_sparse_paged_inputs(case, gen, views=False, low_extra=-math.log(1e-10), device=device)
         B, Hq, _ = inputs["q"].shape
         inputs["K"], inputs["L"] = _lsh_params(gen, case, B, Hq)
         if case["cos"] == "pm1":

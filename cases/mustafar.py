@@ -210,19 +210,19 @@ class Mustafar(Family):
 
     def make_inputs(self, case, gen, device=None):
         B, Hq, Hkv, S, D = (case[x] for x in ("B", "Hq", "Hkv", "S", "D"))
-        q = randn(gen, (B, Hq, D), case.dtype)
-        k, v = randn(gen, (B, Hkv, S, D), case.dtype), randn(gen, (B, Hkv, S, D), case.dtype)
+        q = randn(gen, (B, Hq, D), case.dtype, device)
+        k, v = randn(gen, (B, Hkv, S, D), case.dtype, device), randn(gen, (B, Hkv, S, D), case.dtype, device)
         if case["init"] == "edge":
             plant_edge_tiles(k, v)
         vals = case.params.get("vals", RANDN)
         if vals == "offset":
             v = offset_values(v)
         elif vals == "cancel":
-            v = cancel_values(v, second_half(torch.arange(S)[:, None], S)[..., 0])
+            v = cancel_values(v, second_half(torch.arange(S, device=v.device)[:, None], S)[..., 0])
         elif vals == "large":
             q = large_queries(q)
         elif vals == "late":
-            k = scale_late(k, late_mask(torch.arange(S), torch.tensor(S)))
+            k = scale_late(k, late_mask(torch.arange(S, device=k.device), torch.tensor(S)))
         elif vals in SHIFTS:
             q, k = shift_scores(vals, q, k, effective_scale(case, D))
         elif vals == "zeros":

@@ -125,18 +125,18 @@ class PagedDecode(Family):
     def fuzz_classes(self, params, rng):
         return draw_classes(rng, params, gqa=True, pages=True)
 
-    def make_inputs(self, case, gen):
+    def make_inputs(self, case, gen, device=None):
         lengths, P = case["lengths"], case["P"]
         indptr, indices, last, num_pages = _paged.page_table(gen, lengths, P, case["placement"], case["pool"],
                                                              case.params.get("pages"))
         if case["vs"] == "decode":
-            dense = qkv(gen, len(lengths), case["Hq"], case["Hkv"], 1, lengths[0], case["D"], case.dtype)
+            dense = qkv(gen, len(lengths), case["Hq"], case["Hkv"], 1, lengths[0], case["D"], case.dtype, device)
             cache = _paged.dense_to_cache(dense["k"], dense["v"], P, case["layout"], indices, num_pages)
             return {"q": dense["q"][:, :, 0], "kv_cache": cache, "kv_page_indptr": indptr,
                     "kv_page_indices": indices, "kv_last_page_len": last, "k_dense": dense["k"],
                     "v_dense": dense["v"]}
         cache = _paged.paged_cache(gen, lengths, P, case["Hkv"], case["D"], case.dtype, case["layout"],
-                                   indptr, indices, num_pages)
+                                   indptr, indices, num_pages, device)
         q = randn(gen, (len(lengths), case["Hq"], case["D"]), case.dtype)
         vals = case.params.get("vals", RANDN)
         if vals != RANDN:

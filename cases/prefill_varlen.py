@@ -169,9 +169,10 @@ class PrefillVarlen(Family):
     def fuzz_classes(self, params, rng):
         return draw_classes(rng, params, gqa=True)
 
-    def make_inputs(self, case, gen):
+    def make_inputs(self, case, gen, device=None):
         lengths = case["lengths"]
-        dense = qkv(gen, len(lengths), case["Hq"], case["Hkv"], case["S"], case["S"], case["D"], case.dtype)
+        dense = qkv(gen, len(lengths), case["Hq"], case["Hkv"], case["S"], case["S"], case["D"], case.dtype,
+                    device)
         lens = torch.tensor(lengths, dtype=torch.int32)
         view = case.params.get("view", CONTIG)
         q, k, v = dense_values(case.params.get("vals", RANDN), dense["q"], dense["k"], dense["v"], lens,

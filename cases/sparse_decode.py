@@ -109,8 +109,8 @@ class SparseDecode(SparseDecodeBench, Family):
     def fuzz_classes(self, params, rng):
         return draw_classes(rng, params, gqa=True)
 
-    def make_inputs(self, case, gen):
-        inputs = qkv(gen, case["B"], case["Hq"], case["Hkv"], 1, case["S"], case["D"], case.dtype)
+    def make_inputs(self, case, gen, device=None):
+        inputs = qkv(gen, case["B"], case["Hq"], case["Hkv"], 1, case["S"], case["D"], case.dtype, device)
         ind, nnz = select_tokens(gen, case, [case["S"]] * case["B"])
         vals = case.params.get("vals", RANDN)
         q, k, v = dense_values(vals, inputs["q"], inputs["k"], inputs["v"], scale=effective_scale(case, case["D"]))

@@ -90,12 +90,12 @@ BENCH = [case(dtype=dt, P=256, placement="scattered", pool=1024, lengths=BENCH_L
 KEPT_SWEEP = [dict(c, keep=k) for c in BENCH[:1] for k in (0.01, 0.1, 0.2, 0.5, 1.0)]
 
 
-def make_sparse_paged_inputs(case, gen, views: bool = True, low_extra: float = 0.0) -> dict:
+def make_sparse_paged_inputs(case, gen, views: bool = True, low_extra: float = 0.0, device=None) -> dict:
     """The inputs of a sparse paged case (MagicPIG's too: ``low_extra``, see _dims.shift_scores)."""
     lengths, P = case["lengths"], case["P"]
     indptr, indices, last, num_pages = _paged.page_table(gen, lengths, P, case["placement"], case["pool"])
     cache = _paged.paged_cache(gen, lengths, P, case["Hkv"], case["D"], case.dtype, case["layout"],
-                               indptr, indices, num_pages)
+                               indptr, indices, num_pages, device)
     q = randn(gen, (len(lengths), case["Hq"], case["D"]), case.dtype)
     ind, nnz = select_tokens(gen, case, lengths)
     vals = case.params.get("vals", RANDN)
@@ -155,8 +155,8 @@ class SparsePagedDecode(SparseDecodeBench, Family):
     def fuzz_classes(self, params, rng):
         return draw_classes(rng, params, gqa=True, pages=True)
 
-    def make_inputs(self, case, gen):
-        return make_sparse_paged_inputs(case, gen)
+    def make_inputs(self, case, gen, device=None):
+        return make_sparse_paged_inputs(case, gen, device=device)
 
     def output_specs(self, case, inputs):
         B, Hq, D = inputs["q"].shape
