@@ -18,6 +18,7 @@ class RunAccount:
         self.session = session
         self.writer = writer
         self.collected: list[str] = []
+        self._known: set[str] = set()
         self.started: dict[str, float] = {}
         self.finished: set[str] = set()
         self.crashes = 0
@@ -29,8 +30,11 @@ class RunAccount:
 
     # -- events -----------------------------------------------------------------------------------
     def collection(self, ids) -> None:
+        # Every xdist worker reports the whole collection: a set keeps this linear (a list scan
+        # per id cost the controller about 1 s of a 2618-case run's start at 16 workers).
         for nodeid in ids:
-            if nodeid not in self.finished and nodeid not in self.collected:
+            if nodeid not in self.finished and nodeid not in self._known:
+                self._known.add(nodeid)
                 self.collected.append(nodeid)
 
     def start(self, nodeid: str) -> None:
