@@ -7,6 +7,7 @@ from __future__ import annotations
 import dataclasses
 import faulthandler
 import os
+import threading
 
 import pytest
 
@@ -431,6 +432,7 @@ def _send_to_controller(config, item, rec: dict) -> None:
 
 # -- end of session ---------------------------------------------------------------------------
 
+@pytest.hookimpl(tryfirst=True)
 def pytest_sessionfinish(session, exitstatus):
     config = session.config
     s = config.stash.get(SUITE, None)
@@ -443,8 +445,28 @@ def pytest_sessionfinish(session, exitstatus):
         if writer is not None and "w" in writer.holder:
             writer.holder["w"].close()
     if getattr(config, "workerinput", None) is None:
-        _render(config)
-        _write_traces(config)
+        # Every case is recorded by now. xdist shuts its workers down after this hook (2-3 s for
+        # 16 CUDA processes to exit on an H100 host): the report is written meanwhile, and the
+        # summary waits for it (_report_written).
+        s.report_writer = threading.Thread(target=_render_and_trace, args=(config,), name="attnsuite-report")
+        s.report_writer.start()
+
+
+def _render_and_trace(config) -> None:
+    _render(config)
+    _write_traces(config)
+
+
+def _report_written(config) -> None:
+    s = config.stash.get(SUITE, None)
+    writer = getattr(s, "report_writer", None)
+    if writer is not None:
+        writer.join()
+        s.report_writer = None
+
+
+def pytest_unconfigure(config):
+    _report_written(config)  # a run without the terminal summary (-p no:terminal) too
 
 
 def _write_traces(config) -> None:
@@ -474,6 +496,7 @@ def _render(config) -> None:
 
 
 def pytest_terminal_summary(terminalreporter, config):
+    _report_written(config)
     s = config.stash.get(SUITE, None)
     if s is None or not s.options.run_dir.is_dir() or not any(s.options.run_dir.glob("*.jsonl")):
         return

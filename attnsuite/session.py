@@ -27,6 +27,8 @@ class SuiteSession:
         self._impls: dict | None = None
         self._params: dict[str, list[CaseParam]] = {}
         self.report_error: str | None = None
+        #: The controller's thread writing the report and traces at session end (plugin.py).
+        self.report_writer = None
         #: --trace-out: one line on what was written (set at session end).
         self.trace_summary: str | None = None
         #: (family, case id, impl) -> the record fields about its reproduction script.
