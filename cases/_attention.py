@@ -30,7 +30,9 @@ def randn(gen: torch.Generator, shape, dtype: torch.dtype, device=None) -> torch
     # The same draws from gen either way: the case's later (small) tensors stay device-independent.
     seeds = torch.randint(0, 2**62, (math.ceil(n / CHUNK),), generator=gen).tolist()
     if on_accelerator(device):
-        return device_randn(seeds[0], shape, dtype, device)
+        drawn = device_randn(seeds[0], shape, dtype, device)
+        if drawn is not None:
+            return drawn
     out = torch.empty(n, dtype=dtype)
 
     def fill(i: int) -> None:
@@ -40,16 +42,20 @@ def randn(gen: torch.Generator, shape, dtype: torch.dtype, device=None) -> torch
 
     with ThreadPoolExecutor(max_workers=max(1, torch.get_num_threads())) as pool:
         list(pool.map(fill, range(len(seeds))))
-    return out.view(shape)
+    return out.view(shape) if device is None else out.view(shape).to(device)
 
 
-def device_randn(seed: int, shape, dtype: torch.dtype, device) -> torch.Tensor:
+def device_randn(seed: int, shape, dtype: torch.dtype, device) -> torch.Tensor | None:
     """Bulk standard normal values drawn on ``device`` by its own generator seeded with ``seed``,
-    in one pass straight into ``dtype`` (the draw is made in fp32 and rounded, as on the host).
-    The same on every run on the same kind of device; not the host's values (a CUDA draw also
-    depends on the GPU's SM count, through the launch grid of torch's RNG kernel)."""
-    gen = torch.Generator(device=device).manual_seed(seed)
-    return torch.empty(shape, dtype=dtype, device=device).normal_(generator=gen)
+    straight into ``dtype``; None where torch has no generator for that device (the caller
+    draws on the host and copies). The same on every run on the same kind of device, not the
+    host's values: a CUDA draw also depends on the GPU's SM count (the launch grid of torch's
+    RNG kernel)."""
+    try:
+        gen = torch.Generator(device=device)
+    except RuntimeError:
+        return None
+    return torch.empty(shape, dtype=dtype, device=device).normal_(generator=gen.manual_seed(seed))
 
 
 def qkv(gen: torch.Generator, B: int, Hq: int, Hkv: int, Sq: int, Skv: int, D: int, dtype,

@@ -83,11 +83,13 @@ def shared_values(shape: tuple, dtype: torch.dtype, device=None) -> torch.Tensor
     key = (tuple(shape), str(dtype))
     seed = int.from_bytes(hashlib.sha256(repr(key).encode()).digest()[:8], "little") & (2**63 - 1)
     if on_accelerator(device):
-        return device_randn(seed, shape, dtype, device)
+        drawn = device_randn(seed, shape, dtype, device)
+        if drawn is not None:
+            return drawn
     if key not in _SHARED:
         _SHARED.clear()
         _SHARED[key] = randn(torch.Generator().manual_seed(seed), shape, dtype)
-    return _SHARED[key].clone()
+    return _SHARED[key].clone() if device is None else _SHARED[key].to(device)
 
 
 def paged_cache(gen, lengths, page_size, Hkv, D, dtype, layout, indptr, indices, num_pages, device=None):

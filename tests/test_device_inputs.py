@@ -95,6 +95,14 @@ def test_device_randn_is_a_seeded_standard_normal_in_the_dtype():
     assert abs(float(x.float().mean())) < 0.02 and abs(float(x.float().std()) - 1) < 0.02
 
 
+def test_a_device_without_a_generator_of_its_own_gets_the_host_draw():
+    # torch has no generator for meta tensors: the host's values are drawn and copied there.
+    assert attention.device_randn(1, (4,), torch.float16, META) is None
+    n = attention.CHUNKED_FROM
+    moved = attention.randn(torch.Generator().manual_seed(2), (n,), torch.float16, META)
+    assert moved.device == META and moved.shape == (n,) and moved.dtype == torch.float16
+
+
 def test_device_caches_are_not_kept_between_cases(monkeypatch):
     monkeypatch.setattr(paged, "device_randn", _shapes_only)
     monkeypatch.setattr(paged, "_SHARED", {})
