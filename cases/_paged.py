@@ -89,7 +89,7 @@ def shared_values(shape: tuple, dtype: torch.dtype, device=None) -> torch.Tensor
     if key not in _SHARED:
         _SHARED.clear()
         _SHARED[key] = randn(torch.Generator().manual_seed(seed), shape, dtype)
-    return _SHARED[key].clone() if device is None else _SHARED[key].to(device)
+    return _SHARED[key].to(device or "cpu", copy=True)  # a copy on the host too: the caller masks it in place
 
 
 def paged_cache(gen, lengths, page_size, Hkv, D, dtype, layout, indptr, indices, num_pages, device=None):

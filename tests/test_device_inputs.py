@@ -103,6 +103,15 @@ def test_a_device_without_a_generator_of_its_own_gets_the_host_draw():
     assert moved.device == META and moved.shape == (n,) and moved.dtype == torch.float16
 
 
+@pytest.mark.parametrize("device", [None, torch.device("cpu")])
+def test_a_shared_host_cache_is_handed_out_as_a_copy(device, monkeypatch):
+    monkeypatch.setattr(paged, "_SHARED", {})
+    first = paged.shared_values((3, 5), torch.float16, device)
+    first.fill_(float("nan"))  # what paged_cache does to the slots no sequence owns
+    second = paged.shared_values((3, 5), torch.float16, device)
+    assert not torch.isnan(second).any() and second.device.type == "cpu"
+
+
 def test_device_caches_are_not_kept_between_cases(monkeypatch):
     monkeypatch.setattr(paged, "device_randn", _shapes_only)
     monkeypatch.setattr(paged, "_SHARED", {})
