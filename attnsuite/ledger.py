@@ -141,17 +141,36 @@ def _in_range(version: str, spec: str) -> bool:
 def installed_versions() -> dict[str, str]:
     found = {}
     for dist in COMPILER_PACKAGES:
-        try:
-            found[dist] = metadata.version(dist)
-        except metadata.PackageNotFoundError:
-            pass
+        version = distribution_version(dist)
+        if version is not None:
+            found[dist] = version
     return found
+
+
+@functools.lru_cache(maxsize=None)
+def distribution_version(dist: str) -> str | None:
+    """The installed version of a distribution (None: not installed). Entries about another
+    library's defect (torch's flex_attention, FlagGems) are keyed to that library's version."""
+    try:
+        return metadata.version(dist)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+class _Installed(dict):
+    """The compiler packages' versions, and any other distribution's on request."""
+
+    def get(self, dist, default=None):
+        if dist in self:
+            return self[dist]
+        version = distribution_version(dist)
+        return default if version is None else version
 
 
 def lookup(entries: Iterable[KnownFailure], case, device_kind: str,
            versions: Mapping[str, str] | None = None, mode: str = "numeric",
            impl: str | None = None) -> KnownFailure | None:
-    versions = installed_versions() if versions is None else versions
+    versions = _Installed(installed_versions()) if versions is None else versions
     for entry in entries:
         if entry.applies(case, device_kind, versions, mode, impl):
             return entry

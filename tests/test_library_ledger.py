@@ -1,0 +1,82 @@
+"""Defects of other libraries in the known-failure ledger: keyed to the library's own version
+and implementation, each with a stand-alone reproduction that needs nothing of this suite."""
+from __future__ import annotations
+
+import ast
+import os
+from pathlib import Path
+
+import pytest
+import torch
+
+from attnsuite import ledger
+from cases.paged_decode import FAMILY as PAGED
+from cases.prefill_varlen import FAMILY as VARLEN
+
+from .processes import run_python
+
+ROOT = Path(__file__).resolve().parents[1]
+LEDGER = {e.id: e for e in ledger.load(ROOT / "cases" / "known_failures.toml")}
+LIBRARY_ENTRIES = ("flex_no_valid_choices", "flag_gems_page_stride")
+REPROS = sorted((ROOT / "scripts" / "library_defects").glob("*.py"))
+
+
+def _case(family, case_id):
+    return next(c for c in family.cases if c.id == case_id)
+
+
+def test_an_entry_keyed_to_any_distribution_reads_its_installed_version():
+    installed = torch.__version__.split("+")[0]
+    entry = ledger.KnownFailure(id="t", devices=("cpu",), package="torch", versions=f"=={installed}",
+                                families=("paged_decode",), stage="numeric", match="x", reason="r")
+    other = ledger.KnownFailure(id="u", devices=("cpu",), package="torch", versions=f"!={installed}",
+                                families=("paged_decode",), stage="numeric", match="x", reason="r")
+    case = PAGED.cases[0]
+    assert ledger.lookup([entry], case, "cpu") is entry
+    assert ledger.lookup([other], case, "cpu") is None
+    # An explicit version map is taken as it is (what the ledger's own tests pass).
+    assert ledger.lookup([entry], case, "cpu", versions={"triton": "3.9.0"}) is None
+
+
+def test_library_entries_apply_to_their_implementation_version_and_device_only():
+    flag = LEDGER["flag_gems_page_stride"]
+    case = _case(PAGED, flag.probe)
+    versions = {"flag_gems": "5.0.2"}
+    assert flag.applies(case, "cuda", versions, impl="flag_gems")
+    assert not flag.applies(case, "cuda", versions, impl="triton")
+    assert not flag.applies(case, "cpu", versions, impl="flag_gems")
+    assert not flag.applies(case, "cuda", {"flag_gems": "5.0.3"}, impl="flag_gems")
+    assert flag.strict_for("flag_gems")
+    no_pages = next(c for c in PAGED.cases if all(n == 0 for n in c["lengths"]))
+    assert not flag.applies(no_pages, "cuda", versions, impl="flag_gems")
+
+    flex = LEDGER["flex_no_valid_choices"]
+    case = _case(VARLEN, flex.probe)
+    assert flex.applies(case, "cuda", {"torch": "2.11.0+cu130"}, impl="flex")
+    assert not flex.applies(case, "cuda", {"torch": "2.13.0"}, impl="flex")
+    assert not flex.applies(case, "cuda", {"torch": "2.11.0"}, impl="sdpa")
+    # Which shapes fail is the compiler's choice: a flex case that compiles is a plain pass.
+    assert not flex.strict_for("flex")
+    assert flex.explains("launch", "launch: InductorError: LoweringException: NoValidChoicesError: No choices")
+    assert not flex.explains("numeric", "o: max abs err 1 > allowed 0.1")
+
+
+@pytest.mark.parametrize("entry_id", LIBRARY_ENTRIES)
+def test_each_library_entry_has_a_stand_alone_reproduction(entry_id):
+    note = (ROOT / "porting_notes.md").read_text()
+    section = note.split(f"## {entry_id}\n", 1)[1].split("\n## ", 1)[0]
+    named = [p for p in REPROS if f"scripts/library_defects/{p.name}" in section]
+    assert named, f"porting_notes.md#{entry_id} names no script of scripts/library_defects/"
+
+
+@pytest.mark.parametrize("script", REPROS, ids=[p.name for p in REPROS])
+def test_reproductions_import_nothing_of_the_suite_and_stop_cleanly_without_a_gpu(script):
+    tree = ast.parse(script.read_text())
+    imported = {a.name.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
+    imported |= {n.module.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module}
+    assert not imported & {"attnsuite", "cases", "kernels", "references"}, imported
+    if torch.cuda.is_available():
+        pytest.skip("a GPU is present: the script would run its reproduction")
+    done = run_python([str(script)], cwd=ROOT, env=dict(os.environ), timeout=120)
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert "needs a CUDA device" in done.stdout
