@@ -1,4 +1,4 @@
-"""The side-by-side section (issue 27): for each family that ran more than one implementation
+"""The side-by-side section: for each family that ran more than one implementation
 (``--impl FAMILY=all``), a row per implementation and device: the library and its version
 behind it, outcome counts (pass, fail, unsupported, the rest), its first failure with the
 command and the stand-alone script that reproduce it, and beneath, the device time of every
