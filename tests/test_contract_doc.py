@@ -74,3 +74,11 @@ def test_the_helper_finds_a_missing_argument():
     section = _family_section(_sections(body), "x")
     assert _named(section, "causal") and _named(section, "q")
     assert not _named(section, "v") and not _named(section, "cau")
+
+
+def test_every_family_has_a_row_in_the_readme():
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    table = readme.split("## Families", 1)[1].split("\n## ", 1)[0]
+    rows = {m for m in re.findall(r"^\| `([a-z0-9_]+)` \|", table, re.M)}
+    missing = [name for name in families() if name not in rows]
+    assert not missing, f"README.md's Families table has no row for {missing}"
