@@ -4,7 +4,7 @@ prints them all, with shapes, dtypes, layouts and the softmax scale, and ``check
 an implementation is registered, so a wrong signature fails before any case.
 
 Conventions shared by all families: tensors arrive on the device, in the layouts of
-``../shared/spec/kernels.md``, possibly as strided views (innermost stride 1); ``out`` (and ``lse``
+``docs/contract.md``, possibly as strided views (innermost stride 1); ``out`` (and ``lse``
 when ``return_lse``) are preallocated, NaN-filled buffers the implementation must fill and
 return (or views of them); ``lse`` is fp32 natural-log. ``scale`` (the softmax scale) is always
 passed as a keyword: ``None`` means ``1/sqrt(D)``, and the catalogs pass other scales too.
@@ -48,7 +48,7 @@ class Interface:
 
 #: Keywords every attention family takes for its outputs.
 OUT_KEYWORDS = ("return_lse", "out", "lse")
-#: The softmax scale keyword (kernels.md, "Softmax scale") and the output keywords: what every
+#: The softmax scale keyword (docs/contract.md, "Softmax scale") and the output keywords: what every
 #: attention family's call passes besides its own arguments.
 ATTENTION_KEYWORDS = ("scale", *OUT_KEYWORDS)
 #: The interface note every family with a softmax shares.

@@ -98,7 +98,7 @@ def normalize(rec) -> dict | None:
             rec[key] = {}
     if not isinstance(rec.get("tags"), list):
         rec["tags"] = []
-    if not isinstance(rec.get("library"), dict):  # records before issue 27, or not a library's
+    if not isinstance(rec.get("library"), dict):  # records from before library adapters, or not a library's
         rec["library"] = None
     for key in ("finished_at", "started_at", "run_id", "worker", "repro", "nodeid", "repro_script", "unsupported"):
         if rec.get(key) is not None and not isinstance(rec[key], str):

@@ -1,4 +1,4 @@
-"""A stand-alone reproduction of a library's failing case, to file upstream (issue 27).
+"""A stand-alone reproduction of a library's failing case, to file upstream.
 
 For a case an ecosystem implementation (one with ``.library``, attnsuite/ecosystem) failed, the
 suite writes ``<dir>/<family>/<case label>.<impl>.py`` and, beside it, a ``.pt`` holding exactly

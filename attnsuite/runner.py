@@ -160,7 +160,7 @@ def _is_view_of(t, buffer: torch.Tensor) -> bool:
 
 
 def buffer_contract(produced: dict, outputs: dict) -> list[str]:
-    """kernels.md, "Output buffers": a result the caller gave a buffer for is returned in that
+    """docs/contract.md, "Output buffers": a result the caller gave a buffer for is returned in that
     buffer (the buffer itself or a view of it), never in a tensor of the implementation's own."""
     problems = []
     for name, buffer in outputs.items():

@@ -1,4 +1,4 @@
-"""The block-sparsity generator (kernels.md section 8), reusable by cases and benchmarks.
+"""The block-sparsity generator (docs/contract.md section 8), reusable by cases and benchmarks.
 
 A sparse block index ``sabi [B, H, n_rows, n_cols]`` lists, per query block-row, the KV-block
 columns it attends: ascending, right-padded with ``PAD`` (65535). Sparsity ``s`` is the fraction

@@ -1,5 +1,5 @@
 """Dimensions of the legal input space that every family's catalog crosses with its own cases
-(kernels.md, "Contract details every implementation is held to"):
+(docs/contract.md, "Contract details every implementation is held to"):
 
 * memory layout (``view``): inputs that are legal views of larger buffers, innermost stride 1,
   with NaN (or, for index arrays, stale in-range entries) in the rest of the storage, so an
@@ -52,7 +52,7 @@ ZERO_EVERY, ZERO_FIRST = 5, 2
 
 # --- softmax scale -----------------------------------------------------------------------------
 
-#: Softmax scales other than the default 1/sqrt(D) (kernels.md, "Softmax scale"), by name: mla,
+#: Softmax scales other than the default 1/sqrt(D) (docs/contract.md, "Softmax scale"), by name: mla,
 #: below the default (1/sqrt(192) at D = 128: MLA's query-key dim over its value dim); hot, above
 #: it (a temperature folded into the scale); one, 1.0 (no scaling at all).
 SCALES = {"mla": lambda D: 1.0 / math.sqrt(1.5 * D), "hot": lambda D: 4.0 / math.sqrt(D),

@@ -1,4 +1,4 @@
-"""Block-sparse non-causal prefill (kernels.md section 8): q/k/v [B, H, S, D] and a sparse block
+"""Block-sparse non-causal prefill (docs/contract.md section 8): q/k/v [B, H, S, D] and a sparse block
 index ``sabi`` from the seeded generator in attnsuite/sparsity.py, run-time block shapes.
 
 A case's frame is a token target per side (``frame`` tokens), scaled to blocks with
@@ -30,7 +30,7 @@ from ._dims import (CONTIG, DENSE_VIEWS, EXTREMES, RANDN, VALUES, case_scale, de
                     effective_scale, index_view)
 
 #: Sparsity patterns besides the spec's generator (``uniform``: every row keeps the same count):
-#: rows listing different numbers of blocks (kernels.md, "Block-sparse rows"), row 0 never the
+#: rows listing different numbers of blocks (docs/contract.md, "Block-sparse rows"), row 0 never the
 #: longest. ``causal``: row i lists the KV blocks that start at or before its last query
 #: (block-causal); ``ragged``: a random count per row, row 0 keeping one block.
 PATTERNS = ("causal", "ragged")

@@ -1,4 +1,4 @@
-"""Dense decode (kernels.md section 3): one query token per sequence, q [B, Hq, 1, D],
+"""Dense decode (docs/contract.md section 3): one query token per sequence, q [B, Hq, 1, D],
 k/v [B, Hkv, S, D], GQA."""
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""MagicPIG sampled decode (kernels.md section 7): sparse paged decode whose scores carry the
+"""MagicPIG sampled decode (docs/contract.md section 7): sparse paged decode whose scores carry the
 LSH sampling correction ``-log(u)``, clamp form (see references/magicpig.py)."""
 from __future__ import annotations
 

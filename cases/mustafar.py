@@ -1,9 +1,9 @@
-"""Mustafar compressed sparse KV (kernels.md section 9): four operations on one format
+"""Mustafar compressed sparse KV (docs/contract.md section 9): four operations on one format
 (kernels/mustafar_format.py), each a case axis ``op``:
 
 * ``compress``: the compressor's round trip ``decompress(compress(x))`` for keys and values
   against pruning / 2-bit quantisation written on the dense tensor (references/mustafar.py), and
-  its buffers read with the format of kernels.md section 9 (``references.mustafar.decode_buffers``)
+  its buffers read with the format of docs/contract.md section 9 (``references.mustafar.decode_buffers``)
   against the same (``k_format``, ``v_format``): the format is an interchange format, so a
   compressor and kernels that agree only with each other (a private bit order) fail;
 * ``keys``: unscaled scores ``q . k`` over compressed keys -> [B, Hq, S_c] fp32;
@@ -89,7 +89,7 @@ QUICK = (
     + [case(op, bits=b, s=0.5, D=128, init="edge") for op in ("keys", "values", "decode") for b in (16, 2)]
     + [case(op, **ORIGIN) for op in ("keys", "values", "decode")]
     + [case("decode", bits=b, s=s, B=2, Hq=8, Hkv=2) for b in (16, 2) for s in (0.0, 0.5)]
-    # S_c a multiple of 64 but not of 256 (kernels.md: any multiple of 64), every op.
+    # S_c a multiple of 64 but not of 256 (docs/contract.md: any multiple of 64), every op.
     + [case(op, bits=b, s=0.5, S=S, Hq=2) for op in ("keys", "values", "decode")
        for b, S in ((16, 192), (2, 320), (2, 64))]
     + [case("compress", bits=b, s=0.5, Hq=2, Hkv=2, S=192) for b in (16, 2)]
@@ -124,7 +124,7 @@ FULL = (
        for S in (1088, 4160) for vw, vl in ((CONTIG, RANDN), ("slice", RANDN), *((CONTIG, v) for v in VALUES))]
 )
 
-# The speed target's shape (performance.md): key formulation at S_c = 32768, 70%, 2-bit.
+# The speed target's shape (docs/benchmarks.md): key formulation at S_c = 32768, 70%, 2-bit.
 BENCH = [case(op, bits=b, s=0.7, B=1, Hq=32, Hkv=8, S=32768, D=128) for op in ("keys", "values") for b in (2, 16)]
 
 
@@ -134,7 +134,7 @@ CHOSEN = "chosen_"
 
 def chosen_mask(packed, shape, kind):
     """The keep mask of an implementation's compressed buffers, read through the format's
-    bitmaps (kernels.md section 9); None when the object has no bitmaps to read."""
+    bitmaps (docs/contract.md section 9); None when the object has no bitmaps to read."""
     bitmaps = getattr(packed, "bitmaps", None)
     if not isinstance(bitmaps, torch.Tensor):
         return None
@@ -146,18 +146,18 @@ def chosen_mask(packed, shape, kind):
 
 def format_decode(packed, kind: str, bits: int, shape) -> torch.Tensor:
     """The dense cache an implementation's compressed buffers describe, read with the format of
-    kernels.md section 9 (the reference decoder), whatever the implementation's own decompress
+    docs/contract.md section 9 (the reference decoder), whatever the implementation's own decompress
     reads; a contract failure when the object does not carry the format's buffers."""
     names = ("bitmaps", "offsets", "packed") + (("scale", "zero") if bits == 2 else ())
     buffers = {n: getattr(packed, n, None) for n in names}
     missing = [n for n, t in buffers.items() if not isinstance(t, torch.Tensor)]
     if missing:
         raise CaseFailure("contract", f"compressed buffers: the compressor's result has no {', '.join(missing)} "
-                                      "tensor(s) of the interchange format (kernels.md section 9)")
+                                      "tensor(s) of the interchange format (docs/contract.md section 9)")
     try:
         return decode_buffers(kind, bits, tuple(shape), **buffers)
     except (IndexError, RuntimeError) as exc:
-        raise CaseFailure("numeric", f"compressed buffers do not decode with the format of kernels.md section 9 "
+        raise CaseFailure("numeric", f"compressed buffers do not decode with the format of docs/contract.md section 9 "
                                      f"({type(exc).__name__}: {exc})") from exc
 
 
@@ -273,7 +273,7 @@ class Mustafar(Family):
                 packed = impl("compress", inputs[name], s, kind=kind, bits=bits)
                 outputs[name].copy_(impl("decompress", packed))
                 outputs[name + "_format"].copy_(format_decode(packed, kind, bits, inputs[name].shape))
-                # Ties at the pruning threshold may go either way (kernels.md, "Pruning ties"):
+                # Ties at the pruning threshold may go either way (docs/contract.md, "Pruning ties"):
                 # the reference follows the implementation's choice where that choice is legal.
                 inputs[CHOSEN + name] = chosen_mask(packed, inputs[name].shape, kind)
             return outputs

@@ -1,4 +1,4 @@
-"""Paged decode (kernels.md section 4): one query token per sequence over a FlashInfer-style
+"""Paged decode (docs/contract.md section 4): one query token per sequence over a FlashInfer-style
 paged KV cache (HND or NHD), with a CSR page table and last_page_len."""
 from __future__ import annotations
 
@@ -94,7 +94,7 @@ FULL = (
 BENCH_LENGTHS = (256 * 269 + 63, 256 * 349 + 22, 256 * 320 + 55)
 BENCH = [case(dtype=dt, P=256, placement="scattered", pool=1024, lengths=BENCH_LENGTHS, Hq=32, Hkv=8, D=256,
               lse=False) for dt in ("fp16", "bf16")]
-# Paged against our contiguous decode at equal lengths (performance.md: <= 1.1x), on decode's two
+# Paged against our contiguous decode at equal lengths (the benchmark target: <= 1.1x, docs/benchmarks.md), on decode's two
 # bench shapes, pages of 16 and 256 tokens, shuffled.
 VS_DECODE_BENCH = [case(P=P, lengths=(L,) * B, Hq=Hq, Hkv=Hkv, D=D, lse=False, vs="decode")
                    for B, Hq, Hkv, L, D in ((8, 64, 16, 1024, 64), (1, 32, 8, 32000, 128))

@@ -1,4 +1,4 @@
-"""Dense prefill (kernels.md section 1): q [B, Hq, S, D], k/v [B, Hkv, S, D], causal or not,
+"""Dense prefill (docs/contract.md section 1): q [B, Hq, S, D], k/v [B, Hkv, S, D], causal or not,
 GQA, optional natural-log LSE."""
 from __future__ import annotations
 
@@ -48,7 +48,7 @@ QUICK = (
     + [dict(dtype="fp16", **_gqa(1, 1, 2), S=s, D=64, causal=c, lse=True)
        for s in TILE_RESIDUES for c in (True, False)]
     + [dict(dtype="fp16", **_gqa(1, 1, 2), S=s, D=64, causal=True, lse=True) for s in LONG_RESIDUES]
-    # Legal views (kernels.md, "Views"), GQA, batch > 1 and a ragged length, masks alternating.
+    # Legal views (docs/contract.md, "Views"), GQA, batch > 1 and a ragged length, masks alternating.
     + [dict(dtype="fp16", **_gqa(2, 1, 2), S=65, D=64, causal=c, lse=True, view=vw)
        for vw, c in zip(DENSE_VIEWS, (True, False, True))]
     # Value distributions over several key tiles (the late keys in the last), masks alternating.
@@ -84,7 +84,7 @@ FULL = [
 ]
 
 # The origin's bench shape: B=8, Hkv=16, G=4, S=1024, D=64, causal, fp16.
-# Long prefill (performance.md's TFLOP/s target): B=1, Hq=32, Hkv=8, S=16384, D=128, causal, bf16.
+# Long prefill (the TFLOP/s benchmark target, docs/benchmarks.md): B=1, Hq=32, Hkv=8, S=16384, D=128, causal, bf16.
 BENCH = [dict(dtype=dt, **_gqa(8, 16, 4), S=1024, D=64, causal=True, lse=lse)
          for dt in ("fp16", "bf16") for lse in (False, True)] + [
     dict(dtype="bf16", **_gqa(1, 8, 4), S=16384, D=128, causal=True, lse=False)]

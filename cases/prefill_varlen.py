@@ -1,4 +1,4 @@
-"""Variable-length prefill (kernels.md section 2), one family with a ``layout`` parameter:
+"""Variable-length prefill (docs/contract.md section 2), one family with a ``layout`` parameter:
 "padded" (q [B, Hq, S, D] + lengths [B]) and "packed" (q [T, Hq, D] + cu_seqlens [B+1]).
 
 Both layouts are built from one set of per-sequence tensors (drawn padded, positions past a

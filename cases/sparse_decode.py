@@ -1,4 +1,4 @@
-"""Sparse-token decode over contiguous KV (kernels.md section 5): each query head attends its
+"""Sparse-token decode over contiguous KV (docs/contract.md section 5): each query head attends its
 own multiset of token positions, given as padded index rows and counts."""
 from __future__ import annotations
 
@@ -35,7 +35,7 @@ QUICK = (
        case(D=256, B=1, Hq=4, Hkv=1, S=70, keep=0.5), case(dtype="bf16", keep=0.2)]
     # Consistency: every token selected once (in shuffled order) equals dense decode.
     + [case(keep=1.0, vs="decode"), case(keep=1.0, order="sorted", Hq=4, Hkv=1, S=77, vs="decode")]
-    # Entries past nnz holding stale in-range positions (kernels.md: ignored whatever they hold).
+    # Entries past nnz holding stale in-range positions (docs/contract.md: ignored whatever they hold).
     + [case(**sel) for sel in STALE_SELECTIONS]
     # Index lists whose length leaves every tile residue, then past the split threshold.
     + [case(B=1, Hq=4, Hkv=1, S=s, keep=1.0) for s in TILE_RESIDUES]

@@ -1,4 +1,4 @@
-"""Sparse-token decode over a paged KV cache (kernels.md section 6): index rows hold logical
+"""Sparse-token decode over a paged KV cache (docs/contract.md section 6): index rows hold logical
 token positions of each sequence, resolved through the page table."""
 from __future__ import annotations
 
@@ -82,7 +82,7 @@ FULL = (
        for vw, vl in [(v, RANDN) for v in PAGED_VIEWS] + [(CONTIG, v) for v in VALUES]]
 )
 
-# The origin's headline bench: the paged bench cache (kernels.md section 4) at kept 2%, 4%, 5%.
+# The origin's headline bench: the paged bench cache (docs/contract.md section 4) at kept 2%, 4%, 5%.
 BENCH_LENGTHS = (256 * 269 + 63, 256 * 349 + 22, 256 * 320 + 55)
 BENCH = [case(dtype=dt, P=256, placement="scattered", pool=1024, lengths=BENCH_LENGTHS, Hq=32, Hkv=8, D=256,
               keep=k, lse=False) for dt in ("fp16", "bf16") for k in (0.02, 0.04, 0.05)]
@@ -110,7 +110,7 @@ def make_sparse_paged_inputs(case, gen, views: bool = True, low_extra: float = 0
 
 
 def apply_views(case, inputs: dict) -> dict:
-    """The case's view of q, the cache and the index arrays (kernels.md, "Views")."""
+    """The case's view of q, the cache and the index arrays (docs/contract.md, "Views")."""
     view = case.params.get("view", CONTIG)
     q, cache = paged_views(view, inputs["q"], inputs["kv_cache"], case["layout"])
     ind, nnz = index_views(view, inputs["sparse_ind"], inputs["sparse_nnz"])

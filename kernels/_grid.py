@@ -3,7 +3,7 @@ looping over tiles ``pid, pid + n_programs, ...``).
 
 An Ascend program is bound to a physical core and a core runs its programs one after another, so
 a grid of thousands of programs pays a program's start-up thousands of times (triton-ascend's
-migration guide; ``../shared/spec/ascend.md``, "Grids on Ascend are physical"). On Ascend the
+migration guide; ``porting_notes.md``, "Grid vs cores"). On Ascend the
 kernels therefore launch about one program per core and loop inside; on a GPU, where the grid is
 logical and the hardware overlaps programs, they keep the plain grid. ``kernels.settings``'
 ``persistent_programs`` overrides the choice on any device.

@@ -140,7 +140,7 @@ def check_index_values(fn: str, num_pages: int, page_size: int, kv_page_indptr: 
 
     Page table: indptr[0] == 0, non-decreasing, indptr[B] == len(indices); page ids in
     [0, num_pages); last_page_len in [1, page_size] for sequences with >= 1 page and 0 for a
-    sequence with none (kernels.md, "Bad input"). Sparse lists
+    sequence with none (docs/contract.md, "Bad input"). Sparse lists
     (if given): 0 <= nnz <= L_max; the first nnz entries of row (b, h) in [0, L_b) (or
     [0, page_size * pages_b) without last_page_len); entries past nnz are not looked at.
     ``extra_stats`` are further 0-d tensors read in the same sync; ``extra_ok(values)`` judges

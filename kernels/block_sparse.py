@@ -1,4 +1,4 @@
-"""Block-sparse non-causal prefill attention (kernels.md section 8) in Triton.
+"""Block-sparse non-causal prefill attention (docs/contract.md section 8) in Triton.
 
 ``sabi [B, H, ceil(S/BQ), ceil(S/BKV)]`` lists, per query block-row, the KV blocks it attends
 (ascending, right-padded with 65535). ``block_shape = (BQ, BKV)`` is a run-time argument: the

@@ -1,4 +1,4 @@
-"""MagicPIG sampled decode (kernels.md section 7) over a paged KV cache.
+"""MagicPIG sampled decode (docs/contract.md section 7) over a paged KV cache.
 
 Same kernel source as ``sparse_paged_decode`` (``_sparse_paged_fwd`` with ``MAGICPIG=True``): for
 every selected key k of the query head's KV head, with the query q of that head,

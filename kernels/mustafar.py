@@ -1,4 +1,4 @@
-"""Mustafar sparse-KV decode (kernels.md section 9) in Triton, over the compressed format of
+"""Mustafar sparse-KV decode (docs/contract.md section 9) in Triton, over the compressed format of
 ``kernels.mustafar_format``: the kernels decode bitmaps/offsets/packed tiles themselves, the
 dense cache never exists in memory.
 
@@ -24,7 +24,7 @@ Paths: the portable kernels (``_mustafar_keys_fwd``, ``_mustafar_values_fwd``) r
 (interpreter, Ascend, compile-only); on Ascend their grid is one program per vector core, each
 looping over work items (a program is bound to a physical core there), and the element axis is
 the inner one (UB use). The CUDA fast path (``kernel_path`` fast / auto on CUDA) is
-``kernels/mustafar_fast.py`` (issue 25): a cheaper decode per element, the head contraction on
+``kernels/mustafar_fast.py``: a cheaper decode per element, the head contraction on
 tensor cores.
 
 Every launch goes through ``_checks.launch`` as a ``LaunchPlan`` built by a ``*_plan``
@@ -348,7 +348,7 @@ def mustafar_values_plan(p: torch.Tensor, vc: Compressed, out: torch.Tensor, *,
                       workspace=((dst, False),) if then is not None else ())
 
 
-# --- CUDA fast path, issue 25 (kernels/mustafar_fast.py) ----------------------------------------
+# --- CUDA fast path (kernels/mustafar_fast.py) ---------------------------------------------------
 
 #: The fast path's config; ``scripts/mustafar_variants.py`` times alternatives. TRANS: 0 the
 #: decoded tiles are the dot's second operand, 1 its first, 2 the first with the result kept

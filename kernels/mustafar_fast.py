@@ -1,4 +1,4 @@
-"""The CUDA fast path of the Mustafar kernels (kernels.md section 9), issue 25: fewer operations
+"""The CUDA fast path of the Mustafar kernels (docs/contract.md section 9): fewer operations
 per decoded element, the head contraction on tensor cores, the next step's loads in flight.
 
 Both formulations are one shape of work: a step decodes NT tiles into an fp16 operand

@@ -1,4 +1,4 @@
-"""The Mustafar compressed KV format (kernels.md section 9): pruning, tiling, bitmaps, packing, and
+"""The Mustafar compressed KV format (docs/contract.md section 9): pruning, tiling, bitmaps, packing, and
 the 2-bit quantisation, in vectorized PyTorch. ``compress`` builds the buffers, ``decompress`` is
 their exact inverse (fp16) or the documented dequantisation (2-bit).
 

@@ -1,4 +1,4 @@
-"""Paged-KV decode attention (kernels.md section 4) in Triton, FlashInfer's CSR page table.
+"""Paged-KV decode attention (docs/contract.md section 4) in Triton, FlashInfer's CSR page table.
 
 One program per (batch, KV head, page split) packs the G = Hq / Hkv query heads of that KV head as
 the rows of ``tl.dot`` (padded to >= 16, masked), so K/V pages are read once per group. The

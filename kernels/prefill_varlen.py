@@ -1,4 +1,4 @@
-"""Variable-length prefill (kernels.md section 2): one Triton kernel, two layouts.
+"""Variable-length prefill (docs/contract.md section 2): one Triton kernel, two layouts.
 
 * ``prefill_padded``: q [B, Hq, S, D], k/v [B, Hkv, S, D] and ``lengths [B]`` int32 with
   ``1 <= lengths[b] <= S``. Keys at positions >= lengths[b] are masked; query rows >= lengths[b]

@@ -1,4 +1,4 @@
-"""Sparse-token decode over contiguous KV in Triton (spec/kernels.md section 5).
+"""Sparse-token decode over contiguous KV in Triton (docs/contract.md section 5).
 
 Each (batch b, query head h) attends its own multiset of token positions
 ``sparse_ind[b, h, :sparse_nnz[b, h]]`` of KV head ``h // G``. One program per (b, h) and split of

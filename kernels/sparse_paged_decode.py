@@ -1,4 +1,4 @@
-"""Sparse-token decode over a paged KV cache (kernels.md section 6), and the kernel MagicPIG shares.
+"""Sparse-token decode over a paged KV cache (docs/contract.md section 6), and the kernel MagicPIG shares.
 
 Each query head has its own token list (``sparse_ind [B, Hq, L_max]``, first ``sparse_nnz[b, h]``
 entries valid), so there is no GQA packing: one program per (batch, query head, split of the

@@ -3,7 +3,7 @@ the online softmax with switchable bugs, and the classes of bug every family get
 as if it were contiguous, an implementation that ignores the caller's buffers).
 
 Nothing here calls references/ or the project's kernels: the math is written out from
-kernels.md."""
+docs/contract.md."""
 from __future__ import annotations
 
 import functools
@@ -93,7 +93,7 @@ def online_attention(q, k, v, scale: float, visible=None, *, bias=None, block: i
     return o, lse
 
 
-#: The online-softmax bugs each family's mutants carry (kernels.md: softmax subtracts the row
+#: The online-softmax bugs each family's mutants carry (docs/contract.md: softmax subtracts the row
 #: max, accumulates in fp32): name -> (docstring, online_attention keywords).
 SOFTMAX_BUGS = {
     "fp16_accumulator": ("Output accumulator kept in fp16 across key tiles (rounded after every tile): "
@@ -112,7 +112,7 @@ SOFTMAX_BUGS = {
     "input_dtype_accumulator": ("Output accumulator kept in the input dtype across key tiles (bf16 for bf16 "
                                 "inputs), rounded after every tile.", dict(acc_dtype="input")),
 }
-#: The bugs of issue 26's input classes (scales, extreme score ranges, long low-precision sums).
+#: The bugs the catalogs' input classes target (scales, extreme score ranges, long low-precision sums).
 CLASS_BUGS = ("max_clamped_at_zero", "max_shared_across_rows", "ignores_scale", "input_dtype_accumulator")
 
 

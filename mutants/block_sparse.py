@@ -1,4 +1,4 @@
-"""Planted-bug implementations of block_sparse (kernels.md section 8); the suite must fail each.
+"""Planted-bug implementations of block_sparse (docs/contract.md section 8); the suite must fail each.
 
 Each mutant has the signature of ``kernels.block_sparse.block_sparse`` and introduces one bug.
 Those expressible as a change of the inputs or outputs wrap the project's kernel; the others
@@ -200,7 +200,7 @@ MUTANTS = {f.__name__: f for f in (
     *(_softmax_bug(b) for b in CLASS_BUGS))}
 
 
-# --- controls: correct implementations written from kernels.md, not from the project's code ------
+# --- controls: correct implementations written from docs/contract.md, not from the project's code ------
 
 def block_sparse_sdpa_fp32(q, k, v, sabi, *, block_shape, scale=None, return_lse=False, out=None, lse=None):
     """torch's scaled_dot_product_attention in fp32 under the token mask the block index lists (the LSE

@@ -169,7 +169,7 @@ MUTANTS = {f.__name__: f for f in (
     packing_groups_as_pow2(_decode, "decode_pow2_group_packing"))}
 
 
-# --- controls: correct implementations written from kernels.md, not from the project's code ------
+# --- controls: correct implementations written from docs/contract.md, not from the project's code ------
 
 def decode_sdpa_fp32(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, scale: Optional[float] = None,
                      return_lse: bool = False, out: Optional[torch.Tensor] = None,

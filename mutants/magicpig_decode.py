@@ -1,4 +1,4 @@
-"""Planted-bug implementations of magicpig_decode (kernels.md section 7); the suite must fail each.
+"""Planted-bug implementations of magicpig_decode (docs/contract.md section 7); the suite must fail each.
 
 Each mutant has the signature of ``kernels.magicpig_decode.magicpig_decode`` and introduces one
 bug. ``magicpig_decode_swaps_k_and_l`` wraps the project's kernel; the others are vectorized
@@ -202,7 +202,7 @@ MUTANTS = {f.__name__: f for f in (
     *(_softmax_bug(b) for b in CLASS_BUGS))}
 
 
-# --- controls: correct implementations written from kernels.md, not from the project's code ------
+# --- controls: correct implementations written from docs/contract.md, not from the project's code ------
 
 def magicpig_decode_token_counts_fp64(q, kv_cache, kv_page_indptr, kv_page_indices, sparse_ind, sparse_nnz, K, L, *,
                                       layout="HND", kv_last_page_len=None, scale=None, return_lse=False,

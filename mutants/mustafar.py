@@ -1,4 +1,4 @@
-"""Planted-bug implementations of the Mustafar ops (kernels.md section 9); the suite must fail each.
+"""Planted-bug implementations of the Mustafar ops (docs/contract.md section 9); the suite must fail each.
 
 Each mutant is a ``cases.mustafar.MustafarOps`` (the project's ops, ``cases.mustafar.TRITON``,
 with one part replaced through ``dataclasses.replace``) that introduces one bug:
@@ -284,7 +284,7 @@ mustafar_decode_stale_running_max = dataclasses.replace(TRITON, decode=_decode_o
                                                                                       p_dtype=torch.float16))
 #: Decode's softmax without subtracting the row max (fp32): exp overflows past ~88.7.
 mustafar_decode_exp_without_max = dataclasses.replace(TRITON, decode=_decode_online(exp_without_max=True))
-#: Decode's tiled online softmax with the bugs of issue 26's input classes.
+#: Decode's tiled online softmax with the bugs the catalogs' input classes target.
 mustafar_decode_max_clamped_at_zero = dataclasses.replace(
     TRITON, decode=_decode_online(**SOFTMAX_BUGS["max_clamped_at_zero"][1]))
 mustafar_decode_max_shared_across_rows = dataclasses.replace(
@@ -328,7 +328,7 @@ for _name, _bug in BUGS.items():  # each mutant's docstring states its bug (froz
     object.__setattr__(MUTANTS[_name], "__doc__", _bug)
 
 
-# --- controls: the format written from kernels.md section 9, independently of the project's ----------
+# --- controls: the format written from docs/contract.md section 9, independently of the project's ----------
 
 def _spec_tiles(x: torch.Tensor, kind: str) -> torch.Tensor:
     """[B, H, S, D] -> [n_tiles, 64]: key tiles run over 64 tokens of one channel (tiles ordered
@@ -442,8 +442,8 @@ CONTROLS = {
     "mustafar_topk_fp32": _control(_topk_kept, torch.float32),
     "mustafar_sorted_ties_high_fp64": _control(_sorted_kept_high_index_first, torch.float64),
 }
-for _name, _doc in (("mustafar_topk_fp32", "torch.topk compressor, the format packed and read from kernels.md, "
+for _name, _doc in (("mustafar_topk_fp32", "torch.topk compressor, the format packed and read from docs/contract.md, "
                                            "fp32 math on the decompressed cache."),
                     ("mustafar_sorted_ties_high_fp64", "Stable sort compressor breaking ties towards the higher "
-                                                       "channel, the format from kernels.md, fp64 math.")):
+                                                       "channel, the format from docs/contract.md, fp64 math.")):
     object.__setattr__(CONTROLS[_name], "__doc__", _doc)

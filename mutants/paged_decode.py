@@ -272,7 +272,7 @@ MUTANTS = {f.__name__: f for f in (
     paged_decode_pow2_page_arithmetic, paged_decode_pow2_group_packing)}
 
 
-# --- controls: correct implementations written from kernels.md, not from the project's code ------
+# --- controls: correct implementations written from docs/contract.md, not from the project's code ------
 
 def paged_decode_fp64(q: torch.Tensor, kv_cache: torch.Tensor, kv_page_indptr: torch.Tensor,
                       kv_page_indices: torch.Tensor, kv_last_page_len: torch.Tensor, *, layout: str = "HND",

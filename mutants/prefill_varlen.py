@@ -244,7 +244,7 @@ MUTANTS = {f.__name__: f for f in (
     packing_groups_as_pow2(_kernel, "prefill_varlen_pow2_group_packing"))}
 
 
-# --- controls: correct implementations written from kernels.md, not from the project's code ------
+# --- controls: correct implementations written from docs/contract.md, not from the project's code ------
 
 def prefill_varlen_fp64(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, seq: torch.Tensor, *, causal: bool,
                         scale: Optional[float] = None, return_lse: bool = False,

@@ -1,4 +1,4 @@
-"""Planted-bug implementations of sparse_decode (kernels.md section 5); the suite must fail each.
+"""Planted-bug implementations of sparse_decode (docs/contract.md section 5); the suite must fail each.
 
 Each mutant has the signature of ``kernels.sparse_decode.sparse_decode`` and introduces one bug.
 Most are vectorized torch re-implementations (float64 math, the result rounded into the
@@ -246,7 +246,7 @@ MUTANTS = {f.__name__: f for f in (
     packing_groups_as_pow2(_kernel, "sparse_decode_pow2_group_packing"))}
 
 
-# --- controls: correct implementations written from kernels.md, not from the project's code ------
+# --- controls: correct implementations written from docs/contract.md, not from the project's code ------
 
 def token_weights(positions, valid, n_tokens):
     """[..., n_tokens] float: how many valid slots of each row list each token (multiset)."""

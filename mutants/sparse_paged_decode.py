@@ -1,4 +1,4 @@
-"""Planted-bug implementations of sparse_paged_decode (kernels.md section 6); the suite must fail
+"""Planted-bug implementations of sparse_paged_decode (docs/contract.md section 6); the suite must fail
 each.
 
 Each mutant has the signature of ``kernels.sparse_paged_decode.sparse_paged_decode`` and
@@ -237,7 +237,7 @@ MUTANTS = {f.__name__: f for f in (
     sparse_paged_decode_pow2_page_arithmetic, sparse_paged_decode_pow2_group_packing)}
 
 
-# --- controls: correct implementations written from kernels.md, not from the project's code ------
+# --- controls: correct implementations written from docs/contract.md, not from the project's code ------
 
 def logical_kv(q, kv_cache, indptr, indices, layout, n_tokens):
     """(k, v [B, Hq, n_tokens, D] fp32): logical token t of sequence b read from page

@@ -1,6 +1,6 @@
 """Dense attention references (prefill and decode), vectorized PyTorch.
 
-The math is the contract in spec/kernels.md sections 1 and 3: GQA by repeating each KV head
+The math is the contract in docs/contract.md sections 1 and 3: GQA by repeating each KV head
 G = Hq / Hkv times (query head h reads KV head h // G), scores scaled by ``scale`` (default
 1/sqrt(D)), causal masks key j > query i, softmax with the row max subtracted, natural-log LSE.
 Everything runs in ``compute_dtype`` (float64 by default; float16/bfloat16 give the error plain

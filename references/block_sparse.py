@@ -1,4 +1,4 @@
-"""Block-sparse attention reference (kernels.md section 8), vectorized PyTorch.
+"""Block-sparse attention reference (docs/contract.md section 8), vectorized PyTorch.
 
 The sparse block index is expanded to a token-level mask and dense attention runs under it.
 Memory is bounded by working one (batch, head) slice and a band of query rows at a time (about

@@ -1,4 +1,4 @@
-"""MagicPIG sampled decode reference (spec/kernels.md section 7), vectorized PyTorch.
+"""MagicPIG sampled decode reference (docs/contract.md section 7), vectorized PyTorch.
 
 Same selection and paged gather as ``sparse_paged_decode_reference``; each selected key's score is
 corrected by the log of its LSH collision probability. This suite uses the CLAMP form (the

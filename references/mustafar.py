@@ -1,10 +1,10 @@
-"""Mustafar references (kernels.md section 9), vectorized PyTorch.
+"""Mustafar references (docs/contract.md section 9), vectorized PyTorch.
 
 Two kinds, kept apart:
 * the exact references that conformance uses: pruning and 2-bit quantisation written on the
   dense tensor (``pruned``, ``quantised``: the compressor's round trip must reproduce them), and
   the key / value / decode math on the cache the compressed buffers describe (``on_buffers``,
-  a decoder written here from kernels.md section 9, sharing no code with the kernels' format
+  a decoder written here from docs/contract.md section 9, sharing no code with the kernels' format
   module, so a bug in that module cannot hide from conformance);
 * the approximation ground truth: dense attention on the unpruned fp16 cache (``dense_*``),
   which ``approximation`` compares results with. Never pass/fail.
@@ -23,7 +23,7 @@ def keep_mask(x: torch.Tensor, sparsity: float, chosen: torch.Tensor | None = No
     """True where x survives per-token pruning: its rank by |x| along D (ties: lower index first)
     is below D - floor(s * D).
 
-    Ties in |x| at the keep threshold may be broken either way (kernels.md, "Pruning ties"):
+    Ties in |x| at the keep threshold may be broken either way (docs/contract.md, "Pruning ties"):
     given ``chosen``, an implementation's keep mask, each token whose ``chosen`` row is a legal
     pruning (``legal_pruning``) keeps that row instead; any other token keeps the default."""
     D = x.shape[-1]
@@ -134,7 +134,7 @@ def _tile_and_slot(kind: str, shape, device) -> tuple[torch.Tensor, torch.Tensor
 
 
 def decode_buffers(kind: str, bits: int, shape, bitmaps, offsets, packed, scale=None, zero=None) -> torch.Tensor:
-    """fp32 [B, H, S_c, D]: the cache the Mustafar buffers describe (kernels.md section 9), zero
+    """fp32 [B, H, S_c, D]: the cache the Mustafar buffers describe (docs/contract.md section 9), zero
     where an element is not kept. Element j of a tile is kept iff bit 63 - j of its int64 bitmap
     is set; the p-th kept element (p = kept elements before it) is ``packed[offsets[tile] + p]``
     (fp16), or 2-bit code ``(word >> 2 * (p % 16)) & 3`` of word ``packed[offsets[tile] + p // 16]``
@@ -160,7 +160,7 @@ def decode_buffers(kind: str, bits: int, shape, bitmaps, offsets, packed, scale=
 
 
 def encode_buffers(x: torch.Tensor, sparsity: float, kind: str, bits: int) -> dict:
-    """The reference compressor: the buffers of kernels.md section 9 for ``x`` [B, H, S_c, D]
+    """The reference compressor: the buffers of docs/contract.md section 9 for ``x`` [B, H, S_c, D]
     (fp16), pruned by ``keep_mask`` (ties: the lower channel): ``bitmaps`` int64 [n_tiles] (bit
     63 - j for element j), ``offsets`` int32 [n_tiles + 1], ``packed`` (fp16 values, or int32
     words of sixteen 2-bit codes, LSB first, each tile starting on a word) and, for 2 bits,

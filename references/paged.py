@@ -1,4 +1,4 @@
-"""Paged-KV decode references (spec/kernels.md sections 4 and 6), vectorized PyTorch.
+"""Paged-KV decode references (docs/contract.md sections 4 and 6), vectorized PyTorch.
 
 Page table (FlashInfer CSR): sequence b owns the physical pages
 ``kv_page_indices[kv_page_indptr[b] : kv_page_indptr[b + 1]]``, in order; its logical token t

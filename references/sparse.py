@@ -1,4 +1,4 @@
-"""Sparse-token decode reference over contiguous KV (spec/kernels.md section 5), vectorized PyTorch.
+"""Sparse-token decode reference over contiguous KV (docs/contract.md section 5), vectorized PyTorch.
 
 Each (batch b, query head h) attends the multiset of token positions
 ``sparse_ind[b, h, :sparse_nnz[b, h]]`` of KV head ``h // G`` (G = Hq / Hkv): the rows are gathered

@@ -1,4 +1,4 @@
-"""Variable-length prefill references (spec/kernels.md section 2), vectorized PyTorch.
+"""Variable-length prefill references (docs/contract.md section 2), vectorized PyTorch.
 
 Same math as references.attention (GQA by repeating KV heads, default scale 1/sqrt(D), natural-log
 LSE, everything in ``compute_dtype``), with the varlen masks built as tensors, no per-sequence loop:

@@ -1,5 +1,5 @@
-"""Tile and split variants of the decode-family kernels beside their baselines, in one process
-(issue 25): each variant is checked against a float64 reference and timed by CUDA-graph replay
+"""Tile and split variants of the decode-family kernels beside their baselines, in one process:
+each variant is checked against a float64 reference and timed by CUDA-graph replay
 with a cold L2 (``attnsuite.bench.graph_time``, the benchmarks' method), and one table is printed:
 
     shape | variant | us | ratio to the section's baseline | GB/s of K/V read | max abs error

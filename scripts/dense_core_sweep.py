@@ -2,7 +2,7 @@
 
     python scripts/dense_core_sweep.py [--quick] [--only NAME,...]
 
-For each headline shape of issue 24 it times, in one process: SDPA pinned to cuDNN, the suite's
+For each dense-core headline shape (prefill, block-sparse) it times, in one process: SDPA pinned to cuDNN, the suite's
 current wrapper, and the fast kernels over a list of (BLOCK_M, BLOCK_N, warps, stages) x
 (descriptor loads or pointer loads). Device time: ``triton.testing.do_bench`` medians (events,
 L2 flushed before each call). Each variant's output is checked against cuDNN's first.

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 27, item 3: do the Triton-based libraries' kernels compile for Ascend today? The
+# Do the Triton-based libraries' kernels compile for Ascend today? The
 # compile-only tier over the adapters (no NPU needed), from the repository root:
 #
 #   bash scripts/ecosystem_compile.sh [pytest args]

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 27 on a CUDA machine (from the repository root, torch + triton installed, e.g. the lent
+# Other libraries' kernels on a CUDA machine (from the repository root, torch + triton installed, e.g. the lent
 # H100 with torch 2.11 / triton 3.6): the ecosystem adapters over the full profile, beside ours.
 #
 #   bash scripts/ecosystem_gpu.sh [FAMILY ...]          # default: prefill decode prefill_varlen paged_decode block_sparse

@@ -1,4 +1,4 @@
-"""Is FlagGems 5.0.2's paged failure the library's or the adapter's? (issue 27, attribution)
+"""Is FlagGems 5.0.2's paged failure the library's or the adapter's?
 
 For a few paged_decode cases, calls the suite's FlagGems adapter twice on the same inputs: as
 shipped (K and V passed as strided views of the suite's cache, whose page stride covers both the

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# One run on a lent CUDA GPU (fresh machine, no tune cache, no flags) that checks issue 15's
-# work end to end, from the repository root:
+# One run on a lent CUDA GPU (fresh machine, no tune cache, no flags) that checks the host-time
+# and speed work end to end, from the repository root:
 #
 #     OUT=/tmp/gpu-check bash scripts/gpu_check.sh
 #

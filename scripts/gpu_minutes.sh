@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Issue 28 on a lent CUDA machine, from the repository root, one step per call (each well under
-# 10 minutes on one H100):
+# The suite's own GPU minutes (conformance and benchmark profiles, timed) on a lent CUDA
+# machine, from the repository root, one step per call (each well under 10 minutes on one H100):
 #
 #     STEP=bench OUT=/tmp/i28 bash scripts/gpu_minutes.sh            # full benchmark profile, timed
 #     STEP=compare BEFORE=/path/to/old/bench-records OUT=/tmp/i28 bash scripts/gpu_minutes.sh
@@ -14,8 +14,8 @@
 #   compare:     python -m attnsuite.bench.compare BEFORE $OUT/bench-records --threshold 0.03:
 #                every bench case's kernel and baseline device-time medians in both runs and
 #                their spread; exit status 1 when a spread is over 3% (the kernel's lines are the
-#                ones the issue asks about; a baseline timed with fewer runs may move more).
-#                BEFORE: the records directory of the same step run on the tree before issue 28.
+#                ones the timing targets name; a baseline timed with fewer runs may move more).
+#                BEFORE: the records directory of the same step run on an earlier tree.
 #   bench2:      "bench2 gpus=<N> wall_s=<seconds>" (about bench's wall_s / N) and the per-device
 #                case time from the records (the report's "Hosts and devices" table, printed).
 #   conformance: "conformance wall_s=<seconds>" (target: <= 75 on one H100) and the phase shares.

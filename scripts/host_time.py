@@ -11,7 +11,7 @@ GPU mode, per family's bench cases (the calls the benchmarks time, ``check_indic
   or the profiler when the call cannot be captured (the method is printed);
 * SDPA on the case's dense equivalent, called plainly (torch picks the backend) and inside
   ``sdpa_kernel(CUDNN)`` / ``sdpa_kernel(FLASH)``.
-It ends with the targets of issue 15: every wrapper's host time <= 60 us; decode's <= 1.25x
+It ends with the host-time targets (docs/benchmarks.md): every wrapper's host time <= 60 us; decode's <= 1.25x
 SDPA's (plain call).
 
 ``--cpu-stub`` runs the wrappers under the Triton interpreter with every launch stubbed out:
@@ -138,7 +138,7 @@ def print_row(row: dict) -> None:
 
 def verdict(rows: list[dict]) -> int:
     bad = 0
-    print("\ntargets (issue 15): host <= 60 us per wrapper; decode host <= 1.25x SDPA (plain call)")
+    print("\nhost-time targets: host <= 60 us per wrapper; decode host <= 1.25x SDPA (plain call)")
     for row in rows:
         if "error" in row["kernel"]:
             bad += 1

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 26's GPU verification, one command on a CUDA machine (from the repository root):
+# The input-class and fuzz verification on a GPU, one command on a CUDA machine (from the repository root):
 #   bash scripts/issue26_gpu.sh [WORKERS]
 # 1. MagicPIG's two fuzz finds, now catalog cases, plus the split-in-the-interpreter variant;
 # 2. the full profile (every new class included);

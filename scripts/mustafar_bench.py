@@ -1,5 +1,5 @@
-"""Mustafar keys / values kernels against dense fp16 torch on the speed target's shape (issue 18,
-performance.md): B1 Hq32 Hkv8 S_c 32768 D128, 70% sparse, 2-bit and fp16 packing.
+"""Mustafar keys / values kernels against dense fp16 torch on the speed target's shape
+(docs/benchmarks.md): B1 Hq32 Hkv8 S_c 32768 D128, 70% sparse, 2-bit and fp16 packing.
 
 One GPU command (from the repository root, on a CUDA machine):
 

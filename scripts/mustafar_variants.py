@@ -1,4 +1,4 @@
-"""Mustafar fast-path variants against dense fp16 on the speed target's shape (issue 25):
+"""Mustafar fast-path variants against dense fp16 on the speed target's shape:
 B1 Hq32 Hkv8 S_c 32768 D128, 70% sparse, 2-bit and 16-bit packing, keys and values.
 
 One GPU command (from the repository root, on a CUDA machine; about 2 minutes):
@@ -12,7 +12,7 @@ flushed before every call (``attnsuite.bench.timing.device_time``), beside the d
 (``q @ K^T`` / ``p @ V`` on the unpruned cache) in the same process. Columns: variant, device us,
 the ratio kernel / dense (below 1 is faster than dense; the target is <= 1, the goal 0.5), GB/s
 of the compressed bytes the kernel reads, max abs error and that error over max|ref|.
-``old`` is the fast path before issue 25 (``_mustafar_keys_fast`` / ``_mustafar_values_fast``);
+``old`` is the fast path before kernels/mustafar_fast.py (``_mustafar_keys_fast`` / ``_mustafar_values_fast``);
 ``new*`` are ``kernels/mustafar_fast.py``: ``new`` its shipped config (``FAST`` with
 ``FAST_BY``), the others with the overrides shown. With env OUT set the
 rows also go to $OUT/mustafar_variants.json.
@@ -39,7 +39,7 @@ from kernels import mustafar as M  # noqa: E402
 from kernels._checks import DOT_INPUT_PRECISION, LaunchPlan, cdiv, next_pow2, run_plan  # noqa: E402
 from kernels.mustafar_format import TILE, compress, decompress  # noqa: E402
 
-# --- the fast path before issue 25 (kernels/mustafar.py at 43468e5), kept here as the baseline ---
+# --- the earlier fast path (kernels/mustafar.py at 43468e5), kept here as the baseline ---
 
 @triton.jit
 def _old_split_fp16(a):
@@ -129,7 +129,7 @@ def _mustafar_values_fast(
              mask=g_ok[None, :, :])
 
 
-#: name -> config overrides of kernels.mustafar.FAST (None: the pre-issue-25 fast path).
+#: name -> config overrides of kernels.mustafar.FAST (None: the earlier fast path).
 VARIANTS = {
     "old": None,
     "new": {},

@@ -1,4 +1,4 @@
-"""Launch the decode-side bench cases of issue 25 for ``ncu`` (no timing here): each case's
+"""Launch the decode-side bench cases for ``ncu`` (no timing here): each case's
 kernel call exactly as the benchmark times it (``attnsuite.bench.run.prepare``: the suite's own
 inputs, ``check_indices=False``), and the family's baselines, once to warm up and once to be
 profiled (inside an NVTX range ``profile``, so input building is not profiled).

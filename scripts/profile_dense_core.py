@@ -1,4 +1,4 @@
-"""Launch each dense-core kernel of issue 24 once per path, for ``ncu`` (no timing here):
+"""Launch each dense-core kernel (prefill, varlen, block-sparse) once per path, for ``ncu`` (no timing here):
 
     ncu --kernel-name regex:'prefill|block_sparse|sdpa|fmha|flash|cudnn' \\
         --section SpeedOfLight --section Occupancy --section WarpStateStats \\

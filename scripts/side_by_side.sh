@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 27, "Side by side", on a lent CUDA machine, from the repository root (one H100: a few
+# "Side by side" (every implementation of a family) on a lent CUDA machine, from the repository root (one H100: a few
 # minutes for decode's quick profile):
 #
 #     FAMILY=decode OUT=/tmp/i27 bash scripts/side_by_side.sh

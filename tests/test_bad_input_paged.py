@@ -70,7 +70,7 @@ BAD = [
     ("paged-page-id-out-of-range", lambda: run_paged(indices=i32(3, 5, 0)), "kv_page_indices"),
     ("paged-last-page-len-zero", lambda: run_paged(last=i32(0, 3)), "kv_last_page_len"),
     ("paged-last-page-len-too-big", lambda: run_paged(last=i32(2, 5)), "kv_last_page_len"),
-    # kernels.md: a sequence with no page has kv_last_page_len 0 (sequence 1 owns no page here).
+    # docs/contract.md: a sequence with no page has kv_last_page_len 0 (sequence 1 owns no page here).
     ("paged-last-page-len-of-empty-sequence",
      lambda: run_paged(indptr=i32(0, 3, 3), indices=i32(3, 1, 0), last=i32(2, 4)), "kv_last_page_len"),
     ("sparse-paged-last-page-len-of-empty-sequence",

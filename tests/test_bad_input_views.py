@@ -1,5 +1,5 @@
 """The view/stride dimension of bad input, for every family: a tensor whose innermost stride is not
-1 is outside the contract (kernels.md, "Views") and gets a clear error naming the argument before
+1 is outside the contract (docs/contract.md, "Views") and gets a clear error naming the argument before
 any launch (or, for the plain-torch compressor, which takes any strides, the same result); the
 legal views of the catalogs (every other stride whatever the view has) pass validation and reach
 the launch."""

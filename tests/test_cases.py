@@ -70,7 +70,7 @@ def test_unique_keeps_first_and_select_rejects_unknown_profile():
         select(cases, "huge")
 
 
-# --- the input-space dimensions every catalog covers (issue 14) -------------------------------------
+# --- the input-space dimensions every catalog covers ----------------------------------------------
 
 from attnsuite import registry  # noqa: E402
 from attnsuite.sparsity import PAD  # noqa: E402
@@ -194,7 +194,7 @@ def test_mustafar_pruning_ties_follow_a_legal_choice_and_only_a_legal_one():
         assert torch.equal(keep_mask(x, 0.5, chosen), default)
 
 
-# --- issue 26: the input classes every family where they apply covers in quick ----------------------
+# --- the input classes (scales, score ranges, long sums) every family covers in quick where they apply
 
 from cases._dims import EXTREMES, SCALES  # noqa: E402
 

@@ -98,7 +98,7 @@ def test_in_kernel_split_merge_matches_the_reference_in_the_interpreter():
     assert proc.returncode == 0 and "ok" in proc.stdout, proc.stdout + proc.stderr
 
 
-def test_mustafar_fast_path_launches_the_issue_25_kernels(monkeypatch):
+def test_mustafar_fast_path_launches_its_tensor_core_kernels(monkeypatch):
     """Mustafar: fast -> kernels/mustafar_fast.py (values with a long cache add the chunk merge),
     portable and auto-on-CPU -> the portable kernels Ascend runs."""
     from kernels.mustafar import mustafar_keys, mustafar_values

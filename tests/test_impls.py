@@ -128,7 +128,7 @@ def test_interfaces_print_shapes_dtypes_and_the_scale():
     for family in families():
         assert out.count(f"\n{family}") + out.startswith(family) >= 1, family
     assert "[B, Hq, S, D]" in out and "1/sqrt(D)" in out and "kv_page_indptr [B + 1]" in out
-    # kernels.md, "Softmax scale": every family's call takes it (Mustafar's decode; keys unscaled).
+    # docs/contract.md, "Softmax scale": every family's call takes it (Mustafar's decode; keys unscaled).
     for line in out.splitlines():
         if line.startswith(tuple(f"{f}(" for f in families() if f != "probes")):
             assert "scale=..." in line, line

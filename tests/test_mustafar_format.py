@@ -131,7 +131,7 @@ def test_the_reference_decoder_written_from_the_spec_agrees_with_the_format_modu
 @pytest.mark.parametrize("kind", ["key", "value"])
 @pytest.mark.parametrize("bits", [16, 2])
 def test_reference_compressor_writes_the_project_compressors_bytes(kind, bits):
-    """kernels.md, "Compressed formats are interchange formats": the reference compressor
+    """docs/contract.md, "Compressed formats are interchange formats": the reference compressor
     (references/mustafar.py, written from the spec) and the project's write the same buffers,
     and the reference decoder reads them back to the pruned (and quantised) tensor."""
     from references.mustafar import decode_buffers, encode_buffers

@@ -311,7 +311,7 @@ def test_failures_first_passes_folded_and_tight_cases():
                     metrics={"o": {"max_abs_err": 0.0, "allowed": 1e-3, "headroom": float("inf")}}),
         make_record("prefill[d]", outcome="crash", message="segfault"),
         make_record("prefill[b]", outcome="xfail"),
-        make_record("prefill[e]", outcome="xpass"),
+        make_record("prefill[e]", outcome="xpass", message="[XPASS(strict)] the entry looks stale"),
         make_record("prefill[f]", outcome="pass", headroom=1.2499),
         make_record("prefill[g]", outcome="oom", message="CUDA out of memory", schema=2),
     ]
@@ -415,6 +415,56 @@ def test_cpu_only_page_says_timings_need_a_device_run():
     assert "Timings need a device run." not in with_gpu
     # Compile-only records never launch anything: a cpu + compile-only page still gets the note.
     assert "Timings need a device run." in render_html([make_record(), make_record(device="npu", mode="compile")])
+
+
+def test_on_a_cpu_page_outcomes_and_known_failures_come_before_the_timing_sections():
+    kf = {"id": "interp_bf16_dot", "reason": "bf16 tl.dot", "versions": "triton>=3.6,<3.10",
+          "note": "interp_bf16_dot"}
+    recs = [make_record(duration_s=12.0),
+            make_record(CASES[1], outcome="xfail", message="max abs err 1e10 > allowed", known_failure=kf)]
+    order = lambda html, ids: [html.index(f'<section id="{i}">') for i in ids]  # noqa: E731
+    cpu = render_html(recs)
+    a, b, c = order(cpu, ("known-failures", "cases", "timing"))
+    assert a < b < c
+    gpu = render_html([dict(r, device="cuda") for r in recs])
+    a, b, c = order(gpu, ("known-failures", "timing", "cases"))
+    assert a < b < c
+
+
+def test_a_known_failure_links_to_its_notes_inside_the_page():
+    """The notes' section is in the page: a link to porting_notes.md from reports/ would open raw
+    markdown, where the anchor does nothing."""
+    kf = {"id": "interp_bf16_dot", "reason": "bf16 tl.dot", "versions": "triton>=3.6,<3.10",
+          "note": "interp_bf16_dot", "probe": "probes[interp_bf16_dot-original-bf16]"}
+    html = render_html([make_record(CASES[1], outcome="xfail", message="max abs err", known_failure=kf)])
+    assert "porting_notes.md#" not in html
+    assert '<a href="#kf-interp_bf16_dot">interp_bf16_dot</a>' in section_html(html, "cases")
+    known = section_html(html, "known-failures")
+    assert 'id="kf-interp_bf16_dot"' in known and "1 xfail" in known
+    notes = (REPO / "porting_notes.md").read_text(encoding="utf-8")
+    section = notes.split("## interp_bf16_dot\n", 1)[1].split("\n## ", 1)[0].strip()
+    first = section.splitlines()[0]
+    assert unescape(first) in unescape(known)
+    # An entry whose note is not in the notes still gets its section (reason, versions).
+    other = render_html([make_record(outcome="xfail", known_failure={"id": "gone", "reason": "why",
+                                                                     "note": "no_such_section"})])
+    assert 'id="kf-gone"' in other and "why" in section_html(other, "known-failures")
+
+
+def test_a_non_strict_xpass_is_not_red_a_strict_one_is():
+    """The colours agree with the exit status: a strict entry whose case passes fails the run
+    (pytest reports XPASS(strict)); a non-strict one passes it."""
+    strict = make_record(outcome="xpass", message="[XPASS(strict)] the entry looks stale")
+    loose = make_record(CASES[1], outcome="xpass", message="explains a failure where it happens")
+    [row] = family_device_matrix([loose])["rows"]
+    assert not row["cells"][0]["bad"]
+    [row] = family_device_matrix([strict])["rows"]
+    assert row["cells"][0]["bad"]
+    [group] = case_groups([loose, strict])
+    assert [r["case_id"] for r in group["attention"]][0] == strict["case_id"]
+    html = render_html([loose])
+    assert 'class="bad"' not in section_html(html, "matrix")
+    assert 'class="bad"' not in section_html(html, "placement")
 
 
 def test_minimal_records_render():

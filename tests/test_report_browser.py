@@ -49,7 +49,7 @@ SCREENSHOT_FILTERED = ROOT / "reports" / "screenshot-filtered.png"
 BROWSERS = ("chromium", "chromium-browser", "google-chrome")
 BROWSER_TIMEOUT_S = 90
 WINDOW = (1400, 2400)
-SECTIONS = ("runs", "environment", "outcomes", "matrix", "benchmarks", "tight", "quality", "cases",
+SECTIONS = ("runs", "environment", "outcomes", "matrix", "known-failures", "benchmarks", "tight", "quality", "cases",
             "timing", "hazards")
 #: The quick cpu page was ~44,000 px tall with every row expanded; folded, it must stay within
 #: a few screens even merged with a GPU run of the same cases.

@@ -2,7 +2,7 @@
 (README, "Data flows one way"): the same numbers alone and inside a larger run, bit for bit,
 whatever else ran before in the process and however many threads torch uses (the plugin gives
 each xdist worker its share of the cores, so a case alone runs with more threads than inside a
-run: issue 26's magicpig_decode[fuzz31337.191-...] drew other inputs alone than in its run)."""
+run: the fuzz find magicpig_decode[fuzz31337.191-...] drew other inputs alone than in its run)."""
 from __future__ import annotations
 
 import json

@@ -1,4 +1,4 @@
-"""Side by side (issue 27, item 2): ``--impl FAMILY=all`` and ``--impl all`` run every registered
+"""Side by side: ``--impl FAMILY=all`` and ``--impl all`` run every registered
 implementation; records name the library behind each one; the report's side-by-side table
 gives each implementation's counts and first failure; a library's failure gets a stand-alone
 reproduction script that fails on its own; a library that does not import is reported once and

@@ -2,7 +2,7 @@
 
 A baseline is something to time a kernel against (and to sanity-check outputs with), never the
 reference a kernel is judged by. Each caller returns ``(o, lse or None)`` in the suite's output
-layout (spec/kernels.md), or raises ``BaselineUnavailable`` saying why it cannot run here.
+layout (docs/contract.md), or raises ``BaselineUnavailable`` saying why it cannot run here.
 """
 from __future__ import annotations
 

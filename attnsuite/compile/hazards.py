@@ -41,7 +41,7 @@ SOCS = {
     "Ascend910B2": Soc(24, 48, 196608, _PLATFORM_FILE.format("Ascend910B2") + "; "
                        + _UB_MEASURED.format("Ascend910B2")),
     "Ascend910B2C": Soc(24, 48, 196608, "CANN's platform file for Ascend910B2C: ai_core_cnt=24, "
-                        "vector_core_cnt=48, ub_size=196608 (../shared/spec/ascend.md)"),
+                        "vector_core_cnt=48, ub_size=196608"),
 }
 
 #: A grid is flagged when it launches more than this many programs per core it runs on.

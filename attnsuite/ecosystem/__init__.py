@@ -1,4 +1,4 @@
-"""Other projects' attention kernels as implementations of our families (issue 27).
+"""Other projects' attention kernels as implementations of our families.
 
 An adapter is a plain function with the family's interface (attnsuite/interfaces.py) that maps
 layouts, scale and LSE base onto one library call. It carries ``.library`` (a ``Library``), so
@@ -101,7 +101,7 @@ def staged(library: Library, prepare: Callable) -> Callable:
     library's kernel (checks, copies, page tables, workspaces) and returns ``launch``, a
     zero-argument call of the library that returns ``(o, lse)``. Calling the adapter does both;
     a timer calls ``adapter.prepare(...)`` once and times ``launch()`` alone, so a copy the
-    adapter had to make is outside the timing (issue 27)."""
+    adapter had to make is outside the timing."""
     @functools.wraps(prepare)
     def run(*args, **kwargs):
         return prepare(*args, **kwargs)()
@@ -145,7 +145,7 @@ def collecting() -> Iterator[list[str]]:
 
 
 def default_scale(scale, head_dim: int) -> float:
-    """The softmax scale a call means: ``None`` is ``1/sqrt(D)`` (kernels.md)."""
+    """The softmax scale a call means: ``None`` is ``1/sqrt(D)`` (docs/contract.md)."""
     return 1.0 / math.sqrt(head_dim) if scale is None else float(scale)
 
 

@@ -8,7 +8,7 @@ mapping is tested on CPU against stand-ins that follow the documented semantics.
   ``[pages, 2, P, Hkv, D]`` (``"NHD"``), the same CSR page table (indptr, indices,
   last_page_len): passed as they are to ``BatchDecodeWithPagedKVCacheWrapper`` (``plan`` in
   ``prepare``, ``run`` timed), with ``out=`` the caller's buffer.
-- FlashInfer's LSE is base 2 (kernels.md): the adapter multiplies by ln 2 into the caller's fp32
+- FlashInfer's LSE is base 2 (docs/contract.md): the adapter multiplies by ln 2 into the caller's fp32
   buffer (noted), never passes base-2 values on.
 - decode: ``single_decode_with_kv_cache(q [Hq, D], k [Hkv, S, D], kv_layout="HND")`` per batch
   row (views, no copy); prefill: ``single_prefill_with_kv_cache(q [S, Hq, D], k [Hkv, S, D],

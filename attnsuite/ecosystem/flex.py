@@ -21,7 +21,7 @@ from ..interfaces import Unsupported
 LIBRARY = Library("torch flex_attention", "torch.nn.attention.flex_attention", "torch",
                   written_against="2.11 (CUDA), 2.13 (CPU)", gpu_tested=True)
 
-#: sabi's padding value (kernels.md, block_sparse).
+#: sabi's padding value (docs/contract.md, block_sparse).
 SABI_PAD = 65535
 
 

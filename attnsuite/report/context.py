@@ -11,6 +11,7 @@ from attnsuite.report.bench_records import is_bench
 from attnsuite.report.fields import num, text
 from attnsuite.report.fmt import fmt_num
 from attnsuite.report.hazards import flagged_hazards
+from attnsuite.report.known import known_failures
 from attnsuite.report.placement import placement_rows
 from attnsuite.report.rows import FILTER_DIMS, OUTCOMES, filter_attrs, outcome
 from attnsuite.report.sections import (
@@ -99,6 +100,7 @@ def build_context(raw_records: list[dict], merged: list[dict], *, title: str, ge
         "tight_cases": tight_cases(cases),
         "hazards": flagged_hazards(cases),
         "timing": timing,
+        "known_failures": known_failures(cases),
         "case_groups": case_groups(cases),
         "quality_groups": quality_groups(cases),
         "bench": bench_context(merged),

@@ -15,7 +15,7 @@ from typing import Iterable
 from attnsuite.report.bench_records import is_bench
 from attnsuite.report.fields import mapping, text
 from attnsuite.report.fmt import fmt_duration, fmt_percent
-from attnsuite.report.rows import OUTCOMES, case_anchor, case_seconds, outcome, outcome_class
+from attnsuite.report.rows import OUTCOMES, case_anchor, case_seconds, is_bad, outcome, outcome_class
 
 
 
@@ -62,7 +62,7 @@ def placement_rows(records: list[dict]) -> list[dict]:
             "benchmarks": len(recs) - len(cases),
             "counts": [{"outcome": o, "count": counts[o], "class": outcome_class(o)}
                        for o in list(OUTCOMES) + sorted(set(counts) - set(OUTCOMES)) if counts[o]],
-            "bad": sum(counts[o] for o in ("fail", "error", "crash", "timeout", "xpass")),
+            "bad": sum(1 for r in cases if is_bad(r)),
             "total": fmt_duration(sum(seconds)) if seconds else "",
             "share": fmt_percent(sum(seconds) / all_seconds) if seconds and all_seconds > 0 else "",
             "median": fmt_duration(statistics.median(seconds)) if seconds else "",

@@ -18,7 +18,8 @@ from attnsuite.report.fmt import fmt_bytes, fmt_duration, fmt_num, fmt_value
 #: Every outcome the report knows, in display order. Records schema 2 adds "oom" and
 #: "not_run"; they are listed here too so a report still reads them next to an older harness.
 OUTCOMES = tuple(RECORD_OUTCOMES) + tuple(o for o in ("oom", "not_run") if o not in RECORD_OUTCOMES)
-#: Outcomes that mean "the implementation is wrong here": red, listed first.
+#: Outcomes that mean "the implementation is wrong here": red, listed first (an xpass only when
+#: strict: ``is_bad``).
 BAD_OUTCOMES = ("fail", "error", "crash", "timeout", "xpass")
 #: Outcomes that say nothing about the implementation but leave a case unanswered
 #: (out of device memory; never ran): amber, listed after the bad ones.
@@ -45,8 +46,17 @@ def outcome_class(name: str) -> str:
     return name if name in OUTCOMES else "other"
 
 
+def is_strict_xpass(rec: dict) -> bool:
+    """A pass of a strict known failure: a stale ledger entry, which fails the run. A non-strict
+    one (an entry that only explains a failure where it happens) is a pass and fails nothing."""
+    return outcome(rec) == "xpass" and "XPASS(strict)" in text(rec.get("message"))
+
+
 def is_bad(rec: dict) -> bool:
-    return outcome(rec) in BAD_OUTCOMES
+    """Whether the record fails its run (so the page colours it red): the exit status and the
+    colours agree."""
+    name = outcome(rec)
+    return name in BAD_OUTCOMES and (name != "xpass" or is_strict_xpass(rec))
 
 
 def is_warn(rec: dict) -> bool:
@@ -139,16 +149,21 @@ def message_view(value: Any) -> dict:
     return {"text": body, "first_line": first, "long": long}
 
 
+def known_anchor(entry_id: str) -> str:
+    """The page's own section on a known failure (``known``: the notes are put in the page)."""
+    return f"kf-{slug(entry_id)}"
+
+
 def known_failure_view(value: Any) -> dict | None:
     kf = mapping(value)
     if not kf:
         return None
+    entry_id = text(kf.get("id")) or "known"
     return {
-        "id": text(kf.get("id")) or "known",
+        "id": entry_id,
         "reason": text(kf.get("reason")),
         "versions": text(kf.get("versions")),
-        # The report lives in reports/; the notes at the repository root.
-        "note_href": f"../porting_notes.md#{slug(text(kf.get('note')))}" if kf.get("note") else "",
+        "note_href": f"#{known_anchor(entry_id)}",
     }
 
 

@@ -1,4 +1,4 @@
-"""The side-by-side section (issue 27): for each family that ran more than one implementation
+"""The side-by-side section: for each family that ran more than one implementation
 (``--impl FAMILY=all``), a row per implementation and device: the library and its version
 behind it, outcome counts (pass, fail, unsupported, the rest), its first failure with the
 command and the stand-alone script that reproduce it, and beneath, the device time of every
@@ -27,10 +27,10 @@ from attnsuite.report.bench_records import (
 from attnsuite.report.fields import MISSING, mapping, text, unique_anchors
 from attnsuite.report.fmt import fmt_median_iqr, fmt_speedup
 from attnsuite.report.rows import (
-    BAD_OUTCOMES,
     NO_IMPL,
     case_anchor,
     column,
+    is_bad,
     message_view,
     outcome,
     outcome_class,
@@ -93,7 +93,7 @@ def script_href(path: str, base_dir: str | os.PathLike | None) -> str:
 
 
 def first_failure(records: list[dict], base_dir) -> dict | None:
-    bad = sorted((r for r in records if outcome(r) in BAD_OUTCOMES), key=lambda r: text(r.get("case_id")))
+    bad = sorted((r for r in records if is_bad(r)), key=lambda r: text(r.get("case_id")))
     if not bad:
         return None
     # The first by case id, preferring one with a stand-alone script (a few per library are written).
@@ -119,7 +119,7 @@ def impl_row(family: str, impl: str, device: str, records: list[dict], base_dir)
         "counts": {o: counts.get(o, 0) for o in SHOWN},
         "other": other,
         "total": len(records),
-        "bad": any(outcome(r) in BAD_OUTCOMES for r in records),
+        "bad": any(is_bad(r) for r in records),
         "unsupported_reasons": [{"reason": why, "count": n} for why, n in reasons.most_common(3)],
         "first_failure": first_failure(records, base_dir),
     }
