@@ -23,6 +23,8 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
+from ._prefill_tiles import prefill_candidates
+
 
 @triton.jit
 def _step(q, k, v, m_i, l_i, acc, qk_scale, visible, DOT_PRECISION: tl.constexpr,
@@ -274,8 +276,6 @@ def fast_candidates(S: int, D: int, dtype) -> list[dict]:
     """Fast-path configs the tuner may choose from on a GPU; the first is the default. Shapes
     the sweep did not cover take the portable kernel's tiles, through descriptors past short
     rows."""
-    from .prefill import prefill_candidates
-
     block_d = max(16, triton.next_power_of_2(D))
     if dtype.itemsize == 2 and block_d == 128:
         tiles = _TILES_D128
