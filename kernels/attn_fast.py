@@ -238,7 +238,7 @@ def _block_sparse_fast(
 # --- Planning ------------------------------------------------------------------------------
 
 #: Fast-path tiles (BLOCK_M, BLOCK_N, num_warps, num_stages, USE_TMA) for 16-bit inputs with
-#: BLOCK_D = 128, the default first. From an H100 sweep (scripts/dense_core_sweep.py; device time,
+#: BLOCK_D = 128, the default first. From an H100 sweep (docs/hardware-log.md, the dense core; device time,
 #: do_bench medians): causal S=16384 Hq32 Hkv8: 128x128 w8 s3 TMA 532-553 TFLOP/s (the portable
 #: kernel's 128x128 pointer tiles: 484-494); non-causal S=32768 H3: 569 (pointer loads 478);
 #: 128x64 and two stages lose 4-15%, four warps lose half.

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# FlashInfer-Trace round trip on a GPU (issue 27 item 4): the test workloads
+# FlashInfer-Trace round trip on a GPU: the test workloads
 # (tests/data/flashinfer_trace) as conformance and benchmark cases, traces written, then one line
 # per trace: definition, workload uuid, status, max abs error, device latency (ms), reference
 # latency (ms). PASSED traces should carry non-zero latencies here (on cpu they are zeros).
