@@ -2,7 +2,7 @@
 which some conformance case must fail) and controls (correct implementations written apart from
 the project's kernels, which must pass every case they support).
 
-    python -m attnsuite.mutate                          # every family's mutants/<family>.py
+    python -m attnsuite.mutate                          # every registered family's mutants/<family>.py
     python -m attnsuite.mutate decode block_sparse --json verdicts.json
     python -m attnsuite.mutate --catalog mypkg.bugs      # any module with MUTANTS and CONTROLS
 
@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import importlib.util
 import json
 import os
 import queue
@@ -42,11 +43,34 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from . import registry
+
 ROOT = Path(__file__).resolve().parent.parent
 #: Seconds a new worker may take to import the kernels and report ready.
 STARTUP_TIMEOUT = 300.0
-FAMILIES = ("prefill", "prefill_varlen", "decode", "paged_decode", "sparse_decode",
-            "sparse_paged_decode", "magicpig_decode", "block_sparse", "mustafar")
+#: The package of the project's own catalogs: ``mutants.<family>``.
+CATALOGS = "mutants"
+
+
+def has_catalog(family: str) -> bool:
+    """Whether the family has a catalog of its own (``mutants/<family>.py``), found without
+    importing it."""
+    try:
+        return importlib.util.find_spec(f"{CATALOGS}.{family}") is not None
+    except ModuleNotFoundError:  # no mutants package at all
+        return False
+
+
+def families_with_catalogs() -> tuple[tuple[str, ...], dict[str, str]]:
+    """The registry's families that have a catalog, in registry order, and why each of the
+    others is left out."""
+    names = registry.names()
+    left_out = {n: f"no mutants catalog ({CATALOGS}/{n}.py)" for n in names if not has_catalog(n)}
+    return tuple(n for n in names if n not in left_out), left_out
+
+
+#: Every registered family with a catalog of its own (a family without one is left out, saying so).
+FAMILIES = families_with_catalogs()[0]
 
 
 @dataclass
@@ -104,7 +128,7 @@ def catalog(families=FAMILIES) -> list[tuple[str, str, str]]:
     """(family, mutant name, first docstring line) for every mutant of ``families``' own catalogs."""
     out = []
     for family in families:
-        module = load_catalog(f"mutants.{family}")
+        module = load_catalog(f"{CATALOGS}.{family}")
         out += [(family, name, first_doc_line(impl)) for name, impl in module.MUTANTS.items()]
     return out
 
@@ -187,7 +211,6 @@ def worker(device_kind: str, profile: str, fuzz_seed: int, fuzz_count: int) -> i
 def _run_catalog(catalog_name: str, family_name: str | None, device_kind: str, profile: str, fuzz_seed: int,
                  fuzz_count: int, skip: set[str], shard: tuple[int, int]) -> None:
     """One job: a catalog's implementations (its shard of them, less ``skip``)."""
-    from . import registry
     from .case import select
     from .interfaces import BadImplementation, check_impl
     from .devices import open_device
@@ -498,8 +521,20 @@ def main(argv=None) -> int:
         return worker(args.device, args.profile, args.fuzz_seed, args.fuzz_count)
     if args.catalog:
         catalogs = [(name, args.family) for name in args.catalog]
+    elif args.families:
+        unknown = [f for f in args.families if f not in registry.names()]
+        if unknown:
+            parser.error(f"unknown family {unknown[0]!r}; registered: {', '.join(registry.names())}")
+        missing = [f for f in args.families if not has_catalog(f)]
+        if missing:
+            parser.error(f"{missing[0]}: no mutants catalog ({CATALOGS}/{missing[0]}.py); "
+                         f"families with one: {', '.join(FAMILIES)}")
+        catalogs = [(f"{CATALOGS}.{f}", f) for f in args.families]
     else:
-        catalogs = [(f"mutants.{f}", f) for f in (args.families or FAMILIES)]
+        families, left_out = families_with_catalogs()
+        for name, why in left_out.items():
+            print(f"{name}: skipped, {why}")
+        catalogs = [(f"{CATALOGS}.{f}", f) for f in families]
     started = time.perf_counter()
     verdicts = run(catalogs, args)
     print(summary(verdicts))

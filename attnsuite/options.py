@@ -8,6 +8,7 @@ from pathlib import Path
 
 from .case import PROFILES
 from .devices import BACKENDS, device_class
+from .flashinfer_trace.safetensors_index import MissingExtra, require
 
 DEFAULT_LEDGER = "cases/known_failures.toml"
 
@@ -235,6 +236,10 @@ def _path_option(config, name: str) -> Path | None:
     if not value:
         return None
     path = Path(value).resolve()
+    try:  # the FlashInfer-Trace options read and write that format: the 'trace' extra
+        require(f"--{name.replace('_', '-')}")
+    except MissingExtra as exc:
+        raise OptionError(str(exc)) from None
     if name == "workloads" and not path.is_dir():
         raise OptionError(f"--workloads {value}: not a directory (a FlashInfer-Trace dataset, or a folder of its "
                           "Definition .json and workload .jsonl files)")

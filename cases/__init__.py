@@ -4,7 +4,10 @@ registry. The module ``cases/<name>.py`` is itself the test file of its family: 
 its cases from the ``FAMILY`` object it defines (``pytest cases/decode.py``).
 
 Adding a family = a kernel file (kernels/), a reference file (references/), a catalog module
-(cases/) and a mutants module (mutants/), plus one line here."""
+(cases/) and a mutants module (mutants/), plus one line here: nothing else names a family.
+Everything that goes over families reads this tuple (attnsuite/registry.py); a family without a
+mutants module yet, or without bench cases, is passed over by ``attnsuite.mutate`` and the
+benchmarks and profiles with the reason, never an error."""
 
 FAMILIES = (
     "prefill",

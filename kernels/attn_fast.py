@@ -23,6 +23,8 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
+from ._prefill_tiles import prefill_candidates
+
 
 @triton.jit
 def _step(q, k, v, m_i, l_i, acc, qk_scale, visible, DOT_PRECISION: tl.constexpr,
@@ -236,7 +238,7 @@ def _block_sparse_fast(
 # --- Planning ------------------------------------------------------------------------------
 
 #: Fast-path tiles (BLOCK_M, BLOCK_N, num_warps, num_stages, USE_TMA) for 16-bit inputs with
-#: BLOCK_D = 128, the default first. From an H100 sweep (scripts/dense_core_sweep.py; device time,
+#: BLOCK_D = 128, the default first. From an H100 sweep (docs/hardware-log.md, the dense core; device time,
 #: do_bench medians): causal S=16384 Hq32 Hkv8: 128x128 w8 s3 TMA 532-553 TFLOP/s (the portable
 #: kernel's 128x128 pointer tiles: 484-494); non-causal S=32768 H3: 569 (pointer loads 478);
 #: 128x64 and two stages lose 4-15%, four warps lose half.
@@ -274,8 +276,6 @@ def fast_candidates(S: int, D: int, dtype) -> list[dict]:
     """Fast-path configs the tuner may choose from on a GPU; the first is the default. Shapes
     the sweep did not cover take the portable kernel's tiles, through descriptors past short
     rows."""
-    from .prefill import prefill_candidates
-
     block_d = max(16, triton.next_power_of_2(D))
     if dtype.itemsize == 2 and block_d == 128:
         tiles = _TILES_D128

@@ -1,13 +1,16 @@
 #!/usr/bin/env bash
-# Other libraries' kernels on a CUDA machine (from the repository root, torch + triton installed, e.g. the lent
-# H100 with torch 2.11 / triton 3.6): the ecosystem adapters over the full profile, beside ours.
+# Other libraries' attention kernels (the ecosystem adapters, attnsuite/ecosystem) over the full
+# profile on a CUDA machine, beside ours (from the repository root, torch + triton installed, e.g.
+# the lent H100 with torch 2.11 / triton 3.6):
 #
-#   bash scripts/ecosystem_gpu.sh [FAMILY ...]          # default: prefill decode prefill_varlen paged_decode block_sparse
+#   bash scripts/ecosystem_gpu.sh [FAMILY ...]          # default: every family with an adapter
 #
 # Environment: WORKERS (xdist workers, default 4), FG_WHEEL (FlagGems wheel, default
 # .wheels/flag_gems-5.0.2-py3-none-any.whl: carry it to the machine), FG_DIR (where it is
 # installed with --no-deps, default /tmp/attnsuite-flag-gems), OURS=0 to leave our triton
-# kernels out, IMPLS_<family>="name ..." to choose a family's adapters, PYTEST_ARGS for more.
+# kernels out, IMPLS_<family>="name ..." to choose a family's adapters (default: every adapter
+# the ecosystem registry has for it; one whose library is not installed says so, case by case),
+# PYTEST_ARGS for more.
 # One pytest run per family, and one more for flex (FLEX_PROFILE, default PROFILE: it compiles
 # per case shape, ~1,400 full-profile cases over the five families); time the first family before
 # planning the rest against a 10-minute slot.
@@ -48,14 +51,15 @@ print("torch", torch.__version__, "triton", triton.__version__,
       torch.cuda.get_device_name(0) if torch.cuda.is_available() else "no CUDA device")
 PY
 
-SDPA="sdpa sdpa_flash sdpa_efficient sdpa_cudnn sdpa_math"
-DEFAULT_prefill="$SDPA flex flag_gems"
-DEFAULT_decode="$SDPA flex flag_gems"
-DEFAULT_prefill_varlen="$SDPA flex flag_gems"
-DEFAULT_paged_decode="$SDPA flex flag_gems"
-DEFAULT_block_sparse="flex"
-
-FAMILIES=${*:-prefill decode prefill_varlen paged_decode block_sparse}
+# Each family with adapters, and their names: "family name ...", from the ecosystem registry.
+ADAPTERS=$("$PY" -c "
+from attnsuite import registry
+from attnsuite.ecosystem import implementations
+for fam in registry.names():
+    names = list(implementations(fam))
+    if names:
+        print(fam, *names)") || { echo "cannot list the ecosystem adapters with $PY"; exit 2; }
+FAMILIES=${*:-$(cut -d' ' -f1 <<<"$ADAPTERS")}
 run() {  # run FAMILY PROFILE RECORDS_SUFFIX --impl ...
   local fam=$1 profile=$2 suffix=$3; shift 3
   echo "== $fam ($profile): $*"
@@ -63,8 +67,8 @@ run() {  # run FAMILY PROFILE RECORDS_SUFFIX --impl ...
       --records-dir "reports/runs/ecosystem-$DEVICE-$fam$suffix" --report-html none ${PYTEST_ARGS:-} 2>&1 | tail -25
 }
 for fam in $FAMILIES; do
-  var="IMPLS_$fam"; def="DEFAULT_$fam"
-  names=${!var:-${!def}}
+  var="IMPLS_$fam"
+  names=${!var:-$(grep "^$fam " <<<"$ADAPTERS" | cut -d' ' -f2-)}
   args=(); flex=0
   [ "${OURS:-1}" = 1 ] && args+=(--impl "$fam=triton")
   for n in $names; do

@@ -4,6 +4,8 @@
 # per trace: definition, workload uuid, status, max abs error, device latency (ms), reference
 # latency (ms). PASSED traces should carry non-zero latencies here (on cpu they are zeros).
 # Usage: scripts/flashinfer_trace_gpu.sh [WORKLOADS_DIR] [OUT_DIR] [extra pytest args...]
+# Needs the safetensors package beside torch (pip install 'attnsuite[trace]', or a carried wheel
+# on a machine without network): without it pytest stops at once, saying so.
 set -euo pipefail
 data=${1:-tests/data/flashinfer_trace}
 out=${2:-/tmp/flashinfer-trace-out}

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
-# "Side by side" (every implementation of a family) on a lent CUDA machine, from the repository root (one H100: a few
-# minutes for decode's quick profile):
+# Every implementation of one family side by side, on a lent CUDA machine, from the repository
+# root (one H100: a few minutes for decode's quick profile):
 #
-#     FAMILY=decode OUT=/tmp/i27 bash scripts/side_by_side.sh
+#     FAMILY=decode OUT=/tmp/side-by-side bash scripts/side_by_side.sh
 #
 # Runs every registered implementation of FAMILY (--impl FAMILY=all: ours, the vendor ops and
 # every library adapter, installed or not) over FAMILY's quick conformance cases, then times each
@@ -13,7 +13,7 @@
 # the device time per bench case (each over ours). Writes $OUT/records, $OUT/bench, $OUT/index.html and the
 # repro scripts under $OUT/repro. Exit status: the conformance run's (1 when a case failed).
 set -u
-OUT=${OUT:-/tmp/attnsuite-i27}
+OUT=${OUT:-/tmp/attnsuite-side-by-side}
 PY=${PYTHON:-python}
 FAMILY=${FAMILY:-decode}
 PROFILE=${PROFILE:-quick}
@@ -27,7 +27,7 @@ $PY -m pytest -q -p no:cacheprovider -n "$gpus" --device "$DEVICE" --profile "$P
     --impl "$FAMILY=all" "cases/$FAMILY.py" --records-dir="$OUT/records" --report-html "$OUT/index.html"
 rc=$?
 # Bench ids read test_bench[<family>[...]@<impl>]: keep FAMILY's, leave out the families whose
-# names contain it (decode: paged_decode, sparse_decode, ...).
+# names contain it (decode's is part of several others').
 others=$($PY -c "
 from attnsuite.registry import families
 print(''.join(f' and not {f}' for f in families() if '$FAMILY' in f and f != '$FAMILY'))")

@@ -1,19 +1,23 @@
-"""Writes small integer tensors in the safetensors format (the tests' page-table blobs), so the
-tests need no ``safetensors`` package: header length (u64 LE), JSON header, raw LE data."""
+"""Writes small tensors in the safetensors format (the tests' page-table blobs) by hand, from the
+format's documentation (header length u64 LE, JSON header, raw LE data), so the reader (the
+``safetensors`` package) is checked against files it did not write itself."""
 from __future__ import annotations
 
 import json
 import struct
+import sys
 
 import torch
 
-CODES = {torch.int32: "I32", torch.int64: "I64"}
+CODES = {torch.int32: "I32", torch.int64: "I64", torch.int16: "I16", torch.uint8: "U8", torch.bool: "BOOL",
+         torch.float16: "F16", torch.bfloat16: "BF16", torch.float32: "F32", torch.float64: "F64"}
 
 
 def safetensors_bytes(tensors: dict[str, torch.Tensor]) -> bytes:
     header, blobs, offset = {}, [], 0
     for name, t in tensors.items():
-        data = t.contiguous().numpy().astype(t.numpy().dtype.newbyteorder("<")).tobytes()
+        assert sys.byteorder == "little", "the raw bytes below are the host's"
+        data = t.contiguous().reshape(-1).view(torch.uint8).numpy().tobytes()
         header[name] = {"dtype": CODES[t.dtype], "shape": list(t.shape), "data_offsets": [offset, offset + len(data)]}
         blobs.append(data)
         offset += len(data)

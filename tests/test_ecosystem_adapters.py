@@ -15,6 +15,7 @@ import torch
 from attnsuite import ecosystem
 from attnsuite.devices.cpu import CpuDevice
 from attnsuite.ecosystem import Library, LibraryUnusable, flag_gems, flashinfer, flex, staged, torch_sdpa, vllm
+from attnsuite.ecosystem import library as ecosystem_library
 from attnsuite.interfaces import Unsupported, check_impl
 from attnsuite.records import build_record
 from attnsuite.registry import families
@@ -245,8 +246,8 @@ def _stand_in(mp, adapter_module, attr, value):
     loader returns it, and the runner's check that the library imports (``Library.load``, before
     any input is built) sees it as importable."""
     mp.setattr(adapter_module, attr, value)
-    name, real = adapter_module.LIBRARY.module, ecosystem._import
-    mp.setattr(ecosystem, "_import", lambda n: (types.ModuleType(n), None) if n == name else real(n))
+    name, real = adapter_module.LIBRARY.module, ecosystem_library._import
+    mp.setattr(ecosystem_library, "_import", lambda n: (types.ModuleType(n), None) if n == name else real(n))
 
 def fake_flashinfer(lse_base2: bool = True):
     """FlashInfer's documented calls; LSE base 2 like the real one (or natural log, to show that
@@ -466,14 +467,14 @@ def test_ascend_operators_are_reachable_as_adapters(family, name, monkeypatch):
     import sys
 
     monkeypatch.setitem(sys.modules, "torch_npu", fake_torch_npu())
-    ecosystem._import.cache_clear()
+    ecosystem_library._import.cache_clear()
     try:
         cases = _quick(family, _fp16_or_bf16, limit=12)
         if family == "prefill":  # npu_fusion_attention gives no LSE: the same cases without one
             cases = [dataclasses.replace(c, label=c.label + "-nolse", params={**c.params, "lse": False}) for c in cases]
         outcomes = _run(family, FAMS[family].impls[name], cases)
     finally:
-        ecosystem._import.cache_clear()
+        ecosystem_library._import.cache_clear()
     ran = {cid: o for cid, o in outcomes.items() if o.status != "unsupported"}
     _assert_all_pass(ran)
     refused = [o.message for o in outcomes.values() if o.status == "unsupported"]

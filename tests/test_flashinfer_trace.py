@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from attnsuite.flashinfer_trace import schema, traces, workloads
-from attnsuite.flashinfer_trace.safetensors_index import SafetensorsError, read_tensor
+from attnsuite.flashinfer_trace.safetensors_index import MissingExtra, SafetensorsError, read_tensor
 from tests.conftest import ROOT
 from tests.flashinfer_trace_blob import BLOB, DEC_ST_1, safetensors_bytes
 
@@ -197,25 +197,61 @@ def test_a_definition_without_last_page_lengths_means_full_pages():
     assert all(n % 16 == 0 for n in lengths) and sum(lengths) == 7 * 16
 
 
-def test_safetensors_reader_reads_integer_tensors_and_refuses_the_rest(tmp_path):
+def test_safetensors_reader_reads_stored_tensors_of_any_dtype(tmp_path):
     blob = DATA / BLOB
     for key, want in DEC_ST_1.items():
-        assert torch.equal(read_tensor(blob, key), want)
+        got = read_tensor(blob, key)
+        assert got.dtype == want.dtype and torch.equal(got, want)
     with pytest.raises(SafetensorsError, match="no tensor 'q'"):
         read_tensor(blob, "q")
+    # Float inputs a workload may store (q, k, v, a scale), written by hand from the format.
+    floats = {"q": torch.randn(2, 3, dtype=torch.float16), "k": torch.randn(4, dtype=torch.bfloat16),
+              "s": torch.tensor([0.125, -2.5], dtype=torch.float32), "m": torch.tensor([True, False])}
     other = tmp_path / "f.safetensors"
-    raw = json.dumps({"x": {"dtype": "F16", "shape": [2], "data_offsets": [0, 4]}}).encode()
-    other.write_bytes(len(raw).to_bytes(8, "little") + raw + b"\0" * 4)
-    with pytest.raises(SafetensorsError, match="F16, not an integer page table"):
-        read_tensor(other, "x")
+    other.write_bytes(safetensors_bytes(floats))
+    for key, want in floats.items():
+        got = read_tensor(other, key)
+        assert got.dtype == want.dtype and got.shape == want.shape and torch.equal(got, want)
+    with pytest.raises(SafetensorsError, match="no such file"):
+        read_tensor(tmp_path / "nowhere.safetensors", "q")
+    other.write_bytes(safetensors_bytes(floats)[:20])
+    with pytest.raises(SafetensorsError, match="not a readable safetensors file"):
+        read_tensor(other, "q")
 
 
-def test_safetensors_reader_agrees_with_the_safetensors_package(tmp_path):
+def test_safetensors_reader_reads_what_the_package_writes(tmp_path):
     st = pytest.importorskip("safetensors.torch")
     path = tmp_path / "t.safetensors"
-    tensors = {"a": torch.arange(7, dtype=torch.int64), "b": torch.tensor([[1, -2], [3, 4]], dtype=torch.int32)}
+    tensors = {"a": torch.arange(7, dtype=torch.int64), "b": torch.tensor([[1, -2], [3, 4]], dtype=torch.int32),
+               "c": torch.randn(3, 5, dtype=torch.float32), "d": torch.randn(2, 2, dtype=torch.bfloat16)}
     st.save_file(tensors, str(path))
     assert all(torch.equal(read_tensor(path, k), v) for k, v in tensors.items())
+
+
+def test_a_page_table_stored_as_floats_is_not_mapped(tmp_path):
+    d, w = _definition(DEC), _workload(DEC, "dec-st-1")
+    blob = tmp_path / BLOB
+    blob.parent.mkdir(parents=True)
+    blob.write_bytes(safetensors_bytes({**DEC_ST_1, "kv_indices": DEC_ST_1["kv_indices"].float()}))
+    assert "kv_indices: stored as float32, not integers" in workloads.to_case(d, w, tmp_path)[1].params["unmapped"]
+
+
+def test_without_the_package_the_trace_options_name_the_extra(monkeypatch, tmp_path):
+    import sys
+
+    from attnsuite import options
+
+    monkeypatch.setitem(sys.modules, "safetensors", None)  # import safetensors -> ImportError
+    with pytest.raises(MissingExtra, match=r"needs the safetensors package .*pip install 'attnsuite\[trace\]'"):
+        read_tensor(DATA / BLOB, "kv_indptr")
+
+    class Config:
+        def getoption(self, name):
+            return str(tmp_path)
+
+    for name, flag in (("workloads", "--workloads"), ("trace_out", "--trace-out")):
+        with pytest.raises(options.OptionError, match=rf"^{flag} needs the safetensors package.*'trace' extra"):
+            options._path_option(Config(), name)
 
 
 # -- traces out -----------------------------------------------------------------------------------

@@ -198,8 +198,11 @@ def tox_config(*envs: str, keys=("commands_pre", "commands", "deps", "package", 
 
 
 def test_tests_and_cuda_compile_run_in_cpus_virtualenv():
-    config = tox_config("cpu", "tests", "cuda-compile", "cuda", "bench")
+    config = tox_config("cpu", "tests", "cuda-compile", "cuda", "bench",
+                        keys=("commands_pre", "commands", "deps", "package", "depends", "extras"))
     assert "torch==2.13.0" in config["cpu"]["deps"]
+    # The FlashInfer-Trace tests (tests run in cpu's virtualenv) read safetensors: the trace extra.
+    assert {"triton", "trace"} <= set(config["cpu"]["extras"]), config["cpu"]["extras"]
     for name in ("tests", "cuda-compile"):
         env = config[name]
         assert env["deps"] == [] and env["package"] == ["skip"] and env["depends"] == ["cpu"]

@@ -13,19 +13,17 @@ notes cite; it never asserts anything.
 from __future__ import annotations
 
 import argparse
-import importlib
 import json
+import sys
 from collections import defaultdict
 
 import torch
 
-from ..devices import open_device
+from .. import registry
+from ..devices import DeviceUnavailable, open_device
 from .run import prepare
 from .host_time import host_time
 from .timing import device_time, l2_flusher
-
-FAMILIES = ("prefill", "prefill_varlen", "decode", "paged_decode", "sparse_decode",
-            "sparse_paged_decode", "magicpig_decode", "block_sparse", "mustafar")
 
 
 def _kernel_names(fn, runs: int) -> dict[str, float]:
@@ -63,22 +61,46 @@ def profile_call(device, fn, runs: int = 20) -> dict:
             "host_ms": host["median"] * 1e-3}
 
 
-def main(argv=None) -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("families", nargs="*", default=list(FAMILIES))
+def _cases(family, tag: str, match: str) -> tuple[list, str | None]:
+    """The family's cases to profile, or why it has none (no implementation, no such case)."""
+    if not family.impls:
+        return [], "no implementation to profile"
+    cases = [c for c in family.cases if tag in c.tags and match in c.id]
+    if not cases:
+        return [], f"no case tagged {tag!r}" + (f" matching {match!r}" if match else "")
+    return cases, None
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m attnsuite.bench.profile", description=__doc__.splitlines()[0])
+    ap.add_argument("families", nargs="*", help="families to profile (default: every registered one)")
     ap.add_argument("--tag", default="bench", help="cases with this tag (default: bench)")
     ap.add_argument("--match", default="", help="only case ids containing this text")
     ap.add_argument("--runs", type=int, default=20)
     ap.add_argument("--json", help="also write the results here")
     args = ap.parse_args(argv)
-    device = open_device("cuda", None)
+    unknown = [name for name in args.families if name not in registry.names()]
+    if unknown:
+        ap.error(f"unknown family {unknown[0]!r}; registered: {', '.join(registry.names())}")
+    # One line and no traceback without a GPU, as every GPU entry point of the suite stops.
+    if not torch.cuda.is_available():
+        build = "a CPU-only build" if torch.version.cuda is None else f"built for CUDA {torch.version.cuda}"
+        print(f"{ap.prog}: needs a CUDA GPU; torch {torch.__version__} ({build}) sees none", file=sys.stderr)
+        return 2
+    try:
+        device = open_device("cuda", None)
+    except DeviceUnavailable as exc:
+        print(f"{ap.prog}: {exc}", file=sys.stderr)
+        return 2
+    families = [registry.family(name) for name in args.families or registry.names()]
     out = []
-    for name in args.families:
-        family = importlib.import_module(f"cases.{name}").FAMILY
+    for family in families:
+        cases, why = _cases(family, args.tag, args.match)
+        if why:
+            print(f"{family.name}: skipped, {why}")
+            continue
         impl = next(iter(family.impls.values()))
-        for case in family.cases:
-            if args.tag not in case.tags or args.match not in case.id:
-                continue
+        for case in cases:
             _, _, fn = prepare(family, case, device, impl)
             try:
                 r = profile_call(device, fn, args.runs)
@@ -95,7 +117,8 @@ def main(argv=None) -> None:
     if args.json:
         with open(args.json, "w") as fh:
             json.dump(out, fh, indent=1)
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import torch
 
-from . import note
+from ._adapter import note
 from ..interfaces import Unsupported
 
 

@@ -21,7 +21,8 @@ from __future__ import annotations
 
 import torch
 
-from . import Library, default_scale, note, staged
+from ._adapter import default_scale, note, staged
+from .library import Library
 from ._layout import block_table, check_dtype, documented, padded_to_packed, paged_kv, sequence_lengths, unpack_padded, write
 from ..interfaces import Unsupported
 

@@ -24,7 +24,8 @@ import functools
 
 import torch
 
-from . import LN2, Library, default_scale, note, staged
+from ._adapter import LN2, default_scale, note, staged
+from .library import Library
 from ._layout import check_dtype, documented, padded_to_packed, unpack_padded, write
 from ..interfaces import Unsupported
 

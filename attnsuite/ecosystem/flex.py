@@ -13,7 +13,8 @@ import functools
 
 import torch
 
-from . import Library, note, staged
+from ._adapter import note, staged
+from .library import Library
 from ._layout import gather_dense, write
 from ..interfaces import Unsupported
 

@@ -8,7 +8,8 @@ Never run on an NPU by this project (see the README).
 """
 from __future__ import annotations
 
-from . import Library, note, staged
+from ._adapter import note, staged
+from .library import Library
 from ._layout import write
 from ..baselines import BaselineUnavailable
 from ..interfaces import Unsupported

@@ -19,7 +19,8 @@ import warnings
 import torch
 import torch.nn.functional as F
 
-from . import Library, note, staged
+from ._adapter import note, staged
+from .library import Library
 from ._layout import check_dtype, expand_heads, gather_dense, write
 from ..interfaces import Unsupported
 

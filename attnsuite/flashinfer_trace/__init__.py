@@ -9,6 +9,6 @@ Schema followed: flashinfer-ai/flashinfer-bench at commit
 ``schema.py`` transcribes the fields and status names used here (no network, no pydantic needed).
 
 Modules: ``schema`` (field lists, status names, a validator of the fields we read and write),
-``safetensors_index`` (reads the small integer tensors of a workload's page table),
+``safetensors_index`` (reads a tensor a workload stores, through the ``safetensors`` package: the ``trace`` extra),
 ``workloads`` (Definition + Workload files -> cases), ``traces`` (records -> trace files).
 """

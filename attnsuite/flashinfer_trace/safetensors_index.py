@@ -1,59 +1,53 @@
-"""Reads one integer tensor from a ``.safetensors`` file: the page tables and offsets
-(``kv_indptr``, ``kv_indices``, ``kv_last_page_len``, ``qo_indptr``) a workload stores there.
+"""Reads one tensor of a workload's ``.safetensors`` file (a page table, offsets, or any input a
+workload stores), through the ``safetensors`` package: the format FlashInfer-Trace datasets are
+written in, read the way the rest of that ecosystem reads them, whatever the dtype.
 
-The format is small and documented (an 8-byte little-endian header length, a JSON header naming
-each tensor's dtype, shape and byte range, then the raw little-endian data), so it is read here
-rather than through the ``safetensors`` package, which the suite's environments need not have.
-Only the integer dtypes a page table uses are read; anything else is refused with the reason.
+The package is an optional extra of the suite, ``pip install 'attnsuite[trace]'``: only the
+FlashInfer-Trace options (``--workloads``, ``--trace-out``) need it, and they say so, naming the
+extra, before any case runs (``require``).
 """
 from __future__ import annotations
 
-import json
-import struct
 from pathlib import Path
 
 import torch
 
-INTEGER_DTYPES = {"I64": torch.int64, "I32": torch.int32, "I16": torch.int16, "I8": torch.int8,
-                  "U8": torch.uint8}
-#: A header larger than this is no page-table file (the format caps it at 100 MB).
-MAX_HEADER = 100_000_000
+#: The optional dependency group (pyproject.toml) that brings the package.
+EXTRA = "trace"
+INSTALL = f"pip install 'attnsuite[{EXTRA}]'"
 
 
 class SafetensorsError(ValueError):
-    pass
+    """A file that is not there, not a safetensors file, or lacks the tensor asked for."""
+
+
+class MissingExtra(ImportError):
+    """The ``safetensors`` package is not installed (the message names the extra that brings it)."""
+
+
+def require(what: str = "reading FlashInfer-Trace workloads"):
+    """The package's ``safe_open``, or ``MissingExtra`` saying ``what`` needs it and how to get it."""
+    try:
+        from safetensors import safe_open
+    except ImportError as exc:
+        raise MissingExtra(f"{what} needs the safetensors package ({exc}): install the "
+                           f"'{EXTRA}' extra, {INSTALL}") from None
+    return safe_open
 
 
 def read_tensor(path: str | Path, key: str) -> torch.Tensor:
-    """Tensor ``key`` of the file at ``path`` (CPU, its stored integer dtype)."""
+    """Tensor ``key`` of the file at ``path``, on the CPU in its stored dtype."""
+    safe_open = require()
     path = Path(path)
+    if not path.is_file():
+        raise SafetensorsError(f"{path}: no such file")
     try:
-        with open(path, "rb") as fh:
-            head = fh.read(8)
-            if len(head) != 8:
-                raise SafetensorsError(f"{path}: too short for a safetensors header")
-            (n,) = struct.unpack("<Q", head)
-            if n > MAX_HEADER:
-                raise SafetensorsError(f"{path}: header length {n} is not plausible")
-            header = json.loads(fh.read(n))
-            if key not in header:
-                names = sorted(k for k in header if k != "__metadata__")
-                raise SafetensorsError(f"{path}: no tensor {key!r} (has {names})")
-            entry = header[key]
-            dtype = INTEGER_DTYPES.get(entry.get("dtype"))
-            if dtype is None:
-                raise SafetensorsError(f"{path}: tensor {key!r} is {entry.get('dtype')}, not an integer page table")
-            begin, end = entry["data_offsets"]
-            fh.seek(8 + n + begin)
-            data = fh.read(end - begin)
-    except OSError as exc:
-        raise SafetensorsError(f"{path}: {exc.strerror or exc}") from None
-    shape = [int(s) for s in entry["shape"]]
-    count = 1
-    for s in shape:
-        count *= s
-    if len(data) != count * torch.empty((), dtype=dtype).element_size():
-        raise SafetensorsError(f"{path}: tensor {key!r} holds {len(data)} bytes, not {count} x {entry['dtype']}")
-    if count == 0:
-        return torch.empty(shape, dtype=dtype)
-    return torch.frombuffer(bytearray(data), dtype=dtype).reshape(shape).clone()
+        with safe_open(str(path), framework="pt", device="cpu") as fh:
+            keys = list(fh.keys())
+            if key not in keys:
+                raise SafetensorsError(f"{path}: no tensor {key!r} (has {sorted(keys)})")
+            return fh.get_tensor(key)
+    except SafetensorsError:
+        raise
+    except Exception as exc:  # the package's own errors (a truncated file, a bad header) name no type we can catch
+        raise SafetensorsError(f"{path}: not a readable safetensors file: {type(exc).__name__}: {exc}") from None

@@ -39,6 +39,8 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import torch
+
 from ..case import Case
 from . import schema
 from .safetensors_index import SafetensorsError, read_tensor
@@ -298,6 +300,8 @@ def _given(workload: dict, name: str, root: Path) -> list[int] | None:
         tensor = read_tensor(path if path.is_absolute() else root / path, spec["tensor_key"])
     except SafetensorsError as exc:
         raise Unmapped(f"{name}: {exc}") from None
+    if tensor.is_floating_point() or tensor.is_complex() or tensor.dtype == torch.bool:
+        raise Unmapped(f"{name}: stored as {str(tensor.dtype).replace('torch.', '')}, not integers")
     return [int(x) for x in tensor.reshape(-1).tolist()]
 
 

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
-# One run on a lent CUDA GPU (fresh machine, no tune cache, no flags) that checks the host-time
-# and speed work end to end, from the repository root:
+# The timing machinery checked end to end on a fresh CUDA machine (no tune cache, no flags), from
+# the repository root:
 #
-#     OUT=/tmp/gpu-check bash scripts/gpu_check.sh
+#     OUT=/tmp/gpu-check bash scripts/gpu_timing_check.sh
 #
 # 1. tunes every bench shape and writes kernels/tuned/<GPU>.json (scripts/tune_table.py);
 # 2. runs the timing, lean-path and tune tests with --device cuda (their GPU parts: graph
