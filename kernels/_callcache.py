@@ -56,10 +56,13 @@ def tensor_key(t: torch.Tensor) -> tuple:
     return (t.shape, t.stride(), t.dtype, t.device, not t.data_ptr() & 15)
 
 
+_SEQUENCES = (tuple, list)
+
+
 def typed(value):
     """A scalar argument as a key: its type beside its value, recursively through tuples and
     lists (Python's ``==`` makes ``1``, ``1.0`` and ``True`` one dict key)."""
-    if isinstance(value, (tuple, list)):
+    if isinstance(value, _SEQUENCES):
         return (type(value), tuple([typed(v) for v in value]))
     return (type(value), value)
 
@@ -234,7 +237,7 @@ class CallCache:
             return (settings.current(), interpret_flag(),
                     tuple([tensor_key(t) for t in tensors]),
                     tuple([None if t is None else tensor_key(t) for t in optional]),
-                    tuple([typed(s) for s in scalars]))
+                    tuple([typed(s) if isinstance(s, _SEQUENCES) else (type(s), s) for s in scalars]))
         except Exception:  # noqa: BLE001 - not a tensor: the full path raises
             return None
 

@@ -30,6 +30,7 @@ from attnsuite.buffers import guarded_nan_buffer, guards_intact
 
 import kernels._callcache
 import kernels._checks
+import kernels.settings
 from attnsuite import registry
 from kernels import mustafar_format
 from kernels.block_sparse import block_sparse
@@ -213,6 +214,16 @@ def call_caches() -> list:
 
 HITS: list = []
 
+#: Validation runs before a wrapper picks its kernel; the classes whose checks sit beside the
+#: planning (data checks, the lean path's alias check) are tried on both paths.
+PATHS = pytest.mark.parametrize("path", ["portable", "fast"], indirect=True)
+
+
+@pytest.fixture
+def path(request):
+    with kernels.settings.using(kernel_path=request.param):
+        yield request.param
+
 
 def warm(entry: Entry, launches: list, **change) -> None:
     """A correct call, cached: the bad call after it takes the lean path."""
@@ -270,8 +281,9 @@ def test_a_scale_that_float32_cannot_hold_is_refused(launches, name):
         each_mode(entry, launches, check, scale=1.0)
 
 
+@PATHS
 @pytest.mark.parametrize("name", WITH_SCALE)
-def test_legal_scales_reach_the_launch(launches, name):
+def test_legal_scales_reach_the_launch(launches, name, path):
     for scale in GOOD_SCALES:
         ENTRIES[name].call(scale=scale)
         assert launches, (name, scale)
@@ -322,8 +334,9 @@ def second_storages(first: torch.Tensor, second_shape: tuple, second_dtype: torc
     return a, b
 
 
+@PATHS
 @pytest.mark.parametrize("name", list(ENTRIES))
-def test_an_output_over_an_input_s_memory_is_refused(launches, name):
+def test_an_output_over_an_input_s_memory_is_refused(launches, name, path):
     entry = ENTRIES[name]
     outputs = entry.outputs()
     pairs = [(output, arg) for output in outputs for arg in entry.tensors()]
@@ -344,8 +357,9 @@ def test_an_output_over_an_input_s_memory_is_refused(launches, name):
         each_mode(entry, launches, check, **base)
 
 
+@PATHS
 @pytest.mark.parametrize("name", list(ENTRIES))
-def test_outputs_beside_an_input_in_one_buffer_are_accepted(launches, name):
+def test_outputs_beside_an_input_in_one_buffer_are_accepted(launches, name, path):
     entry = ENTRIES[name]
     outputs = entry.outputs()
     first = next(iter(entry.tensors()))
@@ -435,8 +449,9 @@ def overflows(name: str) -> list:
     return out
 
 
+@PATHS
 @pytest.mark.parametrize("name", [n for n in ENTRIES if overflows(n)])
-def test_index_values_that_overflow_int32_are_refused(launches, name):
+def test_index_values_that_overflow_int32_are_refused(launches, name, path):
     entry = ENTRIES[name]
     for change, argument in overflows(name):
         def check(mode):
@@ -448,8 +463,9 @@ def test_entries_without_index_arrays_have_no_overflow_case():
     assert {n for n in ENTRIES if not overflows(n)} == {"prefill", "decode"}
 
 
+@PATHS
 @pytest.mark.parametrize("name", PAGED)
-def test_a_sequence_longer_than_int32_positions_is_refused(launches, name):
+def test_a_sequence_longer_than_int32_positions_is_refused(launches, name, path):
     """2**15 pages of 2**16 slots: 2**31 tokens, one more than an int32 position reaches. The
     table is otherwise valid (every entry is page 0 of a one-page pool)."""
     pages, page = 2**15, 2**16
