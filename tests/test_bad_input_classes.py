@@ -26,12 +26,11 @@ import numpy as np
 import pytest
 import torch
 
-from attnsuite.buffers import guarded_nan_buffer, guards_intact
-
 import kernels._callcache
 import kernels._checks
 import kernels.settings
 from attnsuite import registry
+from attnsuite.buffers import guarded_nan_buffer, guards_intact
 from kernels import mustafar_format
 from kernels.block_sparse import block_sparse
 from kernels.decode import decode
@@ -253,7 +252,8 @@ MODES = ("cold", "cached")
 
 
 def each_mode(entry: Entry, launches: list, check: Callable, **warm_change) -> None:
-    """``check(mode)`` cold (empty caches), then after a correct call with ``warm_change``."""
+    """``check(mode)`` cold (empty caches), then after a correct call with ``warm_change``; after
+    the refused call the correct one still takes the lean path (nothing was left poisoned)."""
     for mode in MODES:
         for cache in call_caches():
             cache.clear()
@@ -261,6 +261,10 @@ def each_mode(entry: Entry, launches: list, check: Callable, **warm_change) -> N
         if mode == "cached":
             warm(entry, launches, **warm_change)
         check(mode)
+        if mode == "cached":
+            HITS.clear()
+            entry.call(**warm_change)
+            assert any(HITS) and launches, f"{entry.name}: the correct call after a refused one"
 
 
 # ----------------------------------------------------------------------------- softmax scale
