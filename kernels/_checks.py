@@ -192,6 +192,20 @@ def check_scale(fn: str, scale: Any, head_dim: int, name: str = "scale") -> floa
     return value
 
 
+INT32_MAX = 2**31 - 1
+
+
+def check_rows_fit_int32(fn: str, name: str, t: torch.Tensor, dim: int) -> None:
+    """For kernels that step along ``dim`` with an int32 row index (``row * stride(dim) +
+    column``; batch and head offsets are int64): one slice's reach must fit int32. Shape-only,
+    so a cold-path check (the call key holds shapes and strides)."""
+    reach = (t.shape[dim] - 1) * t.stride(dim) + t.shape[-1] - 1
+    if reach > INT32_MAX:
+        raise ValueError(f"{fn}: {name} rows reach element {reach} of one (batch, head) slice "
+                         f"(size {t.shape[dim]}, stride {t.stride(dim)} along dim {dim}); the kernel's "
+                         f"int32 row offsets stop at 2**31 - 1")
+
+
 def check_int_range(fn: str, name: str, value: Any, lo: int, hi: int) -> int:
     if isinstance(value, bool) or not isinstance(value, numbers.Integral):
         raise TypeError(f"{fn}: {name} must be an int, got {type(value).__name__}")

@@ -481,6 +481,30 @@ def test_a_sequence_longer_than_int32_positions_is_refused(launches, name, path)
     assert "int32" in message
 
 
+def test_a_slice_whose_rows_pass_int32_offsets_is_refused_by_shape():
+    """Decode steps along S with int32 row offsets (batch and head offsets are int64): K/V whose
+    rows of one head reach past 2**31 - 1 elements are refused from their shape and strides (a
+    meta tensor: nothing is allocated); one element less passes."""
+    too_far = torch.empty_strided((1, 1, 2**16 + 1, 16), (0, 0, 2**15, 1), dtype=torch.float16, device=META)
+    with pytest.raises(ValueError, match=r"^decode: k rows reach element 2147483663 .*int32"):
+        kernels._checks.check_rows_fit_int32("decode", "k", too_far, 2)
+    fits = torch.empty_strided((1, 1, 2**16, 2**15), (0, 0, 2**15, 1), dtype=torch.float16, device=META)
+    kernels._checks.check_rows_fit_int32("decode", "k", fits, 2)
+
+
+def test_decode_checks_the_row_reach_of_k_and_v(launches, monkeypatch):
+    module = importlib.import_module("kernels.decode")
+    seen, real = [], module.check_rows_fit_int32
+
+    def spy(fn, name, t, dim):
+        seen.append((fn, name, dim))
+        real(fn, name, t, dim)
+
+    monkeypatch.setattr(module, "check_rows_fit_int32", spy)
+    ENTRIES["decode"].call()
+    assert seen == [("decode", "k", 2), ("decode", "v", 2)]
+
+
 def test_index_checks_still_pass_tables_that_fit(launches):
     """The largest legal page ids and positions pass (the checks above are not too strict)."""
     ENTRIES["sparse_paged_decode"].call(kv_page_indices=i32(4, 4, 4),
