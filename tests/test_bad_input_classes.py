@@ -492,17 +492,27 @@ def test_a_slice_whose_rows_pass_int32_offsets_is_refused_by_shape():
     kernels._checks.check_rows_fit_int32("decode", "k", fits, 2)
 
 
-def test_decode_checks_the_row_reach_of_k_and_v(launches, monkeypatch):
-    module = importlib.import_module("kernels.decode")
+#: Where a portable kernel steps along S with int32 row offsets: entry -> (module, the tensors
+#: checked). prefill and block_sparse check in their portable plans (their fast paths use int64).
+ROW_REACH = {"decode": ("kernels.decode", ["k", "v"]),
+             "prefill": ("kernels.prefill", ["q", "k", "v", "out"]),
+             "block_sparse": ("kernels.block_sparse", ["q", "out"])}
+
+
+@pytest.mark.parametrize("name", list(ROW_REACH))
+def test_portable_kernels_check_the_row_reach_of_their_tensors(launches, monkeypatch, name):
+    module_name, names = ROW_REACH[name]
+    module = importlib.import_module(module_name)
     seen, real = [], module.check_rows_fit_int32
 
-    def spy(fn, name, t, dim):
-        seen.append((fn, name, dim))
-        real(fn, name, t, dim)
+    def spy(fn, arg, t, dim):
+        seen.append((fn, arg, dim))
+        real(fn, arg, t, dim)
 
     monkeypatch.setattr(module, "check_rows_fit_int32", spy)
-    ENTRIES["decode"].call()
-    assert seen == [("decode", "k", 2), ("decode", "v", 2)]
+    with kernels.settings.using(kernel_path="portable"):
+        ENTRIES[name].call()
+    assert seen == [(name, arg, 2) for arg in names]
 
 
 def test_index_checks_still_pass_tables_that_fit(launches):
