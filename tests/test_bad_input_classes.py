@@ -2,7 +2,8 @@
 correct call of the same shapes (the lean path of ``kernels._callcache``):
 
 - index arrays whose int32 arithmetic would overflow (tables that wrap around 2**31 and so look
-  ordered in int32, entries near 2**31, sequences longer than int32 token positions reach);
+  ordered in int32, entries near 2**31, sequences longer than int32 token positions reach), and
+  tensors whose rows along S reach past the int32 row offsets of a portable kernel;
 - a softmax scale finite as a Python float but not as float32 after the kernels' log2(e) factor;
 - an ``out``/``lse`` buffer over the memory of an input (or of each other) through a second
   storage object;
