@@ -4,7 +4,9 @@ costs a key lookup and the launches.
 
 A call's key is everything validation and planning look at except data: each tensor's shape,
 strides, dtype, device and whether its address is 16-byte aligned (what Triton specializes a
-pointer on), the scalar arguments with their types (``True`` and ``1`` differ), and the
+pointer on), the scalar arguments with their types, also inside tuples and lists (``True``,
+``1`` and ``1.0`` differ, as do ``(64, 64)`` and ``(64.0, 64)``: equal values that validation
+tells apart by type), and the
 settings the planners read. Validation is pure in those, so a key seen before was valid; only
 what depends on addresses (an output aliasing an input) is checked again on every call, with
 the same messages. A bad input therefore never reaches a cached entry: it has a key no valid
@@ -52,6 +54,17 @@ def active() -> bool:
 
 def tensor_key(t: torch.Tensor) -> tuple:
     return (t.shape, t.stride(), t.dtype, t.device, not t.data_ptr() & 15)
+
+
+_SEQUENCES = (tuple, list)
+
+
+def typed(value):
+    """A scalar argument as a key: its type beside its value, recursively through tuples and
+    lists (Python's ``==`` makes ``1``, ``1.0`` and ``True`` one dict key)."""
+    if isinstance(value, _SEQUENCES):
+        return (type(value), tuple([typed(v) for v in value]))
+    return (type(value), value)
 
 
 _raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None)
@@ -224,7 +237,7 @@ class CallCache:
             return (settings.current(), interpret_flag(),
                     tuple([tensor_key(t) for t in tensors]),
                     tuple([None if t is None else tensor_key(t) for t in optional]),
-                    tuple([(type(s), s) for s in scalars]))
+                    tuple([typed(s) if isinstance(s, _SEQUENCES) else (type(s), s) for s in scalars]))
         except Exception:  # noqa: BLE001 - not a tensor: the full path raises
             return None
 

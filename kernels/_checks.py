@@ -90,6 +90,7 @@ def check_tensor(fn: str, name: str, t: Any, *, rank: Optional[int] = None,
     """
     if not isinstance(t, torch.Tensor):
         raise TypeError(f"{fn}: {name} must be a torch.Tensor, got {type(t).__name__}")
+    check_has_data(fn, name, t)
     dims_txt = f" {dims}" if dims else ""
     if rank is not None and t.dim() != rank:
         raise ValueError(f"{fn}: {name} must have rank {rank}{dims_txt}, got rank {t.dim()} "
@@ -111,6 +112,12 @@ def check_tensor(fn: str, name: str, t: Any, *, rank: Optional[int] = None,
         raise ValueError(f"{fn}: {name} must be contiguous in its last dimension (stride(-1) == 1), "
                          f"got strides {tuple(t.stride())}")
     return t
+
+
+def check_has_data(fn: str, name: str, t: torch.Tensor) -> None:
+    """A meta tensor has a shape but no memory: every later check (and Triton) would misread it."""
+    if t.device.type == "meta":
+        raise ValueError(f"{fn}: {name} is on the meta device, which holds no data")
 
 
 def check_nonempty(fn: str, name: str, t: torch.Tensor, dims: Optional[str] = None) -> None:
@@ -162,15 +169,41 @@ def check_flag(fn: str, name: str, value: Any) -> bool:
     return value
 
 
+#: log2(e): kernels work in base 2 and receive ``float32(scale * LOG2E)``.
+LOG2E = 1.4426950408889634
+#: The smallest magnitude that rounds to inf in float32 (round to nearest even).
+_FP32_OVERFLOW = 2.0**128 - 2.0**103
+
+
 def check_scale(fn: str, scale: Any, head_dim: int, name: str = "scale") -> float:
-    """Return the softmax scale as a float (default 1/sqrt(head_dim))."""
+    """Return the softmax scale as a float (default 1/sqrt(head_dim)). Negative and zero scales
+    are legal; the scale must stay finite as the kernels see it: converted to float32, and
+    multiplied by log2(e) before that conversion."""
     if scale is None:
         return 1.0 / math.sqrt(head_dim)
     if isinstance(scale, bool) or not isinstance(scale, numbers.Real):
         raise TypeError(f"{fn}: {name} must be a real number or None, got {type(scale).__name__}")
-    if not math.isfinite(float(scale)):
+    value = float(scale)
+    if not math.isfinite(value):
         raise ValueError(f"{fn}: {name} must be finite, got {scale}")
-    return float(scale)
+    if abs(value) * LOG2E >= _FP32_OVERFLOW:
+        raise ValueError(f"{fn}: {name} must be finite in float32 after the kernels' log2(e) "
+                         f"factor, i.e. |{name}| < {_FP32_OVERFLOW / LOG2E:.6g}, got {scale}")
+    return value
+
+
+INT32_MAX = 2**31 - 1
+
+
+def check_rows_fit_int32(fn: str, name: str, t: torch.Tensor, dim: int) -> None:
+    """For kernels that step along ``dim`` with an int32 row index (``row * stride(dim) +
+    column``; batch and head offsets are int64): one slice's reach must fit int32. Shape-only,
+    so a cold-path check (the call key holds shapes and strides)."""
+    reach = (t.shape[dim] - 1) * t.stride(dim) + t.shape[-1] - 1
+    if reach > INT32_MAX:
+        raise ValueError(f"{fn}: {name} rows reach element {reach} of one (batch, head) slice "
+                         f"(size {t.shape[dim]}, stride {t.stride(dim)} along dim {dim}); the kernel's "
+                         f"int32 row offsets stop at 2**31 - 1")
 
 
 def check_int_range(fn: str, name: str, value: Any, lo: int, hi: int) -> int:
@@ -207,12 +240,36 @@ def check_output(fn: str, name: str, t: Any, *, shape: Sequence[int], dtype: tor
     return t
 
 
+def memory_span(t: torch.Tensor) -> tuple[int, int]:
+    """``[first byte, one past the last byte)`` of the memory ``t``'s elements lie in, from its
+    address, sizes and strides (torch strides are never negative); empty for an empty tensor.
+    Two tensors over the same memory overlap here whatever storage objects they come from."""
+    start = t.data_ptr()
+    if t.is_contiguous():
+        return start, start + t.nbytes
+    last = 0
+    for size, stride in zip(t.shape, t.stride()):
+        if size == 0:
+            return start, start
+        last += (size - 1) * stride
+    return start, start + (last + 1) * t.element_size()
+
+
+def _overlap(a: torch.Tensor, span: tuple, b: torch.Tensor, other: tuple) -> bool:
+    """Non-empty spans that intersect, on one device (compared last: it is the slow part)."""
+    return (span[0] < other[1] and other[0] < span[1] and span[0] < span[1] and other[0] < other[1]
+            and a.device == b.device)
+
+
 def check_no_alias(fn: str, name: str, t: torch.Tensor, inputs: Optional[dict]) -> None:
-    """``t`` (an output) shares no storage with any of ``inputs``. Depends on addresses, so the
-    lean call path (``kernels._callcache``) repeats it on every call."""
+    """``t`` (an output) overlaps none of ``inputs`` in memory (kernels read those from other
+    programs while this one writes). Compares address ranges, not storage objects: a second
+    storage over the same memory (``from_blob``, ``set_``, a shared numpy buffer) is caught.
+    Depends on addresses, so the lean call path (``kernels._callcache``) repeats it on every
+    call."""
+    span = memory_span(t)
     for other_name, other in (inputs or {}).items():
-        if (isinstance(other, torch.Tensor) and other.device == t.device and t.numel() and other.numel()
-                and t.untyped_storage().data_ptr() == other.untyped_storage().data_ptr()):
+        if isinstance(other, torch.Tensor) and _overlap(t, span, other, memory_span(other)):
             raise ValueError(f"{fn}: {name} must not share memory with {other_name}")
 
 
@@ -228,26 +285,32 @@ def check_out_lse(fn: str, out: Any, lse: Any, return_lse: bool, *, o_shape: Seq
             raise ValueError(f"{fn}: lse buffer given but return_lse=False")
         check_output(fn, "lse", lse, shape=lse_shape, dtype=torch.float32, device=like.device,
                      dims=lse_dims, inputs=inputs)
-        if out is not None and lse.untyped_storage().data_ptr() == out.untyped_storage().data_ptr():
-            raise ValueError(f"{fn}: lse must not share memory with out")
+        if out is not None:
+            check_no_alias(fn, "lse", lse, {"out": out})
 
 
 def check_out_lse_aliases(fn: str, out: Any, lse: Any, inputs: dict) -> None:
     """The address-dependent part of ``check_out_lse``, in the same order and words, for a call
-    whose shapes were validated before (each storage address is read once)."""
-    ptrs = [(name, x, x.untyped_storage().data_ptr()) for name, x in inputs.items()
-            if isinstance(x, torch.Tensor)]
-    out_ptr = None
+    whose shapes were validated before (``inputs`` holds tensors or None). Each input's span is
+    read once; this runs on every lean call, so the common contiguous case is inlined."""
+    spans = []
+    for name, x in inputs.items():
+        if x is not None:
+            start = x.data_ptr()
+            end = start + x.nbytes if x.is_contiguous() else memory_span(x)[1]
+            if start < end:
+                spans.append((name, x, start, end))
+    out_lo = out_hi = 0
     for name, t in (("out", out), ("lse", lse)):
         if t is None:
             continue
-        p = t.untyped_storage().data_ptr()
-        for other_name, other, q in ptrs:
-            if q == p and other.device == t.device and t.numel() and other.numel():
+        lo, hi = memory_span(t)
+        for other_name, other, start, end in spans:
+            if start < hi and lo < end and other.device == t.device:
                 raise ValueError(f"{fn}: {name} must not share memory with {other_name}")
         if name == "out":
-            out_ptr = p
-        elif out_ptr is not None and p == out_ptr:
+            out_lo, out_hi = lo, hi
+        elif out_lo < hi and lo < out_hi and out.device == t.device:
             raise ValueError(f"{fn}: lse must not share memory with out")
 
 
@@ -324,6 +387,7 @@ def check_index_tensor(fn: str, name: str, t: Any, *, device: torch.device, rank
     """
     if not isinstance(t, torch.Tensor):
         raise TypeError(f"{fn}: {name} must be a torch.Tensor, got {type(t).__name__}")
+    check_has_data(fn, name, t)
     if t.dtype != torch.int32:
         raise TypeError(f"{fn}: {name} must be int32, got {_fmt_dtype(t.dtype)}")
     return check_tensor(fn, name, t, rank=rank, device=device, like=like, shape=shape, dims=dims)

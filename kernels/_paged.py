@@ -107,11 +107,15 @@ def check_sparse_indices(fn: str, B: int, Hq: int, device: torch.device, sparse_
 def token_limits(page_size: int, kv_page_indptr: torch.Tensor,
                  kv_last_page_len: Optional[torch.Tensor]) -> torch.Tensor:
     """int32 [B]: number of valid logical positions per sequence (L_b, or page_size * pages_b
-    when no last_page_len is given); 0 for a zero-page sequence (whatever its last_page_len)."""
-    n_pages = kv_page_indptr[1:] - kv_page_indptr[:-1]
+    when no last_page_len is given); 0 for a zero-page sequence (whatever its last_page_len).
+    Computed in int64 and clamped to int32's range (``check_index_values`` rejects a sequence
+    whose length does not fit)."""
+    n_pages = kv_page_indptr[1:].to(torch.int64) - kv_page_indptr[:-1]
     if kv_last_page_len is None:
-        return n_pages * page_size
-    return torch.where(n_pages > 0, (n_pages - 1) * page_size + kv_last_page_len, 0)
+        limits = n_pages * page_size
+    else:
+        limits = torch.where(n_pages > 0, (n_pages - 1) * page_size + kv_last_page_len, 0)
+    return limits.clamp_(0, INT32_MAX).to(torch.int32)
 
 
 def read_scalars(scalars: Sequence[torch.Tensor]) -> list[float]:
@@ -151,7 +155,9 @@ def check_index_values(fn: str, num_pages: int, page_size: int, kv_page_indptr: 
     offending element and raise a ValueError naming it.
     """
     n_idx = kv_page_indices.shape[0]
-    n_pages = kv_page_indptr[1:] - kv_page_indptr[:-1]
+    # int64: an int32 difference wraps, and a table whose entries pass 2**31 would then look
+    # non-decreasing and end at len(indices).
+    n_pages = kv_page_indptr[1:].to(torch.int64) - kv_page_indptr[:-1]
     stats = [kv_page_indptr[0], kv_page_indptr[-1], *torch.aminmax(n_pages)]
     if n_idx:
         stats += list(torch.aminmax(kv_page_indices))
@@ -170,7 +176,8 @@ def check_index_values(fn: str, num_pages: int, page_size: int, kv_page_indptr: 
     vals = read_scalars(stats + list(extra_stats))
     v = iter(vals)
     first, total, np_min, np_max = next(v), next(v), next(v), next(v)
-    ok = first == 0 and total == n_idx and np_min >= 0
+    # Kernels count a sequence's tokens in int32: pages_b * page_size must fit.
+    ok = first == 0 and total == n_idx and np_min >= 0 and np_max * page_size <= INT32_MAX
     if n_idx:
         i_min, i_max = next(v), next(v)
         ok = ok and i_min >= 0 and i_max < num_pages
@@ -200,6 +207,11 @@ def check_index_values(fn: str, num_pages: int, page_size: int, kv_page_indptr: 
     if n_idx != int(indptr[-1]):
         raise ValueError(f"{fn}: kv_page_indices must have shape [indptr[B]] = [{int(indptr[-1])}], "
                          f"got {list(kv_page_indices.shape)}")
+    longest = int(n_pages.max())
+    if longest * page_size > INT32_MAX:
+        b = int(n_pages.argmax())
+        raise ValueError(f"{fn}: kv_page_indptr gives sequence {b} {longest} pages of {page_size} "
+                         f"tokens, more than int32 token positions reach (2**31 - 1)")
     check_values_in_range(fn, "kv_page_indices", kv_page_indices, 0, num_pages, what="page ids")
     if kv_last_page_len is not None:
         check_values_in_range(fn, "kv_last_page_len", kv_last_page_len, 1, page_size,

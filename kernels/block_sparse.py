@@ -17,7 +17,8 @@ import triton.language as tl
 from ._callcache import CallCache
 from ._checks import (cdiv, DOT_INPUT_PRECISION, FLOAT_DTYPES, check_flag, check_index_tensor,
                       check_launchable, check_nonempty, check_out_lse, check_out_lse_aliases,
-                      check_scale, check_tensor, check_values_in_range, is_interpret, is_live, launch,
+                      check_rows_fit_int32, check_scale, check_tensor, check_values_in_range,
+                      is_interpret, is_live, launch,
                       LaunchPlan, next_pow2, on_ascend, use_fast_path)
 from . import attn_fast
 from ._grid import persistent, plan_grid
@@ -172,6 +173,9 @@ def block_sparse_plan(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, sabi: t
             H, S, D, bq, bkv, sabi.shape[2], float(scale) * LOG2E)
     if use_fast_path(q) and not persistent(q):
         return _fast_plan(q, k, v, args, lse is not None, (bq, bkv), scale, interpret)
+    # The portable kernel's query-row offsets along S are int32 (its key rows are int64).
+    for name, t in (("q", q), ("out", out)):
+        check_rows_fit_int32("block_sparse", name, t, 2)
     g = plan_grid((cdiv(S, cfg["BLOCK_M"]), B * H), q, vector=False)
     meta = dict(RETURN_LSE=return_lse, DOT_PRECISION=DOT_INPUT_PRECISION,
                 PERSISTENT=g.persistent, **cfg)

@@ -24,8 +24,8 @@ from ._callcache import CallCache
 from ._grid import npu_cores, npu_splits, plan_grid
 from ._split import merge_in_last_program, merge_meta, merge_plan, NO_MERGE, scratch_of, split_outputs
 from ._checks import (cdiv, DOT_INPUT_PRECISION, check_decode_qkv, check_flag, check_int_range,
-                      check_launchable, check_out_lse, check_out_lse_aliases, check_scale,
-                      is_interpret, is_live, launch, LaunchPlan, next_pow2, on_ascend,
+                      check_launchable, check_out_lse, check_out_lse_aliases, check_rows_fit_int32,
+                      check_scale, is_interpret, is_live, launch, LaunchPlan, next_pow2, on_ascend,
                       use_fast_path)
 from ._tune import pick
 
@@ -271,6 +271,8 @@ def decode_plan(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Te
 def _validate(q, k, v, scale, return_lse, out, lse, num_splits) -> float:
     fn = "decode"
     B, Hq, Hkv, S, D = check_decode_qkv(fn, q, k, v, MAX_HEAD_DIM)
+    check_rows_fit_int32(fn, "k", k, 2)
+    check_rows_fit_int32(fn, "v", v, 2)
     check_flag(fn, "return_lse", return_lse)
     scale = check_scale(fn, scale, D)
     if num_splits is not None:

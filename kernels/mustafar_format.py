@@ -164,6 +164,8 @@ def _check_shape(fn: str, x: torch.Tensor, kind: str, bits: int) -> None:
         raise ValueError(f"{fn}: bits must be one of {BITS}, got {bits!r}")
     if not isinstance(x, torch.Tensor) or x.dim() != 4:
         raise ValueError(f"{fn}: x must be a [B, Hkv, S_c, D] tensor")
+    if x.device.type == "meta":
+        raise ValueError(f"{fn}: x is on the meta device, which holds no data")
     if x.dtype != torch.float16:
         raise TypeError(f"{fn}: x must have dtype float16, got {x.dtype}")
     _, _, S, D = x.shape

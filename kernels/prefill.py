@@ -14,8 +14,8 @@ import triton.language as tl
 
 from ._softmax import online_softmax_step
 from ._checks import (cdiv, DOT_INPUT_PRECISION, FLOAT_DTYPES, check_flag, check_gqa, check_launchable,
-                      check_nonempty, check_out_lse, check_out_lse_aliases, check_scale,
-                      check_tensor, is_interpret, is_live, launch, LaunchPlan, next_pow2,
+                      check_nonempty, check_out_lse, check_out_lse_aliases, check_rows_fit_int32,
+                      check_scale, check_tensor, is_interpret, is_live, launch, LaunchPlan, next_pow2,
                       on_ascend, use_fast_path)
 from ._tune import pick
 from . import attn_fast
@@ -142,6 +142,9 @@ def prefill_plan(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.T
     if use_fast_path(q) and not persistent(q):
         return _fast_plan(q, k, v, out, lse, causal=causal, scale=scale, interpret=interpret,
                           config=config)
+    # The portable kernel's row offsets along S are int32 (the fast path's are int64).
+    for name, t in (("q", q), ("k", k), ("v", v), ("out", out)):
+        check_rows_fit_int32("prefill", name, t, 2)
     tuning = "default"
     if config is not None:
         cfg = dict(config)

@@ -282,7 +282,8 @@ def _packed_rows(cu_seqlens: torch.Tensor, T: int, max_seqlen, check_indices: bo
     first, last = int(cu_seqlens[0]), int(cu_seqlens[-1])
     if first != 0:
         raise ValueError(f"{fn}: cu_seqlens must start at 0, got cu_seqlens[0] = {first}")
-    steps = cu_seqlens[1:] - cu_seqlens[:-1]
+    # int64: an int32 difference wraps, and entries past 2**31 would then look non-decreasing.
+    steps = cu_seqlens[1:].to(torch.int64) - cu_seqlens[:-1]
     if bool((steps < 0).any()):
         i = int((steps < 0).nonzero()[0, 0])
         raise ValueError(f"{fn}: cu_seqlens must be non-decreasing, got cu_seqlens[{i}] = "
