@@ -10,6 +10,8 @@ from . import registry
 from .case import select
 from .collection import CaseParam, case_params
 from .options import RunOptions
+from .records import RecordWriter
+from .transport import ControllerWriters, WorkerCache
 
 
 class SuiteSession:
@@ -33,6 +35,14 @@ class SuiteSession:
         self.trace_summary: str | None = None
         #: (family, case id, impl) -> the record fields about its reproduction script.
         self.repro_scripts: dict[tuple, dict] = {}
+        #: Where this process's records go (``writer``), made on first use.
+        self._writer = None
+        #: The case watchdog of a process that runs cases (attnsuite/hung.py), made on first use.
+        self.watchdog = None
+        #: An xdist worker's fault dump file, kept open while the process lives.
+        self.faults = None
+        #: --impl: the families whose cases are collected (None: every family; collection.py).
+        self.only_families: set[str] | None = None
 
     # -- what this run covers -------------------------------------------------------------------
     def families(self) -> dict:
@@ -159,6 +169,26 @@ class SuiteSession:
             self.repro_scripts[key] = {"repro_script": str(path.resolve())}
         except Exception as exc:  # the failure is recorded either way; the script is a convenience
             self.repro_scripts[key] = {"repro_script_error": f"{type(exc).__name__}: {exc}"}
+
+    # -- where records go ---------------------------------------------------------------------------
+    def writer(self, worker: str = "controller"):
+        """Where this process's records go, one writer per process. One pytest process: its
+        records file. An xdist worker: its local cache (the records themselves travel on the
+        reports). The controller: a file per worker for the records it receives,
+        ``controller.jsonl`` for its own."""
+        if self._writer is None:
+            if self.in_worker:
+                self._writer = WorkerCache(self.options.run_dir, self.worker)
+            elif self.controller:
+                self._writer = ControllerWriters(self.options.run_dir)
+            else:
+                self._writer = RecordWriter(self.options.run_dir, self.worker)
+        w = self._writer
+        return w(worker) if isinstance(w, ControllerWriters) else w
+
+    def close_writers(self) -> None:
+        if self._writer is not None:
+            self._writer.close()
 
     # -- what every record carries ----------------------------------------------------------------
     def env(self) -> dict:

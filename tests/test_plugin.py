@@ -117,7 +117,7 @@ def test_benchmarks_skip_on_cpu_with_the_reason_and_are_recorded_as_bench(run_su
 
 
 def test_bench_selection_is_headline_cases_plus_sweeps_in_full():
-    from attnsuite.plugin import bench_selection
+    from attnsuite.bench.selection import bench_selection
     from cases.decode import FAMILY
 
     quick, full = bench_selection(FAMILY, "quick"), bench_selection(FAMILY, "full")
@@ -150,7 +150,7 @@ def test_benchmarks_select_by_case_tags_too(select):
                       "--strict-markers", "--profile", "full", "benchmarks", *select], cwd=ROOT,
                      env={**__import__("os").environ, "PYTHONPATH": str(ROOT)}, timeout=300).stdout
     ids = {line.split("[", 1)[1][:-1] for line in out.splitlines() if line.startswith("benchmarks/")}
-    from attnsuite.plugin import bench_selection
+    from attnsuite.bench.selection import bench_selection
     from cases.decode import FAMILY
 
     full = {c.id: c for c in bench_selection(FAMILY, "full")}
@@ -177,7 +177,7 @@ def test_option_values_are_joined_for_the_workers(pytestconfig):
 def test_workers_share_the_cores_unless_the_user_set_a_thread_count(monkeypatch, omp, workers, cores, expected):
     import torch
 
-    from attnsuite import plugin
+    from attnsuite.configure import share_cores
 
     set_to = []
     monkeypatch.setattr(torch, "set_num_threads", set_to.append)
@@ -186,5 +186,5 @@ def test_workers_share_the_cores_unless_the_user_set_a_thread_count(monkeypatch,
         monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
     else:
         monkeypatch.setenv("OMP_NUM_THREADS", omp)
-    plugin._share_cores(workers)
+    share_cores(workers)
     assert set_to == ([] if expected is None else [expected])
