@@ -4,6 +4,7 @@ every hook through ``attnsuite.context.suite(config)``. Hooks stay thin; the wor
 methods here and in the modules they call (runner, recording, accounting)."""
 from __future__ import annotations
 
+import shlex
 from pathlib import Path
 
 from . import registry
@@ -85,8 +86,9 @@ class SuiteSession:
     def implementations(self) -> dict:
         """family -> [(name, implementation)] from --impl, resolved (and checked) once."""
         if self._impls is None:
-            from .impls import parse_options, resolve_all
+            from .impls import parse_options, resolve_all, search_also
 
+            search_also(self.options.import_dirs)
             self._impls = resolve_all(parse_options(list(self.options.impl_specs)), self.families())
         return self._impls
 
@@ -216,7 +218,12 @@ class SuiteSession:
             nodeid = nodeid[:-len(impl) - 1]
         elif nodeid.endswith(f"@{impl}]"):  # a benchmark: test_bench[case id@impl]
             nodeid = nodeid[:-len(impl) - 2] + "]"
-        return f"pytest '{nodeid}'{self.options.repro_options()} --impl {family}={impl}"
+        from .impls import import_root
+
+        # The directory the implementation's import needed, where a plain run would not find it.
+        root = import_root(impl, self.options.rootdir or Path.cwd())
+        env = f"PYTHONPATH={shlex.quote(str(root))} " if root is not None else ""
+        return f"{env}pytest '{nodeid}'{self.options.repro_options()} --impl {family}={impl}"
 
     def library_info(self, family, impl: str) -> dict | None:
         """What a record says about the library behind an implementation (attnsuite/ecosystem):
