@@ -86,6 +86,67 @@ def test_an_out_of_tree_callable_runs_the_decode_cases(run_suite, mypkg):
     assert run.records and {r["impl"] for r in run.records} == {"mypkg.mykernel:decode"}
     assert {r["outcome"] for r in run.records} <= {"pass", "xfail"}
     assert all("--impl decode=mypkg.mykernel:decode" in r["repro"] for r in run.records)
+    # mypkg came from a directory on PYTHONPATH: the repro command names it.
+    assert all(r["repro"].startswith(f"PYTHONPATH={mypkg['PYTHONPATH'].split(':')[1]} pytest ") for r in run.records)
+
+
+def _console_pytest(args: list[str], cwd, env: dict):
+    """``pytest ARGS`` as typed in a shell: the console script, which (unlike ``python -m
+    pytest``) does not put the working directory on sys.path."""
+    import os
+    import sys
+    from pathlib import Path
+
+    from tests.processes import run_python
+
+    script = Path(sys.executable).parent / "pytest"
+    if not script.exists():
+        pytest.skip(f"no pytest console script beside {sys.executable}")
+    return run_python([str(script), *args], cwd=cwd, env={**os.environ, **env}, timeout=600)
+
+
+def test_impl_as_written_imports_from_where_pytest_started_and_says_so(mypkg, tmp_path):
+    """``pytest --impl decode=mypkg.mykernel:decode`` with mypkg in the working directory and
+    nothing on PYTHONPATH but the checkout: it imports, the summary names it, and each record's
+    repro command carries the directory the import needed."""
+    records = tmp_path / "records"
+    proc = _console_pytest([str(ROOT / "cases" / "decode.py"), "-k", "S17-D64", "-p", "no:cacheprovider",
+                            "--impl", "decode=mypkg.mykernel:decode", "--records-dir", str(records),
+                            "--report-html", "none"], cwd=tmp_path, env={"PYTHONPATH": str(ROOT)})
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
+    assert f"implementation decode: mypkg.mykernel:decode ({tmp_path / 'mypkg' / 'mykernel.py'})" in proc.stdout
+    from attnsuite.records import read_records
+
+    recs = read_records([records])
+    assert recs and all(r["repro"].startswith(f"PYTHONPATH={tmp_path} pytest '") for r in recs)
+
+
+def test_an_impl_import_that_fails_says_where_it_looked(tmp_path):
+    proc = _console_pytest(["cases/decode.py", "--impl", "decode=nosuchpkg.kernel:decode", "-p", "no:cacheprovider"],
+                           cwd=ROOT, env={"PYTHONPATH": str(ROOT)})
+    assert proc.returncode == 4
+    assert "cannot import module 'nosuchpkg.kernel'" in proc.stderr and str(ROOT) in proc.stderr, proc.stderr[-2000:]
+
+
+@pytest.mark.parametrize("args,families", [
+    (["--impl", "decode=triton"], {"decode"}),
+    (["--impl", "decode=triton", "--impl", "prefill=triton"], {"decode", "prefill"}),
+    (["--impl", "decode=triton", "cases/decode.py", "cases/prefill.py"], {"decode", "prefill"}),
+    (["--impl", "decode=triton", "-k", "paged_decode"], {"paged_decode"}),
+    (["--impl", "all"], None),
+])
+def test_impl_of_one_family_collects_that_family_unless_others_are_asked_for(args, families):
+    import os
+
+    from tests.processes import run_python
+
+    out = run_python(["-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider", *args], cwd=ROOT,
+                     env={**os.environ, "PYTHONPATH": str(ROOT)}, timeout=300)
+    found = {line.split("::")[1].split("[")[0] for line in out.stdout.splitlines() if line.startswith("cases/")}
+    if families is None:  # every family
+        assert found == set(__import__("attnsuite.registry").registry.families()), out.stdout[-2000:]
+    else:
+        assert found == families, out.stdout[-2000:] + out.stderr[-2000:]
 
 
 def test_an_entry_point_is_selected_by_name(run_suite, mypkg):
