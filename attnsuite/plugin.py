@@ -40,6 +40,14 @@ def pytest_addoption(parser):
     add_options(parser)
 
 
+@pytest.hookimpl(tryfirst=True)
+def pytest_load_initial_conftests(early_config, args):
+    """Loaded by the entry point: ``--workloads DIR`` with a space keeps the checkout's rootdir."""
+    from .rootdir import settle
+
+    settle(early_config, args)
+
+
 def pytest_configure(config):
     if starting.is_suite_run(config):
         starting.configure(config)
