@@ -7,6 +7,7 @@ import pytest
 
 from attnsuite.impls import ImplError, parse_options, resolve
 from attnsuite.interfaces import BadImplementation, check_impl
+from attnsuite.optional_keywords import fit
 from attnsuite.registry import families
 from attnsuite.ledger import KnownFailure
 from tests.conftest import ROOT
@@ -231,6 +232,8 @@ def test_every_registered_implementation_fits_its_interface(family):
     assert fam.interface is not None
     for name, impl in fam.impls.items():
         check_impl(fam, name, impl)
+        # Every keyword taken: called as it is, never through the harness's fitting.
+        assert fit(fam, impl) is impl, name
 
 
 def test_interface_check_names_the_expected_call():
