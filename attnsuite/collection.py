@@ -6,7 +6,9 @@ Node ids read ``cases/decode.py::decode[fp16-B2-Hq8-Hkv2-S17-D64-lse]`` (the cas
 """
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Callable
 
 import pytest
@@ -16,6 +18,7 @@ from .context import suite
 from .flashinfer_trace.workloads import unmapped_reason
 from .ledger import KnownFailure, KnownFailureHit
 from .result import CaseFailure, CaseOutcome
+from .scheduling import order_for_compiles, specialization_key
 
 #: The frozen result of a case, set by the item (or the benchmark fixture) that ran it.
 OUTCOME = pytest.StashKey[CaseOutcome]()
@@ -151,3 +154,69 @@ def raise_for(outcome: CaseOutcome, param: CaseParam) -> None:
                                                 outcome.interpreted_launches):
             raise KnownFailureHit(known, outcome.stage, outcome.message)
         raise CaseFailure(outcome.stage, f"{outcome.stage}: {outcome.message}")
+
+
+# -- what a run collects ------------------------------------------------------------------------
+
+def collect_file(file_path, parent):
+    """A family's catalog module as a ``FamilyFile`` (None for any other file, and for a family
+    this run does not ask for: see ``families_asked``)."""
+    if file_path.suffix != ".py" or file_path.name.startswith(("_", "test_")):
+        return None
+    session = suite(parent.config)
+    if not session.in_registry_package(file_path):
+        return None
+    family = session.family_at(file_path)
+    if family is None or (session.only_families is not None and family.name not in session.only_families):
+        return None
+    node = FamilyFile.from_parent(parent, path=file_path)
+    node.family = family
+    return node
+
+
+def families_asked(config, session) -> set[str] | None:
+    """The families a run with ``--impl`` collects: those the --impl options name, those whose
+    catalog module is named as a test path, and those named in a -k expression. None (every
+    family): no --impl, or a bare ``--impl all``. Controller and xdist workers compute the same
+    set from the same arguments, as xdist requires of a collection."""
+    from .impls import EVERY_FAMILY, parse_options
+
+    specs = parse_options(list(session.options.impl_specs))
+    if not specs or EVERY_FAMILY in specs:
+        return None
+    names = set(session.families())
+    asked = set(specs) & names
+    for arg in config.args:
+        path = Path(str(arg).split("::", 1)[0])
+        path = path if path.is_absolute() else Path(config.invocation_params.dir) / path
+        if path.is_file() and session.in_registry_package(path):
+            family = session.family_at(path)
+            if family is not None:
+                asked.add(family.name)
+    keyword = getattr(config.option, "keyword", "") or ""
+    asked |= set(re.findall(r"[A-Za-z_][A-Za-z0-9_]*", keyword)) & names
+    return asked
+
+
+def is_case(item) -> bool:
+    return item.get_closest_marker("conformance") is not None or item.get_closest_marker("bench") is not None
+
+
+def specialization(item):
+    param = item.stash.get(PARAM, None) if is_case(item) else None
+    if param is None:
+        return None
+    return specialization_key(param.case.family, param.case.params)
+
+
+def order_and_time(config, items) -> None:
+    """Compiling devices: cases of one kernel specialization next to each other (attnsuite/
+    scheduling.py). With pytest-timeout: a benchmark gets the case timeout too."""
+    session = suite(config)
+    if session.options.device_kind != "cpu":  # the interpreter compiles nothing
+        order_for_compiles(items, specialization)
+    if config.pluginmanager.hasplugin("timeout"):
+        timeout = session.options.case_timeout
+        for item in items:
+            if item.get_closest_marker("bench") and not item.get_closest_marker("timeout"):
+                item.add_marker(pytest.mark.timeout(timeout))

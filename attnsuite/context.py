@@ -7,6 +7,8 @@ import datetime as _dt
 import pytest
 
 SUITE = pytest.StashKey["SuiteSession"]()
+#: The run as a whole (attnsuite/accounting.py), in the process that sees every case.
+ACCOUNT = pytest.StashKey["RunAccount"]()
 
 
 def suite(config) -> "SuiteSession":  # noqa: F821 - attnsuite.session.SuiteSession

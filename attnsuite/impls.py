@@ -6,7 +6,14 @@ name (the family's own ``impls``, e.g. ``triton`` or ``sdpa``, plus the setuptoo
 of group ``attnsuite.impls`` named ``FAMILY.NAME``), ``package.module:callable``, or ``all``:
 every registered implementation of the family (``--impl all``: of every family). Every
 implementation is checked against the family's interface (attnsuite/interfaces.py) when it is
-resolved, so a wrong signature stops the run before any case.
+resolved, so a wrong signature stops the run before any case; one whose signature leaves out
+the optional keywords (a scale-less or LSE-less kernel) is fitted to the call
+(attnsuite/optional_keywords.py).
+
+``package.module:callable`` imports from ``sys.path`` and then from the directory pytest was
+started in and the rootdir (as pytest finds a rootdir conftest), so ``mypkg`` beside the
+checkout's ``cases`` needs no ``PYTHONPATH``; the reproduction command of its cases names the
+directory the import came from when that is neither the rootdir nor an installed package.
 
 Under ``all`` an implementation that cannot be loaded (an entry point whose package does not
 import) still runs: every case of it is ``Unsupported`` with the import error, so one broken
@@ -17,10 +24,13 @@ from __future__ import annotations
 
 import importlib
 import sys
+import sysconfig
 from importlib import metadata
-from typing import Callable
+from pathlib import Path
+from typing import Callable, Iterable
 
 from .interfaces import BadImplementation, Unsupported, check_impl
+from .optional_keywords import fit
 
 ENTRY_POINT_GROUP = "attnsuite.impls"
 
@@ -52,6 +62,21 @@ def parse_options(values: list[str]) -> dict[str, list[str]]:
     return specs
 
 
+#: The directories ``search_also`` was given, for the message of an import that still fails.
+_ALSO: list[str] = []
+
+
+def search_also(dirs: Iterable) -> None:
+    """Let ``--impl`` imports find packages in ``dirs`` too (the invocation directory and the
+    rootdir), after everything already on ``sys.path``."""
+    for d in dirs:
+        d = str(Path(d).resolve())
+        if d not in _ALSO:
+            _ALSO.append(d)
+        if d not in sys.path:
+            sys.path.append(d)
+
+
 def load_callable(spec: str) -> Callable:
     module, _, attr = spec.partition(":")
     if not module or not attr:
@@ -60,8 +85,10 @@ def load_callable(spec: str) -> Callable:
         obj = importlib.import_module(module)
     except ImportError as exc:
         head = ", ".join(sys.path[:4])
-        raise ImplError(f"--impl: cannot import module {module!r} of {spec!r}: {exc} (sys.path starts "
-                        f"with {head}; put your package on PYTHONPATH or install it)") from None
+        also = f", then {', '.join(_ALSO)} (where pytest started, the rootdir)" if _ALSO else ""
+        raise ImplError(f"--impl: cannot import module {module!r} of {spec!r}: {exc} (searched sys.path, "
+                        f"which starts with {head}{also}; put your package's parent directory on "
+                        f"PYTHONPATH or install it)") from None
     try:
         for part in attr.split("."):
             obj = getattr(obj, part)
@@ -102,7 +129,25 @@ def resolve(family, spec: str) -> tuple[str, Callable]:
         check_impl(family, name, fn)
     except BadImplementation as exc:
         raise ImplError(f"--impl {family.name}={spec}: {exc}") from None
-    return name, fn
+    return name, fit(family, fn)
+
+
+def import_root(spec: str, rootdir) -> Path | None:
+    """The ``sys.path`` directory the module of a ``module:callable`` spec was imported from,
+    when running it again needs that directory named: not the rootdir (the ini's ``pythonpath``
+    puts it there), not an installed package. None otherwise, or for a registered name."""
+    module = spec.partition(":")[0] if ":" in spec else ""
+    top = sys.modules.get(module.split(".", 1)[0]) if module else None
+    where = getattr(top, "__file__", None)
+    if not where:
+        return None
+    path = Path(where).resolve().parent
+    root = path.parent if Path(where).name == "__init__.py" else path
+    installed = {Path(p).resolve() for p in (sysconfig.get_paths().get("purelib"), sysconfig.get_paths().get("platlib"))
+                 if p}
+    if root == Path(rootdir).resolve() or root in installed or "site-packages" in root.parts:
+        return None
+    return root
 
 
 def resolve_all(specs: dict[str, list[str]], families: dict) -> dict[str, list[tuple[str, Callable]]]:

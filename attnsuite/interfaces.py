@@ -10,6 +10,11 @@ return (or views of them); ``lse`` is fp32 natural-log. ``scale`` (the softmax s
 passed as a keyword: ``None`` means ``1/sqrt(D)``, and the catalogs pass other scales too.
 Raise ``Unsupported("why")`` for a case the implementation does not handle (e.g. no LSE, a view
 it cannot take): the case is skipped with that reason.
+
+A kernel written before serving stacks passed their own scale, or one that returns no LSE, is
+accepted as it is: its signature may leave out ``scale``, ``return_lse``, ``out`` and ``lse``
+(attnsuite/optional_keywords.py says what the harness then does), and one whose signature cannot
+say so sets ``fn.attnsuite_lse = False``.
 """
 from __future__ import annotations
 
@@ -56,8 +61,33 @@ SCALE_NOTE = ("scale: float or None (None: 1/sqrt(D)); the catalogs also pass 1/
               "1/sqrt(192) at D = 128), 4/sqrt(D) and 1.0")
 
 
+#: Keywords an implementation's signature may leave out (attnsuite/optional_keywords.py): a
+#: scale-less kernel runs the default-scale cases, an LSE-less one is judged on ``o``, one with no
+#: output buffers has its result copied into the caller's.
+OPTIONAL_KEYWORDS = ATTENTION_KEYWORDS
+
+
 class BadImplementation(TypeError):
     pass
+
+
+def left_out(fn: object, iface: Interface) -> tuple[str, ...]:
+    """The optional keywords of ``iface`` that ``fn``'s signature does not take (none when it
+    takes ``**kwargs`` or cannot be inspected: it is called with all of them)."""
+    try:
+        params = inspect.signature(fn).parameters
+    except (TypeError, ValueError):
+        return ()
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
+        return ()
+    takes = {n for n, p in params.items() if p.kind is not inspect.Parameter.POSITIONAL_ONLY}
+    return tuple(k for k in iface.keywords if k in OPTIONAL_KEYWORDS and k not in takes)
+
+
+def returns_lse(fn: object, iface: Interface) -> bool:
+    """Whether ``fn`` can return an LSE: it takes ``return_lse`` and does not say otherwise
+    (``fn.attnsuite_lse = False``)."""
+    return getattr(fn, "attnsuite_lse", True) is not False and "return_lse" not in left_out(fn, iface)
 
 
 def check_impl(family, name: str, fn: object) -> None:
@@ -80,11 +110,14 @@ def check_impl(family, name: str, fn: object) -> None:
         sig = inspect.signature(fn)
     except (TypeError, ValueError):
         return  # builtins and C extensions: nothing to check before calling
+    missing = left_out(fn, iface)
     try:
-        sig.bind(*iface.positional, **{k: None for k in iface.keywords})
+        sig.bind(*iface.positional, **{k: None for k in iface.keywords if k not in missing})
     except TypeError as exc:
+        optional = [k for k in iface.keywords if k in OPTIONAL_KEYWORDS]
+        hint = f" ({', '.join(optional)} may be left out)" if optional else ""
         raise BadImplementation(f"implementation {name!r} of {family.name} has signature {name}{sig}, "
-                                f"which cannot be called as {expected}: {exc}") from None
+                                f"which cannot be called as {expected}{hint}: {exc}") from None
 
 
 def describe(families) -> str:

@@ -150,6 +150,9 @@ class RunOptions:
     workloads: Path | None = None
     #: --trace-out: where the workload cases' results go as FlashInfer-Trace traces.
     trace_out: Path | None = None
+    #: Where ``--impl`` imports look after ``sys.path``: the invocation directory and the rootdir.
+    import_dirs: tuple[Path, ...] = ()
+    rootdir: Path | None = None
 
     @property
     def mode(self) -> str:
@@ -227,6 +230,7 @@ def read_options(config, workerinput: dict | None) -> RunOptions:
         kernel_path=config.getoption("kernel_path"), autotune=bool(config.getoption("autotune")),
         persistent_programs=_persistent_programs(config),
         workloads=_path_option(config, "workloads"), trace_out=_path_option(config, "trace_out"),
+        import_dirs=(Path(config.invocation_params.dir), Path(config.rootpath)), rootdir=Path(config.rootpath),
     )
 
 

@@ -157,7 +157,8 @@ def build_record(case, impl: str, device: dict, outcome, verdict: tuple[str, str
     environment fingerprint and the run context (run_id, nodeid, profile, mode, worker, repro,
     started_at, finished_at, duration_s, known_failure, elapsed_s; library: the library behind
     an ecosystem implementation, attnsuite.ecosystem.library_info; repro_script: the stand-alone
-    reproduction of a library's failure, attnsuite/repro_script.py)."""
+    reproduction of a library's failure, attnsuite/repro_script.py). ``not_provided``: the outputs
+an implementation declared it cannot return (an LSE-less kernel), which were not judged."""
     kind, stage, message = verdict
     result = outcome if outcome is not None else None
     params = dict(case.params) if case is not None else run.get("params", {})
@@ -190,6 +191,7 @@ def build_record(case, impl: str, device: dict, outcome, verdict: tuple[str, str
         "quality": dict(result.quality) if result and result.quality else None,
         "bench": dict(result.bench) if result and result.bench else None,
         "adapter_notes": list(result.adapter_notes) if result else [],
+        "not_provided": list(result.not_provided) if result else [],
         "duration_s": run.get("duration_s", 0.0),
         "elapsed_s": run.get("elapsed_s"),
         "started_at": run.get("started_at"),

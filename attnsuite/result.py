@@ -57,10 +57,14 @@ class CaseResult:
     #: What an ecosystem adapter did to the case on the way to its library (copies, transposes,
     #: base conversions: attnsuite.ecosystem.note), in the order first said.
     adapter_notes: list = field(default_factory=list)
+    #: Outputs the case checks that the implementation declares it cannot return (an LSE-less
+    #: kernel: attnsuite/optional_keywords.py): not judged, and no failure.
+    not_provided: list = field(default_factory=list)
 
     def freeze(self, status: str, stage: str | None = None, message: str = "") -> "CaseOutcome":
         fields = asdict(self)
         fields["adapter_notes"] = tuple(self.adapter_notes)
+        fields["not_provided"] = tuple(self.not_provided)
         return CaseOutcome(status=status, stage=stage, message=message, **fields)
 
 
@@ -80,6 +84,7 @@ class CaseOutcome:
     bench: Mapping[str, Any] | None = None
     interpreted_launches: int | None = None
     adapter_notes: tuple = ()
+    not_provided: tuple = ()
 
     def __post_init__(self):
         if self.status not in STATUSES:

@@ -4,12 +4,15 @@ every hook through ``attnsuite.context.suite(config)``. Hooks stay thin; the wor
 methods here and in the modules they call (runner, recording, accounting)."""
 from __future__ import annotations
 
+import shlex
 from pathlib import Path
 
 from . import registry
 from .case import select
 from .collection import CaseParam, case_params
 from .options import RunOptions
+from .records import RecordWriter
+from .transport import ControllerWriters, WorkerCache
 
 
 class SuiteSession:
@@ -33,6 +36,14 @@ class SuiteSession:
         self.trace_summary: str | None = None
         #: (family, case id, impl) -> the record fields about its reproduction script.
         self.repro_scripts: dict[tuple, dict] = {}
+        #: Where this process's records go (``writer``), made on first use.
+        self._writer = None
+        #: The case watchdog of a process that runs cases (attnsuite/hung.py), made on first use.
+        self.watchdog = None
+        #: An xdist worker's fault dump file, kept open while the process lives.
+        self.faults = None
+        #: --impl: the families whose cases are collected (None: every family; collection.py).
+        self.only_families: set[str] | None = None
 
     # -- what this run covers -------------------------------------------------------------------
     def families(self) -> dict:
@@ -75,8 +86,9 @@ class SuiteSession:
     def implementations(self) -> dict:
         """family -> [(name, implementation)] from --impl, resolved (and checked) once."""
         if self._impls is None:
-            from .impls import parse_options, resolve_all
+            from .impls import parse_options, resolve_all, search_also
 
+            search_also(self.options.import_dirs)
             self._impls = resolve_all(parse_options(list(self.options.impl_specs)), self.families())
         return self._impls
 
@@ -160,6 +172,26 @@ class SuiteSession:
         except Exception as exc:  # the failure is recorded either way; the script is a convenience
             self.repro_scripts[key] = {"repro_script_error": f"{type(exc).__name__}: {exc}"}
 
+    # -- where records go ---------------------------------------------------------------------------
+    def writer(self, worker: str = "controller"):
+        """Where this process's records go, one writer per process. One pytest process: its
+        records file. An xdist worker: its local cache (the records themselves travel on the
+        reports). The controller: a file per worker for the records it receives,
+        ``controller.jsonl`` for its own."""
+        if self._writer is None:
+            if self.in_worker:
+                self._writer = WorkerCache(self.options.run_dir, self.worker)
+            elif self.controller:
+                self._writer = ControllerWriters(self.options.run_dir)
+            else:
+                self._writer = RecordWriter(self.options.run_dir, self.worker)
+        w = self._writer
+        return w(worker) if isinstance(w, ControllerWriters) else w
+
+    def close_writers(self) -> None:
+        if self._writer is not None:
+            self._writer.close()
+
     # -- what every record carries ----------------------------------------------------------------
     def env(self) -> dict:
         if self._env is None:
@@ -186,7 +218,12 @@ class SuiteSession:
             nodeid = nodeid[:-len(impl) - 1]
         elif nodeid.endswith(f"@{impl}]"):  # a benchmark: test_bench[case id@impl]
             nodeid = nodeid[:-len(impl) - 2] + "]"
-        return f"pytest '{nodeid}'{self.options.repro_options()} --impl {family}={impl}"
+        from .impls import import_root
+
+        # The directory the implementation's import needed, where a plain run would not find it.
+        root = import_root(impl, self.options.rootdir or Path.cwd())
+        env = f"PYTHONPATH={shlex.quote(str(root))} " if root is not None else ""
+        return f"{env}pytest '{nodeid}'{self.options.repro_options()} --impl {family}={impl}"
 
     def library_info(self, family, impl: str) -> dict | None:
         """What a record says about the library behind an implementation (attnsuite/ecosystem):

@@ -3,10 +3,13 @@ family and device (the same numbers as the report's matrix; per implementation w
 several), then, when the run used several devices or hosts, a line per device (the report's
 hosts-and-devices table), then one line per library that could not be imported here (its cases
 are all unsupported, attnsuite/ecosystem), however many cases and families that is, and one line
-per compile target where a launch compiled only on a retry (attnsuite/compile/npu.py)."""
+per compile target where a launch compiled only on a retry (attnsuite/compile/npu.py). With
+--impl, a line names each implementation that ran and where it was imported from."""
 from __future__ import annotations
 
-from .records import merge_latest
+from .context import ACCOUNT, SUITE
+from .finish import report_written
+from .records import merge_latest, read_records
 from .report.placement import placement_rows
 from .report.sections import family_device_matrix
 
@@ -75,4 +78,43 @@ def broken_library_lines(records: list[dict]) -> list[str]:
                           if n)
         lines.append(f"library {name} ({lib.get('distribution')} {version}) does not import here: {error}"
                      + (f"; unsupported: {impls}" if impls else ""))
+    return lines
+
+
+def terminal_summary(terminalreporter, config) -> None:
+    """The ``attnsuite`` section at the end of the terminal output (the report thread awaited)."""
+    report_written(config)
+    s = config.stash.get(SUITE, None)
+    if s is None or not s.options.run_dir.is_dir() or not any(s.options.run_dir.glob("*.jsonl")):
+        return
+    write = terminalreporter.write_line
+    terminalreporter.section("attnsuite")
+    account = config.stash.get(ACCOUNT, None)
+    if account is not None and account.interrupted:
+        write(f"INTERRUPTED ({account.interrupted}): the records and report hold what ran")
+    for line in implementation_lines(s.implementations()) + summary_lines(read_records([s.options.run_dir])):
+        write(line)
+    if s.trace_summary:
+        write(s.trace_summary)
+    write(f"records: {s.options.run_dir}")
+    if s.report_error:
+        write(f"report NOT written ({s.report_error}); re-render with python -m attnsuite.report {s.options.run_dir}")
+    elif s.options.report_path is not None:
+        write(f"report: {s.options.report_path}  (merge runs: python -m attnsuite.report reports/runs/*)")
+
+
+def implementation_lines(chosen: dict) -> list[str]:
+    """One line per family that ran --impl implementations: each one's name and source file."""
+    import inspect
+
+    lines = []
+    for family, impls in chosen.items():
+        named = []
+        for name, fn in impls:
+            try:
+                where = inspect.getsourcefile(getattr(fn, "fn", fn))
+            except TypeError:  # a builtin, an object of methods
+                where = None
+            named.append(f"{name} ({where})" if where and where not in name else name)
+        lines.append(f"implementation {family}: {', '.join(named)}")
     return lines

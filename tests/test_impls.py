@@ -7,6 +7,7 @@ import pytest
 
 from attnsuite.impls import ImplError, parse_options, resolve
 from attnsuite.interfaces import BadImplementation, check_impl
+from attnsuite.optional_keywords import fit
 from attnsuite.registry import families
 from attnsuite.ledger import KnownFailure
 from tests.conftest import ROOT
@@ -48,6 +49,19 @@ def torch_decode(q, k, v, *, scale=None, return_lse=False, out=None, lse=None):
 def torch_decode_bf16_unscaled(q, k, v, *, scale=None, return_lse=False, out=None, lse=None):
     """Plain torch whose bf16 path forgets the softmax scale."""
     return _torch_decode(q, k, v, scale, return_lse, out, lse, bf16_scale=1.0)
+
+
+def origin_decode(q, k, v, *, return_lse=False, out=None, lse=None):
+    """A decode written before callers passed their own scale: always 1/sqrt(D)."""
+    from kernels.decode import decode as project_decode
+    return project_decode(q, k, v, return_lse=return_lse, out=out, lse=lse)
+
+
+def bare_decode(q, k, v):
+    """No scale, no LSE, no output buffer: returns o in a tensor of its own."""
+    from kernels.decode import decode as project_decode
+    o, _ = project_decode(q, k, v)
+    return o
 '''
 BF16_CASES = "cases/decode.py::decode[bf16-B2-Hq8-Hkv2-S300-D64-lse]"
 
@@ -73,12 +87,124 @@ def test_an_out_of_tree_callable_runs_the_decode_cases(run_suite, mypkg):
     assert run.records and {r["impl"] for r in run.records} == {"mypkg.mykernel:decode"}
     assert {r["outcome"] for r in run.records} <= {"pass", "xfail"}
     assert all("--impl decode=mypkg.mykernel:decode" in r["repro"] for r in run.records)
+    # mypkg came from a directory on PYTHONPATH: the repro command names it.
+    assert all(r["repro"].startswith(f"PYTHONPATH={mypkg['PYTHONPATH'].split(':')[1]} pytest ") for r in run.records)
+
+
+def _console_pytest(args: list[str], cwd, env: dict):
+    """``pytest ARGS`` as typed in a shell: the console script, which (unlike ``python -m
+    pytest``) does not put the working directory on sys.path."""
+    import os
+    import sys
+    from pathlib import Path
+
+    from tests.processes import run_python
+
+    script = Path(sys.executable).parent / "pytest"
+    if not script.exists():
+        pytest.skip(f"no pytest console script beside {sys.executable}")
+    return run_python([str(script), *args], cwd=cwd, env={**os.environ, **env}, timeout=600)
+
+
+def test_impl_as_written_imports_from_where_pytest_started_and_says_so(mypkg, tmp_path):
+    """``pytest --impl decode=mypkg.mykernel:decode`` with mypkg in the working directory and
+    nothing on PYTHONPATH but the checkout: it imports, the summary names it, and each record's
+    repro command carries the directory the import needed."""
+    records = tmp_path / "records"
+    proc = _console_pytest([str(ROOT / "cases" / "decode.py"), "-k", "S17-D64", "-p", "no:cacheprovider",
+                            "--impl", "decode=mypkg.mykernel:decode", "--records-dir", str(records),
+                            "--report-html", "none"], cwd=tmp_path, env={"PYTHONPATH": str(ROOT)})
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
+    assert f"implementation decode: mypkg.mykernel:decode ({tmp_path / 'mypkg' / 'mykernel.py'})" in proc.stdout
+    from attnsuite.records import read_records
+
+    recs = read_records([records])
+    assert recs and all(r["repro"].startswith(f"PYTHONPATH={tmp_path} pytest '") for r in recs)
+
+
+def test_an_impl_import_that_fails_says_where_it_looked(tmp_path):
+    proc = _console_pytest(["cases/decode.py", "--impl", "decode=nosuchpkg.kernel:decode", "-p", "no:cacheprovider"],
+                           cwd=ROOT, env={"PYTHONPATH": str(ROOT)})
+    assert proc.returncode == 4
+    assert "cannot import module 'nosuchpkg.kernel'" in proc.stderr and str(ROOT) in proc.stderr, proc.stderr[-2000:]
+
+
+@pytest.mark.parametrize("args,families", [
+    (["--impl", "decode=triton"], {"decode"}),
+    (["--impl", "decode=triton", "--impl", "prefill=triton"], {"decode", "prefill"}),
+    (["--impl", "decode=triton", "cases/decode.py", "cases/prefill.py"], {"decode", "prefill"}),
+    (["--impl", "decode=triton", "-k", "paged_decode"], {"paged_decode"}),
+    (["--impl", "all"], None),
+])
+def test_impl_of_one_family_collects_that_family_unless_others_are_asked_for(args, families):
+    import os
+
+    from tests.processes import run_python
+
+    out = run_python(["-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider", *args], cwd=ROOT,
+                     env={**os.environ, "PYTHONPATH": str(ROOT)}, timeout=300)
+    found = {line.split("::")[1].split("[")[0] for line in out.stdout.splitlines() if line.startswith("cases/")}
+    if families is None:  # every family
+        assert found == set(__import__("attnsuite.registry").registry.families()), out.stdout[-2000:]
+    else:
+        assert found == families, out.stdout[-2000:] + out.stderr[-2000:]
 
 
 def test_an_entry_point_is_selected_by_name(run_suite, mypkg):
     run = run_suite(DECODE_CASE, "--impl", "decode=mine", env=mypkg)
     assert run.returncode == 0, run.output[-3000:]
     assert [(r["impl"], r["outcome"]) for r in run.records] == [("mine", "pass")]
+
+
+#: Default-scale cases with and without an LSE, and every case with a scale of its own.
+FEW_DECODE_CASES = ("-k", "S17 or S33-D128 or scale")
+
+
+@pytest.mark.parametrize("kernel", ["origin_decode", "bare_decode"])
+def test_a_kernel_without_scale_or_lse_keywords_runs_as_it_is(run_suite, mypkg, kernel):
+    run = run_suite("cases/decode.py", *FEW_DECODE_CASES, "--impl", f"decode=mypkg.mykernel:{kernel}", env=mypkg)
+    assert run.returncode == 0, run.output[-3000:]
+    scaled = [r for r in run.records if r["params"].get("scale")]
+    plain = [r for r in run.records if not r["params"].get("scale")]
+    assert scaled and all(r["outcome"] == "skip" and r["unsupported"] == "takes no scale keyword"
+                          and "takes no scale keyword" in r["message"] for r in scaled)
+    # xfail: the interpreter's bf16 tl.dot (the ledger's interp_bf16_dot), as for the project's kernel.
+    assert plain and {r["outcome"] for r in plain} <= {"pass", "xfail"} and "pass" in {r["outcome"] for r in plain}
+    plain = [r for r in plain if r["outcome"] == "pass"]
+    with_lse = [r for r in plain if r["params"]["lse"]]
+    assert with_lse and any(not r["params"]["lse"] for r in plain)
+    if kernel == "origin_decode":  # it returns an LSE: judged like any other
+        assert all(set(r["metrics"]) == {"o", "lse"} and r["not_provided"] == [] for r in with_lse)
+    else:  # o judged; the LSE recorded as not provided; o copied into the caller's buffer
+        assert all(set(r["metrics"]) == {"o"} and r["not_provided"] == ["lse"] for r in with_lse)
+        assert all(any("takes no out=" in n for n in r["adapter_notes"]) for r in plain)
+    assert f"implementation decode: mypkg.mykernel:{kernel}" in run.output
+
+
+def test_a_declared_lse_less_kernel_is_judged_on_o():
+    import torch
+
+    from attnsuite.optional_keywords import FittedCall, fit
+
+    family = families()["decode"]
+
+    def full(q, k, v, *, scale=None, return_lse=False, out=None, lse=None):
+        out.fill_(1.0)
+        return out, None
+
+    assert fit(family, full) is full  # every keyword taken: used as it is
+    full.attnsuite_lse = False
+    fitted = fit(family, full)
+    assert isinstance(fitted, FittedCall) and fitted.attnsuite_lse is False
+    out, lse = torch.empty(2), torch.empty(3)
+    assert fitted(1, 2, 3, scale=0.5, return_lse=True, out=out, lse=lse) == (out, None)
+
+    def wrong_shape(q, k, v):
+        return torch.zeros(3)
+
+    from attnsuite.result import CaseFailure
+    with pytest.raises(CaseFailure, match=r"returned \[3\] torch.float32 on cpu; expected \[2\]"):
+        fit(family, wrong_shape)(1, 2, 3, scale=None, return_lse=False, out=out, lse=None)
 
 
 def test_a_wrong_signature_stops_the_run_before_any_case(run_suite, mypkg):
@@ -106,15 +232,20 @@ def test_every_registered_implementation_fits_its_interface(family):
     assert fam.interface is not None
     for name, impl in fam.impls.items():
         check_impl(fam, name, impl)
+        # Every keyword taken: called as it is, never through the harness's fitting.
+        assert fit(fam, impl) is impl, name
 
 
 def test_interface_check_names_the_expected_call():
     with pytest.raises(BadImplementation, match=r"block_sparse\(q, k, v, sabi, \*, block_shape=..."):
         check_impl(families()["block_sparse"], "mine", lambda q, k, v: None)
-    with pytest.raises(BadImplementation, match="unexpected keyword argument 'scale'"):
+    with pytest.raises(BadImplementation, match="unexpected keyword argument 'layout'"):
         check_impl(families()["paged_decode"], "mine",
-                   lambda q, kv_cache, kv_page_indptr, kv_page_indices, kv_last_page_len, *, layout, return_lse,
+                   lambda q, kv_cache, kv_page_indptr, kv_page_indices, kv_last_page_len, *, scale, return_lse,
                    out, lse: None)
+    # The optional keywords (scale, return_lse, out, lse) may be left out: fitted, not refused.
+    check_impl(families()["paged_decode"], "mine",
+               lambda q, kv_cache, kv_page_indptr, kv_page_indices, kv_last_page_len, *, layout: None)
     with pytest.raises(BadImplementation, match="missing compress, decompress, keys, values, decode"):
         check_impl(families()["mustafar"], "mine", object())
 

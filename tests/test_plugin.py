@@ -118,7 +118,7 @@ def test_benchmarks_skip_on_cpu_with_the_reason_and_are_recorded_as_bench(run_su
 
 
 def test_bench_selection_is_headline_cases_plus_sweeps_in_full():
-    from attnsuite.plugin import bench_selection
+    from attnsuite.bench.selection import bench_selection
     from cases.decode import FAMILY
 
     quick, full = bench_selection(FAMILY, "quick"), bench_selection(FAMILY, "full")
@@ -151,7 +151,7 @@ def test_benchmarks_select_by_case_tags_too(select):
                       "--strict-markers", "--profile", "full", "benchmarks", *select], cwd=ROOT,
                      env={**__import__("os").environ, "PYTHONPATH": str(ROOT)}, timeout=300).stdout
     ids = {line.split("[", 1)[1][:-1] for line in out.splitlines() if line.startswith("benchmarks/")}
-    from attnsuite.plugin import bench_selection
+    from attnsuite.bench.selection import bench_selection
     from cases.decode import FAMILY
 
     full = {c.id: c for c in bench_selection(FAMILY, "full")}
@@ -178,7 +178,7 @@ def test_option_values_are_joined_for_the_workers(pytestconfig):
 def test_workers_share_the_cores_unless_the_user_set_a_thread_count(monkeypatch, omp, workers, cores, expected):
     import torch
 
-    from attnsuite import plugin
+    from attnsuite.configure import share_cores
 
     set_to = []
     monkeypatch.setattr(torch, "set_num_threads", set_to.append)
@@ -187,5 +187,84 @@ def test_workers_share_the_cores_unless_the_user_set_a_thread_count(monkeypatch,
         monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
     else:
         monkeypatch.setenv("OMP_NUM_THREADS", omp)
-    plugin._share_cores(workers)
+    share_cores(workers)
     assert set_to == ([] if expected is None else [expected])
+
+
+def _entry_point_path(tmp_path, checkout: bool = True) -> str:
+    """PYTHONPATH for a pytest that loads the plugin the way an installed attnsuite does, by its
+    pytest11 entry point: a stand-in distribution declaring what pyproject.toml declares (an
+    editable install made before the entry point existed lacks it; where the installed one has
+    it, pytest loads the plugin once, under the entry point's name)."""
+    import os
+    import tomllib
+
+    from tests.conftest import ROOT
+
+    declared = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["entry-points"]["pytest11"]
+    # Named as conftest.py and "-p attnsuite.plugin" name it: pytest registers a name once.
+    assert declared == {"attnsuite.plugin": "attnsuite.plugin"}
+    dist = tmp_path / "site" / "attnsuite_entry_point-0.dist-info"
+    dist.mkdir(parents=True)
+    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: attnsuite-entry-point\nVersion: 0\n")
+    (dist / "entry_points.txt").write_text("[pytest11]\n" + "".join(f"{k} = {v}\n" for k, v in declared.items()))
+    if checkout:
+        return os.pathsep.join([str(ROOT), str(tmp_path / "site")])
+    # attnsuite alone, as an installed package is: no cases, no kernels.
+    (tmp_path / "site" / "attnsuite").symlink_to(ROOT / "attnsuite")
+    return str(tmp_path / "site")
+
+
+@pytest.mark.parametrize("where", ["root", "elsewhere"])
+def test_workloads_dir_outside_the_checkout_with_a_space_keeps_the_checkout_s_setup(tmp_path, where):
+    """``pytest --device cpu --workloads DIR``: pytest takes DIR for a test path before the
+    plugin's options are known; the checkout's rootdir and ini still hold (testpaths, -m)."""
+    import os
+    import shutil
+
+    from attnsuite.records import read_records
+    from tests.conftest import ROOT
+    from tests.processes import run_python
+
+    data = tmp_path / "dataset"
+    shutil.copytree(ROOT / "tests" / "data" / "flashinfer_trace", data)
+    cwd = ROOT if where == "root" else tmp_path / "elsewhere"
+    cwd.mkdir(exist_ok=True)
+    paths = [] if where == "root" else [str(ROOT / "cases" / "paged_decode.py")]
+    records = tmp_path / "records"
+    proc = run_python(["-m", "pytest", *paths, "--device", "cpu", "--workloads", str(data), "-m", "workload",
+                       "--records-dir", str(records), "--report-html", "none"], cwd=cwd,
+                      env={**os.environ, "PYTHONPATH": _entry_point_path(tmp_path)}, timeout=600)
+    output = proc.stdout + proc.stderr
+    assert proc.returncode == 0 and "unrecognized arguments" not in output, output[-3000:]
+    assert f"rootdir: {ROOT}" in output
+    outcomes = {r["case_id"].split("-")[-2] + "-" + r["case_id"].split("-")[-1].rstrip("]"): r["outcome"]
+                for r in read_records([records]) if r["family"] == "paged_decode"}
+    assert outcomes == {"rand-1": "pass", "st-1": "pass", "missing-blob": "skip"}, outcomes
+
+
+def test_options_parse_in_another_project_and_the_plugin_stays_out_of_its_way(tmp_path):
+    import os
+
+    from tests.processes import run_python
+
+    theirs = tmp_path / "theirs"
+    theirs.mkdir()
+    # The suite's cpu device would have set TRITON_INTERPRET for the whole process.
+    (theirs / "test_theirs.py").write_text("import os\n\n\ndef test_theirs():\n"
+                                           "    assert 'TRITON_INTERPRET' not in os.environ\n")
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    env["PYTHONPATH"] = _entry_point_path(tmp_path, checkout=False)
+    plain = run_python(["-m", "pytest", "-q", "-p", "no:cacheprovider"], cwd=theirs, env=env, timeout=300)
+    assert plain.returncode == 0 and "1 passed" in plain.stdout and "attnsuite" not in plain.stdout, plain.stdout
+    assert not (theirs / "reports").exists()
+    ours = run_python(["-m", "pytest", "-q", "-p", "no:cacheprovider", "--device", "cpu"], cwd=theirs, env=env,
+                      timeout=300)
+    assert ours.returncode == 4 and "family registry package 'cases' cannot be imported" in ours.stderr, ours.stderr
+
+
+def test_a_misread_option_value_is_found():
+    from attnsuite.rootdir import misread
+
+    assert misread(["--device", "cpu", "--workloads", "/", "-k", "x"], {"--workloads", "--device", "-k"}) == ["/"]
+    assert misread(["--workloads=/", "/"], {"--workloads"}) == []

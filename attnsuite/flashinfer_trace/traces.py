@@ -24,9 +24,11 @@ Status, from a numeric-mode conformance record (``status_of``):
 Correctness: the largest ``max_abs_err`` and ``max_rel_err`` over the case's outputs; ``extra``
 keeps our tolerance verdict per output (allowed error, headroom) and says that our LSE is natural
 log where their definitions' is base 2 (abs errors of ``lse`` are ours, unscaled). Performance
-(required with PASSED): the device-time median of a benchmark record of the same case,
-implementation and kind of device when the run has one (``bench.kernel.device.median_ms``, the reference
-baseline's beside it); otherwise zeros and a log line saying it was not timed. Environment:
+(an object required with PASSED, each of its fields optional): only what was measured. A
+benchmark record of the same case, implementation and kind of device gives ``latency_ms`` (its
+device-time median, ``bench.kernel.device.median_ms``) and, when the reference baseline was timed
+too, ``reference_latency_ms`` and ``speedup_factor``; a conformance run alone gives an empty
+object and a log line saying it was not timed (a 0.0 would read as a measurement). Environment:
 ``hardware`` the device name, ``libs`` torch / triton (or triton-ascend) / python / driver.
 The ``solution`` names our implementation: ``attnsuite:<family>:<impl>`` (no Solution file).
 """
@@ -100,12 +102,15 @@ def correctness(rec: dict) -> dict:
 
 
 def performance(bench: dict | None) -> dict:
-    if not bench:
-        return {"latency_ms": 0.0, "reference_latency_ms": 0.0, "speedup_factor": 0.0}
-    kernel = bench["kernel"]["device"]["median_ms"]
-    ref = ((bench.get("baselines") or {}).get("reference") or {}).get("device", {}).get("median_ms") or 0.0
-    return {"latency_ms": float(kernel), "reference_latency_ms": float(ref),
-            "speedup_factor": float(ref / kernel) if kernel > 0 and ref > 0 else 0.0}
+    """The measured fields only: none without a benchmark, no reference figures without its time."""
+    kernel = (((bench or {}).get("kernel") or {}).get("device") or {}).get("median_ms")
+    if not kernel:
+        return {}
+    found = {"latency_ms": float(kernel)}
+    ref = (((bench.get("baselines") or {}).get("reference") or {}).get("device") or {}).get("median_ms")
+    if ref:
+        found.update(reference_latency_ms=float(ref), speedup_factor=float(ref) / float(kernel))
+    return found
 
 
 def environment(rec: dict) -> dict:
@@ -136,8 +141,8 @@ def trace_of(rec: dict, bench_rec: dict | None) -> dict | None:
     if status == "PASSED":
         bench = (bench_rec or {}).get("bench")
         evaluation["performance"] = performance(bench)
-        log.append("performance: device time of the benchmark run (median)" if bench
-                   else "performance: not timed in this run (no benchmark record): zeros")
+        log.append("performance: device time of the benchmark run (median)" if evaluation["performance"]
+                   else "performance: not timed in this run (no benchmark record): no figures given")
     if rec.get("repro"):
         log.append(f"reproduce: {rec['repro']}")
     evaluation["log"] = "\n".join(log)
