@@ -232,9 +232,9 @@ def fp8_fuzz(params: dict, rng) -> dict:
     return dict(params, kv="fp8", k_scale=scales[0], v_scale=scales[1], fp8vals=cls)
 
 
-def fp8_cache_baseline(case, inputs) -> dict:
-    """The same call with the cache dequantised into q's dtype (scales 1): the 16-bit run an fp8
-    cache is measured against."""
+def fp8_cache_baseline(case, inputs, impl) -> dict:
+    """The same implementation over the cache dequantised into q's dtype (scales 1): the 16-bit
+    run an fp8 cache is measured against."""
     q, cache = inputs["q"], inputs["kv_cache"]
     hnd = _paged.token_view(cache, case["layout"])
     parts = [hnd[:, i].to(q.dtype) * s for i, s in ((0, case["k_scale"]), (1, case["v_scale"]))]
@@ -242,8 +242,8 @@ def fp8_cache_baseline(case, inputs) -> dict:
     wide = wide if case["layout"] == "HND" else wide.transpose(2, 3).contiguous()
     args = (q, wide, inputs["kv_page_indptr"], inputs["kv_page_indices"], inputs["kv_last_page_len"])
     name = f"cache_{case['dtype']}"
-    return {name: (lambda: paged_decode(*args, layout=case["layout"]),
-                   f"kernels.paged_decode over the same pages in a {case['dtype']} cache")}
+    return {name: (lambda: impl(*args, layout=case["layout"], scale=case_scale(case)),
+                   f"the same implementation over the same pages in a {case['dtype']} cache")}
 
 
 class PagedDecode(Family):
@@ -342,7 +342,7 @@ class PagedDecode(Family):
         """At equal lengths: our contiguous decode over the same K/V, unpaged. An fp8 cache: the
         same call over a 16-bit cache."""
         if is_fp8(case):
-            return fp8_cache_baseline(case, inputs)
+            return fp8_cache_baseline(case, inputs, impl)
         if case["vs"] != "decode":
             return {}
         q = inputs["q"][:, :, None]
