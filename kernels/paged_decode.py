@@ -39,6 +39,8 @@ MAX_HEAD_DIM = 256
 # H100: 132 SMs; split the pages until (batch x KV heads x splits) gives about two waves.
 TARGET_PROGRAMS = 256
 MIN_SPLIT_TOKENS = 512
+#: BLOCK_N x BLOCK_D of an fp8 cache's tile on Ascend (see paged_decode_config).
+FP8_NPU_TILE = 4096
 
 
 @triton.jit
@@ -301,7 +303,7 @@ def flat_split(cfg: dict, B: int, Hkv: int, typical: int, longest: int,
 
 def paged_decode_config(B: int, Hkv: int, G: int, D: int, page_size: int, max_pages: int,
                         dtype: torch.dtype, interpret: bool, num_splits: Optional[int] = None,
-                        cores: Optional[int] = None) -> dict:
+                        cores: Optional[int] = None, kv_fp8: bool = False) -> dict:
     """Tiles, launch meta and the page split: BLOCK_G, BLOCK_N, BLOCK_D, num_warps, num_stages,
     PAGES_PER_SPLIT, NUM_SPLITS. ``cores``: planning for Ascend's persistent grid of that many
     programs (``_grid.npu_splits``) rather than TARGET_PROGRAMS.
@@ -324,6 +326,10 @@ def paged_decode_config(B: int, Hkv: int, G: int, D: int, page_size: int, max_pa
         else:
             block_n, warps, stages = (32, 4, 3) if block_d <= 128 else (32, 4, 2)
         block_n = min(block_n, page_n)
+        if kv_fp8 and cores:
+            # The byte decode's int32 temporaries on Ascend (triton-ascend 3.2.0, 910B2, pages of
+            # 256): BLOCK_N 64 took 95% of the UB at D=128 and overflowed it (176%) at D=256.
+            block_n = max(16, min(block_n, FP8_NPU_TILE // block_d))
         most = cdiv(max_pages * page_size, MIN_SPLIT_TOKENS)
         if cores:
             auto_splits = npu_splits(B * Hkv, cores, most)
@@ -371,7 +377,7 @@ def paged_decode_plan(q: torch.Tensor, kv_cache: torch.Tensor, kv_page_indptr: t
         max_pages = max(0, int((kv_page_indptr[1:] - kv_page_indptr[:-1]).max()))
     cfg = dict(config) if config is not None else paged_decode_config(
         B, Hkv, G, D, page_size, max_pages, q.dtype, interpret, num_splits,
-        npu_cores(q, vector=False) if on_ascend(q) else None)
+        npu_cores(q, vector=False) if on_ascend(q) else None, kv_fp8=kv_mode != NOT_FP8)
     splits = cfg.pop("NUM_SPLITS")
     pages_per_split = cfg.pop("PAGES_PER_SPLIT")
     return _plan(_paged_decode_fwd, q, kv_cache, kv_page_indptr, kv_page_indices, kv_last_page_len,
