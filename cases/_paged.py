@@ -96,17 +96,41 @@ def paged_cache(gen, lengths, page_size, Hkv, D, dtype, layout, indptr, indices,
     """A random paged cache whose slots outside every sequence hold NaN; a bulk cache is drawn on
     ``device`` when one is given (cases/_attention.randn)."""
     shape = cache_shape(num_pages, Hkv, page_size, D, layout)
+    # An fp8 cache is the fp16 draw rounded to e4m3 (the same values as an fp16 cache of this
+    # geometry, to e4m3's precision).
+    draw = torch.float16 if dtype == FP8 else dtype
     if math.prod(shape) >= SHARED_FROM:
-        cache = shared_values(shape, dtype, device)
+        cache = shared_values(shape, draw, device)
     else:
-        cache = randn(gen, shape, dtype, device)
+        cache = randn(gen, shape, draw, device)
+    cache = cache.to(dtype)
     used = torch.zeros(num_pages, page_size, dtype=torch.bool)
     for b, n in enumerate(lengths):  # per sequence, not per token: marks its pages' used slots
         pages = indices[indptr[b]:indptr[b + 1]].long()
         # |=: a page shared by two sequences (a given page table) keeps the slots either uses.
         used[pages] |= (torch.arange(len(pages) * page_size) < n).view(-1, page_size)
-    token_view(cache, layout).masked_fill_(~used.to(cache.device)[:, None, None, :, None], float("nan"))
+    unused = ~used.to(cache.device)[:, None, None, :, None]
+    if dtype == FP8:
+        fill_fp8_nan(token_view(cache, layout), unused)
+    else:
+        token_view(cache, layout).masked_fill_(unused, float("nan"))
     return cache
+
+
+FP8 = torch.float8_e4m3fn
+#: e4m3fn's two NaN encodings (it has no infinities): +NaN and -NaN.
+FP8_NAN_BITS = (0x7F, 0xFF)
+
+
+def fill_fp8_nan(cache: torch.Tensor, where: torch.Tensor) -> None:
+    """Write e4m3fn NaN bit patterns into the slots of an fp8 ``cache`` where ``where`` holds
+    (broadcastable; the slot axis is -2), alternating 0x7f and 0xff from slot to slot, so a
+    kernel that lets either encoding through (or decodes it as a number) shows. fp8 tensors have
+    no masked_fill: the fill goes through the byte view."""
+    slot = torch.arange(cache.shape[-2], device=cache.device)[:, None]
+    raw = cache.view(torch.uint8)
+    raw.masked_fill_(where & (slot % 2 == 0), FP8_NAN_BITS[0])
+    raw.masked_fill_(where & (slot % 2 == 1), FP8_NAN_BITS[1])
 
 
 def slot_positions(indptr: torch.Tensor, indices: torch.Tensor, lengths, page_size: int,

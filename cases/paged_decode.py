@@ -2,10 +2,14 @@
 paged KV cache (HND or NHD), with a CSR page table and last_page_len."""
 from __future__ import annotations
 
+import inspect
+
+import torch
+
 from attnsuite.case import make_cases, unique
 from attnsuite.ecosystem import implementations
 from attnsuite.family import Family
-from attnsuite.interfaces import ATTENTION_KEYWORDS, SCALE_NOTE, Interface
+from attnsuite.interfaces import ATTENTION_KEYWORDS, SCALE_NOTE, Interface, Unsupported
 from kernels.decode import decode as contiguous_decode
 from kernels.paged_decode import paged_decode
 from references.attention import decode_reference
@@ -23,7 +27,8 @@ def label(p) -> str:
     lengths = "_".join(map(str, p["lengths"]))
     vs = f"-vs_{p['vs']}" if p.get("vs") else ""
     return (f"{p['dtype']}-{p['layout']}-P{p['P']}-{p['placement']}-L{lengths}-"
-            f"Hq{p['Hq']}-Hkv{p['Hkv']}-D{p['D']}{'-lse' if p['lse'] else ''}{vs}{dims_label(p)}")
+            f"Hq{p['Hq']}-Hkv{p['Hkv']}-D{p['D']}{'-lse' if p['lse'] else ''}{vs}{dims_label(p)}"
+            f"{fp8_label(p)}")
 
 
 def case(dtype="fp16", layout="HND", P=16, placement="shuffled", lengths=(1, 16, 40), Hq=8, Hkv=2, D=64,
@@ -101,6 +106,146 @@ VS_DECODE_BENCH = [case(P=P, lengths=(L,) * B, Hq=Hq, Hkv=Hkv, D=D, lse=False, v
                    for P in (16, 256)]
 
 
+# --- FP8 KV caches (kernels.md section 11) ---------------------------------------------------------
+# A case with ``kv="fp8"`` has a torch.float8_e4m3fn cache (q in ``dtype``) and per-tensor scales
+# ``k_scale``/``v_scale``; ``fp8vals`` picks a value class of e4m3 itself: "max" (many values at
+# +-448, the largest finite magnitude), "sub" (every value in the subnormal range, m * 2^-9).
+# The unused slots of pages hold e4m3's NaN encodings (cases/_paged.fill_fp8_nan). Cases without
+# these keys keep their ids.
+
+FP8_CLASSES = ("max", "sub")
+#: Scales of an fp8 case: 1, the spec's far-from-1 pair, and calibration-like odd values.
+FP8_SCALES = ((1.0, 1.0), (1 / 64, 8.0), (8.0, 1 / 64), (0.37, 3.3))
+
+
+def fp8_label(p) -> str:
+    if p.get("kv") != "fp8":
+        return ""
+    return (f"-kv_fp8-kscale{p['k_scale']:g}-vscale{p['v_scale']:g}"
+            + (f"-{p['fp8vals']}" if p.get("fp8vals") else ""))
+
+
+def fp8_case(k_scale=1.0, v_scale=1.0, fp8vals=None, **kw):
+    return dict(case(**kw), kv="fp8", k_scale=k_scale, v_scale=v_scale, fp8vals=fp8vals)
+
+
+def is_fp8(case) -> bool:
+    return getattr(case, "params", case).get("kv") == "fp8"
+
+
+def fp8_class_values(cls: str, x: torch.Tensor, part: int) -> torch.Tensor:
+    """fp32 values of class ``cls`` made from standard-normal draws ``x``; ``part`` 0 = K, 1 = V.
+    "max": |x| > 0.8 (about 40%) becomes +-448, the rest x * 100 (e4m3's normal range);
+    "sub": x * 2^-8 clipped to the largest subnormal (7 * 2^-9), V nonnegative so that its
+    weighted mean (the output) is not near 0 and a decode that flushes subnormals shows."""
+    if cls == "max":
+        return torch.where(x.abs() > 0.8, 448.0 * x.sign(), x * 100)
+    if cls == "sub":
+        top = 7 * 2.0**-9
+        y = (x.abs() if part == 1 else x) * 2.0**-8
+        return y.clamp(-top, top)
+    raise ValueError(f"unknown fp8 value class {cls!r}")
+
+
+def fp8_values(cls: str, cache: torch.Tensor, layout: str) -> torch.Tensor:
+    """The fp8 ``cache`` with its numbers (not its NaN slots) replaced by class ``cls``, drawn
+    from the cache's own values (already standard-normal draws rounded to e4m3)."""
+    raw = cache.view(torch.uint8)
+    nan_slot = (raw & 0x7F) == 0x7F
+    x = cache.float()
+    hnd = _paged.token_view(x, layout)
+    new = torch.stack([fp8_class_values(cls, hnd[:, i], i) for i in (0, 1)], 1)
+    new = new if layout == "HND" else new.transpose(2, 3)
+    out = torch.where(nan_slot, raw, new.to(_paged.FP8).view(torch.uint8))
+    return out.view(_paged.FP8)
+
+
+FP8_QUICK = (
+    # Scales 1 and far from 1, both layouts, page sizes 1, 16, 64 (and 12), q in fp16 and bf16.
+    [fp8_case(lengths=(1, 16, 40)),
+     fp8_case(layout="NHD", placement="scattered", lengths=(17, 48), k_scale=1 / 64, v_scale=8.0),
+     fp8_case(P=1, layout="NHD", lengths=(1, 7), k_scale=8.0, v_scale=1 / 64),
+     fp8_case(P=12, lengths=(0, 25, 100), Hq=6, Hkv=2, k_scale=0.37, v_scale=3.3),
+     fp8_case(dtype="bf16", lengths=(17, 48), k_scale=1 / 64, v_scale=8.0)]
+    # e4m3's largest magnitude and its subnormal range; a page of 256 mostly unused (NaN slots).
+    + [fp8_case(P=64, lengths=(64, 130), Hq=4, Hkv=2, fp8vals="max", k_scale=1 / 64, v_scale=1 / 64),
+       fp8_case(P=16, layout="NHD", lengths=(40, 9), Hq=4, Hkv=1, fp8vals="sub", k_scale=8.0, v_scale=8.0),
+       fp8_case(P=256, lengths=(3, 256), Hq=4, Hkv=4, fp8vals="max", k_scale=1.0, v_scale=1.0)]
+    # Past the split threshold (512 tokens): v_scale and the split merge together.
+    + [fp8_case(P=64, layout="NHD", lengths=(700, 65), Hq=4, Hkv=1, lse=False, k_scale=1 / 64, v_scale=8.0)]
+)
+
+FP8_FULL = (
+    [fp8_case(dtype=dt, layout=lay, P=P, placement=pl, lengths=lens, Hq=Hkv * G, Hkv=Hkv, D=D,
+              k_scale=ks, v_scale=vs, fp8vals=cls)
+     for dt in ("fp16", "bf16") for lay in ("HND", "NHD")
+     for P, lens in ((1, (1, 300)), (16, (1, 16, 1000)), (64, (64, 4000, 0)), (256, (256, 3000, 1)))
+     for pl, (Hkv, G), D in (("shuffled", (2, 4), 128), ("scattered", (1, 8), 64))
+     for (ks, vs), cls in zip(FP8_SCALES, (None, "max", "sub", None))]
+    + [fp8_case(dtype=dt, P=16, lengths=(40, 17), view=vw) for dt in ("fp16", "bf16") for vw in _paged.PAGED_VIEWS]
+)
+
+# fp8 against the same shape with a 16-bit cache (performance.md: >= 1.7x faster at >= 8k
+# tokens); the 16-bit cache's run is the "cache_<dtype>" extra baseline.
+FP8_BENCH = ([fp8_case(dtype=dt, P=256, placement="scattered", pool=1024, lengths=BENCH_LENGTHS, Hq=32, Hkv=8,
+                       D=256, lse=False, k_scale=0.37, v_scale=3.3) for dt in ("fp16", "bf16")]
+             + [fp8_case(dtype=dt, P=16, lengths=(L,) * B, Hq=32, Hkv=8, D=128, lse=False, k_scale=0.37, v_scale=3.3)
+                for dt in ("fp16", "bf16") for B, L in ((32, 8192), (4, 32768))])
+
+
+def fp8_inputs(case, gen, device=None) -> dict:
+    lengths, P = case["lengths"], case["P"]
+    indptr, indices, last, num_pages = _paged.page_table(gen, lengths, P, case["placement"], case["pool"])
+    cache = _paged.paged_cache(gen, lengths, P, case["Hkv"], case["D"], _paged.FP8, case["layout"],
+                               indptr, indices, num_pages, device)
+    if case.params.get("fp8vals"):
+        cache = fp8_values(case["fp8vals"], cache, case["layout"])
+    q = randn(gen, (len(lengths), case["Hq"], case["D"]), case.dtype)
+    q, cache = paged_views(case.params.get("view", CONTIG), q, cache, case["layout"])
+    return {"q": q, "kv_cache": cache, "kv_page_indptr": indptr, "kv_page_indices": indices,
+            "kv_last_page_len": last}
+
+
+def fp8_keywords(impl, case) -> dict:
+    """``k_scale``/``v_scale`` for an fp8 case, {} otherwise. An implementation whose signature
+    has no such keywords does not take fp8 caches: Unsupported, with that reason."""
+    if not is_fp8(case):
+        return {}
+    kw = {"k_scale": case["k_scale"], "v_scale": case["v_scale"]}
+    try:
+        params = inspect.signature(impl).parameters
+    except (TypeError, ValueError):
+        return kw
+    takes_any = any(p.kind is p.VAR_KEYWORD for p in params.values())
+    if not takes_any and not all(k in params for k in kw):
+        raise Unsupported("fp8 KV cache: the implementation takes no k_scale/v_scale keywords")
+    return kw
+
+
+def fp8_fuzz(params: dict, rng) -> dict:
+    """About one draw in three of plain values becomes an fp8 cache (the 16-bit value classes
+    are not e4m3's), with drawn scales and e4m3 value class. Drawn after everything else, so the
+    other parameters stay those of the 16-bit draw."""
+    fp8, scales, cls = rng.random(), rng.choice(FP8_SCALES), rng.choice((None, None) + FP8_CLASSES)
+    if fp8 >= 0.35 or params.get("vals", RANDN) != RANDN:
+        return params
+    return dict(params, kv="fp8", k_scale=scales[0], v_scale=scales[1], fp8vals=cls)
+
+
+def fp8_cache_baseline(case, inputs, impl) -> dict:
+    """The same implementation over the cache dequantised into q's dtype (scales 1): the 16-bit
+    run an fp8 cache is measured against."""
+    q, cache = inputs["q"], inputs["kv_cache"]
+    hnd = _paged.token_view(cache, case["layout"])
+    parts = [hnd[:, i].to(q.dtype) * s for i, s in ((0, case["k_scale"]), (1, case["v_scale"]))]
+    wide = torch.stack(parts, 1)
+    wide = wide if case["layout"] == "HND" else wide.transpose(2, 3).contiguous()
+    args = (q, wide, inputs["kv_page_indptr"], inputs["kv_page_indices"], inputs["kv_last_page_len"])
+    name = f"cache_{case['dtype']}"
+    return {name: (lambda: impl(*args, layout=case["layout"], scale=case_scale(case)),
+                   f"the same implementation over the same pages in a {case['dtype']} cache")}
+
+
 class PagedDecode(Family):
     name = "paged_decode"
     interface = Interface(
@@ -112,20 +257,27 @@ class PagedDecode(Family):
                    "kv_page_indptr [B + 1], kv_page_indices [indptr[B]], kv_last_page_len [B] (1..P; 0 for a "
                    "sequence with no page)  int32",
                    "a sequence with no page gives o = 0, lse = -inf"),
-        notes=SCALE_NOTE + "; L_b = P * (pages_b - 1) + last_b")
+        notes=SCALE_NOTE + "; L_b = P * (pages_b - 1) + last_b; kv_cache may be float8_e4m3fn, then the call also "
+              "passes k_scale=, v_scale= (fp32 per-tensor scales: K = cache.to(fp32) * k_scale); an implementation "
+              "without those keywords is reported Unsupported on fp8 cases")
     cases = unique(make_cases(name, label, QUICK)
                    + make_cases(name, label, FULL, profile="full")
                    + make_cases(name, label, BENCH, profile="full", tags=["bench"])
-                   + make_cases(name, label, VS_DECODE_BENCH, profile="full", tags=["bench", "vs_decode"]))
+                   + make_cases(name, label, VS_DECODE_BENCH, profile="full", tags=["bench", "vs_decode"])
+                   + make_cases(name, label, FP8_QUICK)
+                   + make_cases(name, label, FP8_FULL, profile="full")
+                   + make_cases(name, label, FP8_BENCH, profile="full", tags=["bench", "fp8"]))
     impls = {"triton": paged_decode, **implementations("paged_decode")}
 
     def label(self, params):
         return label(params)
 
     def fuzz_classes(self, params, rng):
-        return draw_classes(rng, params, gqa=True, pages=True)
+        return fp8_fuzz(draw_classes(rng, params, gqa=True, pages=True), rng)
 
     def make_inputs(self, case, gen, device=None):
+        if is_fp8(case):
+            return fp8_inputs(case, gen, device)
         lengths, P = case["lengths"], case["P"]
         indptr, indices, last, num_pages = _paged.page_table(gen, lengths, P, case["placement"], case["pool"],
                                                              case.params.get("pages"))
@@ -161,7 +313,7 @@ class PagedDecode(Family):
     def call(self, impl, case, inputs, outputs):
         o, lse = impl(inputs["q"], inputs["kv_cache"], inputs["kv_page_indptr"], inputs["kv_page_indices"],
                       inputs["kv_last_page_len"], layout=case["layout"], scale=case_scale(case), return_lse=case["lse"],
-                      out=outputs["o"], lse=outputs.get("lse"))
+                      out=outputs["o"], lse=outputs.get("lse"), **fp8_keywords(impl, case))
         return lse_if(case, o, lse)
 
     def reference(self, case, inputs, compute_dtype):
@@ -172,19 +324,25 @@ class PagedDecode(Family):
         o, lse = paged_decode_reference(inputs["q"], inputs["kv_cache"], inputs["kv_page_indptr"],
                                         inputs["kv_page_indices"], inputs["kv_last_page_len"],
                                         layout=case["layout"], scale=case_scale(case),
-                                        compute_dtype=compute_dtype)
+                                        compute_dtype=compute_dtype,
+                                        **({"k_scale": case["k_scale"], "v_scale": case["v_scale"]}
+                                           if is_fp8(case) else {}))
         return lse_if(case, o, lse)
 
     def score_bound(self, case, inputs):
         keys = _paged.token_view(inputs["kv_cache"], case["layout"])[:, 0]
-        return score_bound(inputs["q"], keys, effective_scale(case, case["D"]))
+        k_scale = abs(case["k_scale"]) if is_fp8(case) else 1.0
+        return score_bound(inputs["q"], keys, effective_scale(case, case["D"]) * k_scale)
 
     def vendor_problem(self, case, inputs):
         return dense_stand_in(inputs["q"], case["Hkv"], max(case["lengths"]),
                               "pages gathered outside the timing: SDPA over a contiguous cache of the longest sequence")
 
     def extra_baselines(self, case, inputs, impl):
-        """At equal lengths: our contiguous decode over the same K/V, unpaged."""
+        """At equal lengths: our contiguous decode over the same K/V, unpaged. An fp8 cache: the
+        same call over a 16-bit cache."""
+        if is_fp8(case):
+            return fp8_cache_baseline(case, inputs, impl)
         if case["vs"] != "decode":
             return {}
         q = inputs["q"][:, :, None]
@@ -194,7 +352,8 @@ class PagedDecode(Family):
     def work(self, case, inputs):
         q = inputs["q"]
         tokens = sum(case["lengths"]) * case["Hkv"]
-        return {"bytes": 2 * tokens * case["D"] * q.element_size() + 2 * q.numel() * q.element_size()}
+        kv_bytes = inputs["kv_cache"].element_size()
+        return {"bytes": 2 * tokens * case["D"] * kv_bytes + 2 * q.numel() * q.element_size()}
 
 
 FAMILY = PagedDecode()

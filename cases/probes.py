@@ -16,7 +16,7 @@ import torch
 from attnsuite.case import make_cases
 from attnsuite.family import Family
 from attnsuite.interfaces import Interface
-from kernels.probes import (block_ptr_order, cumsum, early_return, gather_inner_axis, gather_int32,
+from kernels.probes import (block_ptr_order, cumsum, early_return, fp8_load, gather_inner_axis, gather_int32,
                             gather_transposed, grid_limit, interp_bf16_dot, interp_bf16_round,
                             loop_carried_mask,
                             loop_const_trip, loop_if_mask, page_div_zero, ub_overflow,
@@ -160,6 +160,12 @@ PROBE_SPECS = {
         inputs=lambda c, g: {"bits": _ints(g, 2, (c["N"], c["W"]))},
         output=lambda c, x: ("rank", (c["N"], c["W"]), torch.int32),
         reference=lambda c, x, dt: (x["bits"].cumsum(1) - x["bits"]).to(dt)),
+    # y = fp32(x) for every e4m3fn bit pattern (subnormals, +-448, the NaNs 0x7f/0xff): exact.
+    "fp8_load": Probe(
+        fp8_load,
+        inputs=lambda c, g: {"x": torch.arange(256, dtype=torch.int32).to(torch.uint8).view(torch.float8_e4m3fn)},
+        output=lambda c, x: ("y", (256,), torch.float32),
+        reference=lambda c, x, dt: x["x"].to(dt)),
 }
 
 #: (probe, variant) -> the wrapper that runs it: every probe module has ``original`` and ``rewrite``.
@@ -204,6 +210,8 @@ CASES = [
     # 70000 programs > 65535; only the first `rows` do work.
     *_each_variant("grid_limit", rows=40, W=16, max_rows=70000),
     *_each_variant("cumsum", N=16, W=64),
+    # kv="fp8": the parameter the fp8 families' cases carry, so one ledger entry can name both.
+    *_each_variant("fp8_load", ("fp32",), kv="fp8"),
 ]
 
 

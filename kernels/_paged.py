@@ -63,14 +63,16 @@ def check_q(fn: str, q, max_head_dim: int) -> tuple[int, int, int]:
     return B, Hq, D
 
 
-def check_paged_kv(fn: str, q: torch.Tensor, kv_cache, layout: str) -> tuple[int, int, int]:
+def check_paged_kv(fn: str, q: torch.Tensor, kv_cache, layout: str,
+                   other_dtypes: tuple = ()) -> tuple[int, int, int]:
     """kv_cache of q's dtype/device, [P, 2, ..., D] in ``layout``; returns (P, Hkv, page_size).
+    ``other_dtypes``: cache dtypes accepted besides q's (an fp8 cache, kernels/_fp8.py).
 
     P == 0 (an empty pool) is allowed: then every sequence must have zero pages.
     """
     dims = kv_dims_text(layout)
-    check_tensor(fn, "kv_cache", kv_cache, rank=5, dims=dims, dtypes=(q.dtype,), device=q.device,
-                 like="q")
+    check_tensor(fn, "kv_cache", kv_cache, rank=5, dims=dims, dtypes=(q.dtype, *other_dtypes),
+                 device=q.device, like="q")
     P, Hkv, page_size, D = kv_dims(kv_cache, layout)
     want = (None, 2, Hkv, page_size, q.shape[2]) if layout == "HND" else (None, 2, page_size, Hkv, q.shape[2])
     check_tensor(fn, "kv_cache", kv_cache, shape=want, dims=dims)

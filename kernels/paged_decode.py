@@ -30,6 +30,7 @@ from ._checks import (cdiv, DOT_INPUT_PRECISION, check_flag, check_gqa, check_in
 from ._tune import pick
 from ._grid import npu_cores, npu_splits, plan_grid
 from ._split import merge_in_last_program, merge_meta, merge_plan, NO_MERGE, scratch_of, split_outputs
+from ._fp8 import FP8_DTYPE, NOT_FP8, call_scales, check_kv_scales, kernel_view, kv_read_mode, load_kv
 from ._paged import (check_index_values, check_layout, check_outputs, check_page_table,
                      check_paged_kv, check_q, kv_dims, kv_strides)
 
@@ -38,6 +39,8 @@ MAX_HEAD_DIM = 256
 # H100: 132 SMs; split the pages until (batch x KV heads x splits) gives about two waves.
 TARGET_PROGRAMS = 256
 MIN_SPLIT_TOKENS = 512
+#: BLOCK_N x BLOCK_D of an fp8 cache's tile on Ascend (see paged_decode_config).
+FP8_NPU_TILE = 4096
 
 
 @triton.jit
@@ -77,11 +80,13 @@ def _paged_decode_tile(
     stride_page, stride_kv, stride_head, stride_slot,
     stride_ob, stride_oh, stride_osplit,
     stride_lb, stride_lh, stride_lsplit,
-    Hkv, D, G, PAGES_PER_SPLIT, qk_scale, pid_bk, split,
+    Hkv, D, G, PAGES_PER_SPLIT, qk_scale, v_scale, pid_bk, split,
     PAGE_SIZE: tl.constexpr, RETURN_LSE: tl.constexpr, DOT_PRECISION: tl.constexpr,
-    BLOCK_G: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
+    BLOCK_G: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, KV_FP8: tl.constexpr,
 ):
-    """One page split of one (batch, KV head): pid_bk is batch * Hkv + KV head."""
+    """One page split of one (batch, KV head): pid_bk is batch * Hkv + KV head. An fp8 cache
+    (KV_FP8, kernels/_fp8.py) is decoded to q's dtype unscaled: k_scale is folded into qk_scale
+    on the host, v_scale multiplies the accumulator once."""
     b = pid_bk // Hkv
     hk = (pid_bk % Hkv).to(tl.int64)
     offs_g = tl.arange(0, BLOCK_G)
@@ -116,10 +121,12 @@ def _paged_decode_tile(
             tok_ok = (slot < PAGE_SIZE) & (p * PAGE_SIZE + slot < seq_len)
             kv_mask = tok_ok[:, None] & d_ok
             kv_off = slot[:, None] * stride_slot + offs_d[None, :]
-            k = tl.load(k_base + kv_off, mask=kv_mask, other=0.0)
-            v = tl.load(k_base + stride_kv + kv_off, mask=kv_mask, other=0.0)
+            k = load_kv(k_base + kv_off, kv_mask, KV_FP8, q.dtype)
+            v = load_kv(k_base + stride_kv + kv_off, kv_mask, KV_FP8, q.dtype)
             m_i, l_i, acc = _guarded_step(q, k, v, tok_ok, m_i, l_i, acc, qk_scale, DOT_PRECISION)
 
+    if KV_FP8 != 0:
+        acc = acc * v_scale
     _store_split(O, LSE, b64, heads, split, offs_d, io_mask, offs_g < G, acc, m_i, l_i,
                  stride_ob, stride_oh, stride_osplit, stride_lb, stride_lh, stride_lsplit, RETURN_LSE)
 
@@ -133,10 +140,10 @@ def _paged_decode_fwd(
     stride_page, stride_kv, stride_head, stride_slot,
     stride_ob, stride_oh, stride_osplit,
     stride_lb, stride_lh, stride_lsplit,
-    Hkv, D, G, PAGES_PER_SPLIT, qk_scale, n_bk, n_work, n_programs,
+    Hkv, D, G, PAGES_PER_SPLIT, qk_scale, v_scale, n_bk, n_work, n_programs,
     PAGE_SIZE: tl.constexpr, RETURN_LSE: tl.constexpr, DOT_PRECISION: tl.constexpr,
     BLOCK_G: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
-    PERSISTENT: tl.constexpr,
+    PERSISTENT: tl.constexpr, KV_FP8: tl.constexpr = 0,
 ):
     if PERSISTENT:
         # kernels/_grid.py. (batch, KV head) is the fast index: every program takes the first
@@ -146,15 +153,17 @@ def _paged_decode_fwd(
                                stride_qb, stride_qh, stride_page, stride_kv, stride_head,
                                stride_slot, stride_ob, stride_oh, stride_osplit,
                                stride_lb, stride_lh, stride_lsplit,
-                               Hkv, D, G, PAGES_PER_SPLIT, qk_scale, work % n_bk, work // n_bk,
-                               PAGE_SIZE, RETURN_LSE, DOT_PRECISION, BLOCK_G, BLOCK_N, BLOCK_D)
+                               Hkv, D, G, PAGES_PER_SPLIT, qk_scale, v_scale, work % n_bk,
+                               work // n_bk, PAGE_SIZE, RETURN_LSE, DOT_PRECISION, BLOCK_G, BLOCK_N,
+                               BLOCK_D, KV_FP8)
     else:
         _paged_decode_tile(Q, KV, PAGE_INDPTR, PAGE_INDICES, LAST_LEN, O, LSE,
                            stride_qb, stride_qh, stride_page, stride_kv, stride_head,
                            stride_slot, stride_ob, stride_oh, stride_osplit,
                            stride_lb, stride_lh, stride_lsplit,
-                           Hkv, D, G, PAGES_PER_SPLIT, qk_scale, tl.program_id(0), tl.program_id(1),
-                           PAGE_SIZE, RETURN_LSE, DOT_PRECISION, BLOCK_G, BLOCK_N, BLOCK_D)
+                           Hkv, D, G, PAGES_PER_SPLIT, qk_scale, v_scale, tl.program_id(0),
+                           tl.program_id(1), PAGE_SIZE, RETURN_LSE, DOT_PRECISION, BLOCK_G, BLOCK_N,
+                           BLOCK_D, KV_FP8)
 
 
 @triton.jit
@@ -164,13 +173,14 @@ def _paged_decode_flat_tile(
     stride_page, stride_kv, stride_head, stride_slot,
     stride_ob, stride_oh, stride_osplit,
     stride_lb, stride_lh, stride_lsplit,
-    Hkv, D, G, TOKENS_PER_SPLIT, qk_scale,
+    Hkv, D, G, TOKENS_PER_SPLIT, qk_scale, v_scale,
     OUT, LSE_OUT, COUNTER, stride_outb, stride_outh, stride_lob, stride_loh, NUM_SPLITS,
     pid_bk, split,
     PAGE_SIZE: tl.constexpr, RETURN_LSE: tl.constexpr, DOT_PRECISION: tl.constexpr,
     FUSED_MERGE: tl.constexpr, RETURN_LSE_OUT: tl.constexpr,
     BLOCK_G: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
     BLOCK_GM: tl.constexpr, BLOCK_SPLITS: tl.constexpr, SPLIT_CHUNK: tl.constexpr,
+    KV_FP8: tl.constexpr,
 ):
     """One token split of one (batch, KV head) for ``_paged_decode_flat``."""
     b = pid_bk // Hkv
@@ -199,9 +209,11 @@ def _paged_decode_flat_tile(
         page = tl.load(PAGE_INDICES + page_lo + t // PAGE_SIZE, mask=tok_ok, other=0).to(tl.int64)
         row = page * stride_page + (t % PAGE_SIZE) * stride_slot
         kv_mask = tok_ok[:, None] & d_ok
-        k = tl.load(kv_base + row[:, None] + offs_d[None, :], mask=kv_mask, other=0.0)
-        v = tl.load(kv_base + stride_kv + row[:, None] + offs_d[None, :], mask=kv_mask, other=0.0)
+        k = load_kv(kv_base + row[:, None] + offs_d[None, :], kv_mask, KV_FP8, q.dtype)
+        v = load_kv(kv_base + stride_kv + row[:, None] + offs_d[None, :], kv_mask, KV_FP8, q.dtype)
         m_i, l_i, acc = _guarded_step(q, k, v, tok_ok, m_i, l_i, acc, qk_scale, DOT_PRECISION)
+    if KV_FP8 != 0:
+        acc = acc * v_scale
     # An empty split (t_start >= t_end) leaves l_i = 0: it is stored as o = 0, lse = -inf.
     _store_split(O, LSE, b64, heads, split, offs_d, io_mask, offs_g < G, acc, m_i, l_i,
                  stride_ob, stride_oh, stride_osplit, stride_lb, stride_lh, stride_lsplit, RETURN_LSE)
@@ -224,14 +236,14 @@ def _paged_decode_flat(
     stride_page, stride_kv, stride_head, stride_slot,
     stride_ob, stride_oh, stride_osplit,
     stride_lb, stride_lh, stride_lsplit,
-    Hkv, D, G, TOKENS_PER_SPLIT, qk_scale,
+    Hkv, D, G, TOKENS_PER_SPLIT, qk_scale, v_scale,
     OUT, LSE_OUT, COUNTER, stride_outb, stride_outh, stride_lob, stride_loh, NUM_SPLITS,
     n_bk, n_work, n_programs,
     PAGE_SIZE: tl.constexpr, RETURN_LSE: tl.constexpr, DOT_PRECISION: tl.constexpr,
     FUSED_MERGE: tl.constexpr, RETURN_LSE_OUT: tl.constexpr,
     BLOCK_G: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
     BLOCK_GM: tl.constexpr, BLOCK_SPLITS: tl.constexpr, SPLIT_CHUNK: tl.constexpr,
-    PERSISTENT: tl.constexpr,
+    PERSISTENT: tl.constexpr, KV_FP8: tl.constexpr = 0,
 ):
     """CUDA fast path: one flat loop over the split's tokens, BLOCK_N at a time whatever the page
     size; each token's page id is gathered (``t // PAGE_SIZE``, a shift) and its K/V row read
@@ -245,23 +257,23 @@ def _paged_decode_flat(
                                     stride_qb, stride_qh, stride_page, stride_kv, stride_head,
                                     stride_slot, stride_ob, stride_oh, stride_osplit,
                                     stride_lb, stride_lh, stride_lsplit,
-                                    Hkv, D, G, TOKENS_PER_SPLIT, qk_scale,
+                                    Hkv, D, G, TOKENS_PER_SPLIT, qk_scale, v_scale,
                                     OUT, LSE_OUT, COUNTER, stride_outb, stride_outh, stride_lob,
                                     stride_loh, NUM_SPLITS, work % n_bk, work // n_bk,
                                     PAGE_SIZE, RETURN_LSE, DOT_PRECISION, FUSED_MERGE,
                                     RETURN_LSE_OUT, BLOCK_G, BLOCK_N, BLOCK_D,
-                                    BLOCK_GM, BLOCK_SPLITS, SPLIT_CHUNK)
+                                    BLOCK_GM, BLOCK_SPLITS, SPLIT_CHUNK, KV_FP8)
     else:
         _paged_decode_flat_tile(Q, KV, PAGE_INDPTR, PAGE_INDICES, LAST_LEN, O, LSE,
                                 stride_qb, stride_qh, stride_page, stride_kv, stride_head,
                                 stride_slot, stride_ob, stride_oh, stride_osplit,
                                 stride_lb, stride_lh, stride_lsplit,
-                                Hkv, D, G, TOKENS_PER_SPLIT, qk_scale,
+                                Hkv, D, G, TOKENS_PER_SPLIT, qk_scale, v_scale,
                                 OUT, LSE_OUT, COUNTER, stride_outb, stride_outh, stride_lob,
                                 stride_loh, NUM_SPLITS, tl.program_id(0), tl.program_id(1),
                                 PAGE_SIZE, RETURN_LSE, DOT_PRECISION, FUSED_MERGE,
                                 RETURN_LSE_OUT, BLOCK_G, BLOCK_N, BLOCK_D,
-                                    BLOCK_GM, BLOCK_SPLITS, SPLIT_CHUNK)
+                                BLOCK_GM, BLOCK_SPLITS, SPLIT_CHUNK, KV_FP8)
 
 
 #: Fast path (flat token loop) configs: (BLOCK_N, num_warps, num_stages, target programs), 16-bit
@@ -291,7 +303,7 @@ def flat_split(cfg: dict, B: int, Hkv: int, typical: int, longest: int,
 
 def paged_decode_config(B: int, Hkv: int, G: int, D: int, page_size: int, max_pages: int,
                         dtype: torch.dtype, interpret: bool, num_splits: Optional[int] = None,
-                        cores: Optional[int] = None) -> dict:
+                        cores: Optional[int] = None, kv_fp8: bool = False) -> dict:
     """Tiles, launch meta and the page split: BLOCK_G, BLOCK_N, BLOCK_D, num_warps, num_stages,
     PAGES_PER_SPLIT, NUM_SPLITS. ``cores``: planning for Ascend's persistent grid of that many
     programs (``_grid.npu_splits``) rather than TARGET_PROGRAMS.
@@ -314,6 +326,10 @@ def paged_decode_config(B: int, Hkv: int, G: int, D: int, page_size: int, max_pa
         else:
             block_n, warps, stages = (32, 4, 3) if block_d <= 128 else (32, 4, 2)
         block_n = min(block_n, page_n)
+        if kv_fp8 and cores:
+            # The byte decode's int32 temporaries on Ascend (triton-ascend 3.2.0, 910B2, pages of
+            # 256): BLOCK_N 64 took 95% of the UB at D=128 and overflowed it (176%) at D=256.
+            block_n = max(16, min(block_n, FP8_NPU_TILE // block_d))
         most = cdiv(max_pages * page_size, MIN_SPLIT_TOKENS)
         if cores:
             auto_splits = npu_splits(B * Hkv, cores, most)
@@ -330,8 +346,14 @@ def paged_decode_plan(q: torch.Tensor, kv_cache: torch.Tensor, kv_page_indptr: t
                       kv_page_indices: torch.Tensor, kv_last_page_len: torch.Tensor,
                       out: torch.Tensor, lse: Optional[torch.Tensor], *, layout: str, scale: float,
                       num_splits: Optional[int] = None, max_pages: Optional[int] = None,
-                      interpret: Optional[bool] = None, config: Optional[dict] = None) -> LaunchPlan:
+                      interpret: Optional[bool] = None, config: Optional[dict] = None,
+                      k_scale: float = 1.0, v_scale: float = 1.0,
+                      kv_mode: Optional[int] = None) -> LaunchPlan:
     """The launch chain for validated inputs and allocated outputs (``lse`` None: no LSE).
+
+    An fp8 cache (``torch.float8_e4m3fn``, or its ``uint8`` byte view with ``kv_mode=BITS``)
+    takes the fp32 scales ``k_scale``/``v_scale``; ``kv_mode`` (kernels/_fp8.py) defaults to
+    ``fp8_mode(kv_cache)``.
 
     ``max_pages`` (the most pages of any sequence) sizes the page split; if None it is read from
     ``kv_page_indptr`` (one device sync). With more than one split the plan allocates fp32
@@ -343,22 +365,39 @@ def paged_decode_plan(q: torch.Tensor, kv_cache: torch.Tensor, kv_page_indptr: t
     _, Hkv, page_size, _ = kv_dims(kv_cache, layout)
     G = Hq // Hkv
     interpret = is_interpret() if interpret is None else interpret
+    if kv_mode is None:
+        kv_mode = fp8_mode(kv_cache)
+        kv_cache = kernel_view(kv_cache, kv_mode)
+    fp8 = dict(k_scale=k_scale, v_scale=v_scale, kv_mode=kv_mode)
     if use_fast_path(q) and config is None:
         return _flat_plan(q, kv_cache, kv_page_indptr, kv_page_indices, kv_last_page_len, out, lse,
-                          layout=layout, scale=scale, num_splits=num_splits, max_pages=max_pages)
+                          layout=layout, scale=scale, num_splits=num_splits, max_pages=max_pages,
+                          **fp8)
     if max_pages is None:
         max_pages = max(0, int((kv_page_indptr[1:] - kv_page_indptr[:-1]).max()))
     cfg = dict(config) if config is not None else paged_decode_config(
         B, Hkv, G, D, page_size, max_pages, q.dtype, interpret, num_splits,
-        npu_cores(q, vector=False) if on_ascend(q) else None)
+        npu_cores(q, vector=False) if on_ascend(q) else None, kv_fp8=kv_mode != NOT_FP8)
     splits = cfg.pop("NUM_SPLITS")
     pages_per_split = cfg.pop("PAGES_PER_SPLIT")
     return _plan(_paged_decode_fwd, q, kv_cache, kv_page_indptr, kv_page_indices, kv_last_page_len,
-                 out, lse, layout, scale, splits, pages_per_split, cfg, "default")
+                 out, lse, layout, scale, splits, pages_per_split, cfg, "default", **fp8)
+
+
+def fp8_mode(kv_cache: torch.Tensor) -> int:
+    """How the kernels read this cache (kernels/_fp8.py): Triton's own fp8 cast only where it is
+    right and compiles, i.e. compiled CUDA on sm_89+ (the interpreter decodes the NaN encodings
+    as +-480; sm_80 and Ascend have no fp8e4nv); the bit decode everywhere else."""
+    if kv_cache.dtype != FP8_DTYPE:
+        return NOT_FP8
+    native_ok = (kv_cache.device.type == "cuda" and not is_interpret()
+                 and torch.cuda.get_device_capability(kv_cache.device) >= (8, 9))
+    return kv_read_mode(kv_cache, native_ok)
 
 
 def _flat_plan(q, kv_cache, kv_page_indptr, kv_page_indices, kv_last_page_len, out, lse, *, layout,
-               scale, num_splits, max_pages, config=None) -> LaunchPlan:
+               scale, num_splits, max_pages, config=None, k_scale=1.0, v_scale=1.0,
+               kv_mode=NOT_FP8) -> LaunchPlan:
     B, Hq, D = q.shape
     _, Hkv, page_size, _ = kv_dims(kv_cache, layout)
     G = Hq // Hkv
@@ -372,26 +411,31 @@ def _flat_plan(q, kv_cache, kv_page_indptr, kv_page_indices, kv_last_page_len, o
         longest = typical = max_pages * page_size
     tuning = "default"
     if config is None:
+        # An fp8 cache is tuned apart (its key says so); a 16-bit one keeps its old key.
         config, tuning = pick("paged_decode_flat",
                               (B * Hkv, next_pow2(typical), page_size, D, G,
-                               str(q.dtype), num_splits or 0),
+                               str(q.dtype), num_splits or 0) + (("fp8",) if kv_mode else ()),
                               lambda: flat_candidates(D, q.dtype),
                               lambda c: _flat_plan(q, kv_cache, kv_page_indptr, kv_page_indices,
                                                    kv_last_page_len, out, lse, layout=layout,
                                                    scale=scale, num_splits=num_splits,
-                                                   max_pages=max_pages, config=c),
+                                                   max_pages=max_pages, config=c, k_scale=k_scale,
+                                                   v_scale=v_scale, kv_mode=kv_mode),
                               q.device, live=is_live(q))
     cfg = flat_split(config, B, Hkv, typical, longest, num_splits)
     splits = cfg.pop("NUM_SPLITS")
     per = cfg.pop("TOKENS_PER_SPLIT")
     cfg.update(BLOCK_G=max(16, next_pow2(G)), BLOCK_D=max(16, next_pow2(D)))
     return _plan(_paged_decode_flat, q, kv_cache, kv_page_indptr, kv_page_indices,
-                 kv_last_page_len, out, lse, layout, scale, splits, per, cfg, tuning, fused=True)
+                 kv_last_page_len, out, lse, layout, scale, splits, per, cfg, tuning, fused=True,
+                 k_scale=k_scale, v_scale=v_scale, kv_mode=kv_mode)
 
 
 def _plan(kernel, q, kv_cache, kv_page_indptr, kv_page_indices, kv_last_page_len, out, lse, layout,
-          scale, splits, per_split, cfg, tuning, fused=False) -> LaunchPlan:
-    """``fused``: the flat kernel's extra arguments; it merges splits itself (no second launch)."""
+          scale, splits, per_split, cfg, tuning, fused=False, k_scale=1.0, v_scale=1.0,
+          kv_mode=NOT_FP8) -> LaunchPlan:
+    """``fused``: the flat kernel's extra arguments; it merges splits itself (no second launch).
+    ``kv_cache`` is what the kernel reads (an fp8 cache's byte view under the bit decode)."""
     B, Hq, D = q.shape
     _, Hkv, page_size, _ = kv_dims(kv_cache, layout)
     stride_page, stride_kv, stride_head, stride_slot = kv_strides(kv_cache, layout)
@@ -401,9 +445,9 @@ def _plan(kernel, q, kv_cache, kv_page_indptr, kv_page_indices, kv_last_page_len
             q.stride(0), q.stride(1),
             stride_page, stride_kv, stride_head, stride_slot,
             *o_strides, *l_strides,
-            Hkv, D, Hq // Hkv, per_split, float(scale) * LOG2E)
+            Hkv, D, Hq // Hkv, per_split, float(scale) * LOG2E * float(k_scale), float(v_scale))
     meta = dict(PAGE_SIZE=page_size, RETURN_LSE=write_lse, DOT_PRECISION=DOT_INPUT_PRECISION,
-                **cfg)
+                KV_FP8=kv_mode, **cfg)
     workspace = scratch_of(out, o_dst, l_dst)
     if fused:
         merge = splits > 1
@@ -426,13 +470,14 @@ def _plan(kernel, q, kv_cache, kv_page_indptr, kv_page_indices, kv_last_page_len
 
 
 def _validate(q, kv_cache, kv_page_indptr, kv_page_indices, kv_last_page_len, layout, scale,
-              return_lse, out, lse, num_splits, check_indices) -> float:
+              return_lse, out, lse, num_splits, check_indices, k_scale=1.0, v_scale=1.0) -> float:
     """Every check that reads no device memory; returns the scale. The page table's contents
     are ``check_index_values``'s (after these, as before)."""
     fn = "paged_decode"
     B, Hq, D = check_q(fn, q, MAX_HEAD_DIM)
     check_layout(fn, layout)
-    num_pages, Hkv, page_size = check_paged_kv(fn, q, kv_cache, layout)
+    num_pages, Hkv, page_size = check_paged_kv(fn, q, kv_cache, layout, other_dtypes=(FP8_DTYPE,))
+    check_kv_scales(fn, kv_cache, k_scale, v_scale)
     check_gqa(fn, Hq, Hkv, kv_name="kv_cache")
     check_flag(fn, "return_lse", return_lse)
     check_flag(fn, "check_indices", check_indices)
@@ -452,6 +497,7 @@ def paged_decode(q: torch.Tensor, kv_cache: torch.Tensor, kv_page_indptr: torch.
                  layout: str = "HND", scale: Optional[float] = None, return_lse: bool = False,
                  out: Optional[torch.Tensor] = None, lse: Optional[torch.Tensor] = None,
                  num_splits: Optional[int] = None, check_indices: bool = True,
+                 k_scale: float = 1.0, v_scale: float = 1.0,
                  ) -> tuple[torch.Tensor, Optional[torch.Tensor]]:
     """Decode over a paged KV cache: q [B, Hq, D] -> (o [B, Hq, D], lse [B, Hq] fp32 | None).
 
@@ -461,14 +507,20 @@ def paged_decode(q: torch.Tensor, kv_cache: torch.Tensor, kv_page_indptr: torch.
     lse = -inf). ``num_splits`` (optional) asks for that many page splits per sequence;
     ``check_indices=False`` skips the data-dependent checks of the page table (then, on the CUDA
     fast path, the call never waits for the device).
+
+    kv_cache may also be ``torch.float8_e4m3fn`` (q stays fp16/bf16): K and V are then
+    ``cache.to(fp32) * k_scale`` / ``* v_scale``, per-tensor fp32 scales (floats or one-element
+    fp32 tensors, read once per call); 16-bit caches take only the default 1.0 (docs/fp8.md).
     """
     fn = "paged_decode"
     tensors_in = (q, kv_cache, kv_page_indptr, kv_page_indices, kv_last_page_len)
-    key = _CALLS.key(tensors_in, (out, lse), (layout, scale, return_lse, num_splits, check_indices))
+    k_scale, v_scale = call_scales(fn, kv_cache, k_scale, v_scale)
+    key = _CALLS.key(tensors_in, (out, lse), (layout, scale, return_lse, num_splits, check_indices,
+                                              k_scale, v_scale))
     slot = _CALLS.lookup(key)
     if slot is None:
         _validate(q, kv_cache, kv_page_indptr, kv_page_indices, kv_last_page_len, layout, scale,
-                  return_lse, out, lse, num_splits, check_indices)
+                  return_lse, out, lse, num_splits, check_indices, k_scale, v_scale)
         slot = _CALLS.validated(key)
     elif out is not None or lse is not None:
         check_out_lse_aliases(fn, out, lse, dict(zip(_INPUTS, tensors_in)))
@@ -487,14 +539,17 @@ def paged_decode(q: torch.Tensor, kv_cache: torch.Tensor, kv_page_indptr: torch.
         lse = torch.empty((B, Hq), dtype=torch.float32, device=q.device)
     if not return_lse:
         lse = None
-    tensors = tensors_in + (out, lse)
+    kv_mode = fp8_mode(kv_cache)
+    kv_arg = kernel_view(kv_cache, kv_mode)  # the tensor the kernel is bound to
+    tensors = (q, kv_arg) + tensors_in[2:] + (out, lse)
     bound = None if slot is None else slot.get(max_pages)
     if bound is not None:
         bound.launch(tensors, launch)
         return out, lse
-    plan = paged_decode_plan(q, kv_cache, kv_page_indptr, kv_page_indices, kv_last_page_len, out,
+    plan = paged_decode_plan(q, kv_arg, kv_page_indptr, kv_page_indices, kv_last_page_len, out,
                              lse, layout=layout, scale=check_scale(fn, scale, D),
-                             num_splits=num_splits, max_pages=max_pages)
+                             num_splits=num_splits, max_pages=max_pages, k_scale=k_scale,
+                             v_scale=v_scale, kv_mode=kv_mode)
     _CALLS.run(slot, max_pages, plan, tensors, is_live(q), launch)
     return out, lse
 

@@ -155,7 +155,7 @@ def paged_decode_empty_sequence_unwritten(q: torch.Tensor, kv_cache: torch.Tenso
     return out, (lse if return_lse else None)
 
 
-def _gather(q, kv_cache, indptr, indices, last, layout, pow2_pages=False, pow2_groups=False):
+def _gather(q, kv_cache, indptr, indices, last, layout, pow2_pages=False, pow2_groups=False, zero_unused=True):
     """(k, v [B, Hq, N, D] in the cache dtype, valid [B, 1, 1, N]): each sequence's tokens in
     logical order, read page by page through the table (N: the longest sequence)."""
     B, Hq, D = q.shape
@@ -170,7 +170,8 @@ def _gather(q, kv_cache, indptr, indices, last, layout, pow2_pages=False, pow2_g
     entry = torch.where(valid, indptr[:-1].long()[:, None] + page_in_seq, 0).clamp(max=max(indices.numel() - 1, 0))
     page = indices.long()[entry] if indices.numel() else torch.zeros_like(entry)
     kv = hnd[page, :, :, slot]                                             # [B, N, 2, Hkv, D]
-    kv = torch.where(valid[:, :, None, None, None], kv, torch.zeros((), dtype=kv.dtype))
+    if zero_unused:
+        kv = torch.where(valid[:, :, None, None, None], kv, torch.zeros((), dtype=kv.dtype))
     k, v = (kv[:, :, i].permute(0, 2, 1, 3) for i in (0, 1))
     k, v = ((heads_for_queries_pow2(x, Hq) if pow2_groups else x.repeat_interleave(Hq // Hkv, dim=1))
             for x in (k, v))
@@ -178,9 +179,9 @@ def _gather(q, kv_cache, indptr, indices, last, layout, pow2_pages=False, pow2_g
 
 
 def _online_paged(q, kv_cache, indptr, indices, last, *, layout, scale, return_lse, out, lse, pow2_pages=False,
-                  pow2_groups=False, **bug):
+                  pow2_groups=False, zero_unused=True, **bug):
     """Tiled online-softmax paged decode in torch (64-token tiles of each sequence)."""
-    k, v, valid = _gather(q, kv_cache, indptr, indices, last, layout, pow2_pages, pow2_groups)
+    k, v, valid = _gather(q, kv_cache, indptr, indices, last, layout, pow2_pages, pow2_groups, zero_unused)
     scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else float(scale)
     o, l = online_attention(q[:, :, None], k, v, scale, valid, **bug)
     return finish(q, o[:, :, 0], l[:, :, 0], return_lse, out, lse)
@@ -255,6 +256,113 @@ paged_decode_ignores_out = documented(
     "Ignores the caller's out= / lse= buffers and returns tensors of its own.")
 
 
+# --- fp8 (e4m3fn) caches: K = cache * k_scale, V = cache * v_scale (kernels.md section 11) ---------
+
+FP8 = torch.float8_e4m3fn
+
+
+def dequantized(kv_cache, layout, k_scale=1.0, v_scale=1.0, as_dtype=None):
+    """An fp8 cache as fp32 with its scales applied (its NaN slots stay NaN); a 16-bit cache as
+    it is. ``as_dtype``: read the bytes as that fp8 format instead of e4m3fn (a bug)."""
+    if kv_cache.dtype != FP8:
+        return kv_cache
+    raw = kv_cache if as_dtype is None else kv_cache.view(as_dtype)
+    hnd = (raw if layout == "HND" else raw.transpose(2, 3)).float()
+    wide = torch.stack((hnd[:, 0] * float(k_scale), hnd[:, 1] * float(v_scale)), 1)
+    return wide if layout == "HND" else wide.transpose(2, 3)
+
+
+def paged_decode_fp8_k_scale_on_v(q: torch.Tensor, kv_cache: torch.Tensor, kv_page_indptr: torch.Tensor,
+                                  kv_page_indices: torch.Tensor, kv_last_page_len: torch.Tensor, *,
+                                  layout: str = "HND", scale: Optional[float] = None, return_lse: bool = False,
+                                  out: Optional[torch.Tensor] = None, lse: Optional[torch.Tensor] = None,
+                                  num_splits: Optional[int] = None, check_indices: bool = True,
+                                  k_scale: float = 1.0, v_scale: float = 1.0):
+    """fp8 cache: V is dequantised with k_scale (one scale variable used for both halves)."""
+    return _paged_decode(q, kv_cache, kv_page_indptr, kv_page_indices, kv_last_page_len, layout=layout,
+                         scale=scale, return_lse=return_lse, out=out, lse=lse, num_splits=num_splits,
+                         check_indices=check_indices, k_scale=k_scale, v_scale=k_scale)
+
+
+def paged_decode_fp8_scales_ignored(q: torch.Tensor, kv_cache: torch.Tensor, kv_page_indptr: torch.Tensor,
+                                    kv_page_indices: torch.Tensor, kv_last_page_len: torch.Tensor, *,
+                                    layout: str = "HND", scale: Optional[float] = None, return_lse: bool = False,
+                                    out: Optional[torch.Tensor] = None, lse: Optional[torch.Tensor] = None,
+                                    num_splits: Optional[int] = None, check_indices: bool = True,
+                                    k_scale: float = 1.0, v_scale: float = 1.0):
+    """fp8 cache: the raw e4m3 values are used, k_scale and v_scale are never applied."""
+    return _paged_decode(q, kv_cache, kv_page_indptr, kv_page_indices, kv_last_page_len, layout=layout,
+                         scale=scale, return_lse=return_lse, out=out, lse=lse, num_splits=num_splits,
+                         check_indices=check_indices)
+
+
+def paged_decode_fp8_scales_applied_twice(q: torch.Tensor, kv_cache: torch.Tensor, kv_page_indptr: torch.Tensor,
+                                          kv_page_indices: torch.Tensor, kv_last_page_len: torch.Tensor, *,
+                                          layout: str = "HND", scale: Optional[float] = None,
+                                          return_lse: bool = False, out: Optional[torch.Tensor] = None,
+                                          lse: Optional[torch.Tensor] = None, num_splits: Optional[int] = None,
+                                          check_indices: bool = True, k_scale: float = 1.0, v_scale: float = 1.0):
+    """fp8 cache: each scale is applied twice (to the tile on load and again to its product)."""
+    return _paged_decode(q, kv_cache, kv_page_indptr, kv_page_indices, kv_last_page_len, layout=layout,
+                         scale=scale, return_lse=return_lse, out=out, lse=lse, num_splits=num_splits,
+                         check_indices=check_indices, k_scale=k_scale * k_scale, v_scale=v_scale * v_scale)
+
+
+def paged_decode_fp8_nan_slots_unmasked(q: torch.Tensor, kv_cache: torch.Tensor, kv_page_indptr: torch.Tensor,
+                                        kv_page_indices: torch.Tensor, kv_last_page_len: torch.Tensor, *,
+                                        layout: str = "HND", scale: Optional[float] = None,
+                                        return_lse: bool = False, out: Optional[torch.Tensor] = None,
+                                        lse: Optional[torch.Tensor] = None, num_splits: Optional[int] = None,
+                                        check_indices: bool = True, k_scale: float = 1.0, v_scale: float = 1.0):
+    """The whole page is loaded and dequantised, unused slots included; only their scores are
+    masked, so an unused slot's NaN encoding reaches P @ V as 0 * NaN."""
+    return _online_paged(q, dequantized(kv_cache, layout, k_scale, v_scale), kv_page_indptr, kv_page_indices,
+                         kv_last_page_len, layout=layout, scale=scale, return_lse=return_lse, out=out, lse=lse,
+                         zero_unused=False)
+
+
+def paged_decode_fp8_subnormals_flushed(q: torch.Tensor, kv_cache: torch.Tensor, kv_page_indptr: torch.Tensor,
+                                        kv_page_indices: torch.Tensor, kv_last_page_len: torch.Tensor, *,
+                                        layout: str = "HND", scale: Optional[float] = None,
+                                        return_lse: bool = False, out: Optional[torch.Tensor] = None,
+                                        lse: Optional[torch.Tensor] = None, num_splits: Optional[int] = None,
+                                        check_indices: bool = True, k_scale: float = 1.0, v_scale: float = 1.0):
+    """fp8 decode that flushes e4m3 subnormals (exponent field 0) to zero."""
+    if kv_cache.dtype == FP8:
+        raw = kv_cache.view(torch.uint8)
+        kv_cache = torch.where((raw & 0x78) == 0, raw & 0x80, raw).view(FP8)
+    return _paged_decode(q, kv_cache, kv_page_indptr, kv_page_indices, kv_last_page_len, layout=layout,
+                         scale=scale, return_lse=return_lse, out=out, lse=lse, num_splits=num_splits,
+                         check_indices=check_indices, k_scale=k_scale, v_scale=v_scale)
+
+
+def paged_decode_fp8_read_as_e5m2(q: torch.Tensor, kv_cache: torch.Tensor, kv_page_indptr: torch.Tensor,
+                                  kv_page_indices: torch.Tensor, kv_last_page_len: torch.Tensor, *,
+                                  layout: str = "HND", scale: Optional[float] = None, return_lse: bool = False,
+                                  out: Optional[torch.Tensor] = None, lse: Optional[torch.Tensor] = None,
+                                  num_splits: Optional[int] = None, check_indices: bool = True,
+                                  k_scale: float = 1.0, v_scale: float = 1.0):
+    """fp8 cache decoded in the wrong format: the bytes are read as e5m2 instead of e4m3fn."""
+    return _online_paged(q, dequantized(kv_cache, layout, k_scale, v_scale, as_dtype=torch.float8_e5m2),
+                         kv_page_indptr, kv_page_indices, kv_last_page_len, layout=layout, scale=scale,
+                         return_lse=return_lse, out=out, lse=lse)
+
+
+def paged_decode_fp8_scaled_in_fp8(q: torch.Tensor, kv_cache: torch.Tensor, kv_page_indptr: torch.Tensor,
+                                   kv_page_indices: torch.Tensor, kv_last_page_len: torch.Tensor, *,
+                                   layout: str = "HND", scale: Optional[float] = None, return_lse: bool = False,
+                                   out: Optional[torch.Tensor] = None, lse: Optional[torch.Tensor] = None,
+                                   num_splits: Optional[int] = None, check_indices: bool = True,
+                                   k_scale: float = 1.0, v_scale: float = 1.0):
+    """fp8 cache: the scaled values are rounded back to e4m3 (saturating at 448, losing what
+    falls below its subnormals) before use."""
+    if kv_cache.dtype == FP8:
+        kv_cache = dequantized(kv_cache, layout, k_scale, v_scale).to(FP8)
+    return _paged_decode(q, kv_cache, kv_page_indptr, kv_page_indices, kv_last_page_len, layout=layout,
+                         scale=scale, return_lse=return_lse, out=out, lse=lse, num_splits=num_splits,
+                         check_indices=check_indices)
+
+
 MUTANTS = {f.__name__: f for f in (
     _softmax_bug("fp16_accumulator"),
     _softmax_bug("stale_running_max"),
@@ -269,7 +377,10 @@ MUTANTS = {f.__name__: f for f in (
     paged_decode_gqa_head_modulo,
     paged_decode_empty_sequence_unwritten,
     *(_softmax_bug(b) for b in CLASS_BUGS),
-    paged_decode_pow2_page_arithmetic, paged_decode_pow2_group_packing)}
+    paged_decode_pow2_page_arithmetic, paged_decode_pow2_group_packing,
+    paged_decode_fp8_k_scale_on_v, paged_decode_fp8_scales_ignored, paged_decode_fp8_scales_applied_twice,
+    paged_decode_fp8_nan_slots_unmasked, paged_decode_fp8_subnormals_flushed, paged_decode_fp8_read_as_e5m2,
+    paged_decode_fp8_scaled_in_fp8)}
 
 
 # --- controls: correct implementations written from docs/contract.md, not from the project's code ------
@@ -278,8 +389,9 @@ def paged_decode_fp64(q: torch.Tensor, kv_cache: torch.Tensor, kv_page_indptr: t
                       kv_page_indices: torch.Tensor, kv_last_page_len: torch.Tensor, *, layout: str = "HND",
                       scale: Optional[float] = None, return_lse: bool = False, out: Optional[torch.Tensor] = None,
                       lse: Optional[torch.Tensor] = None, num_splits: Optional[int] = None,
-                      check_indices: bool = True):
+                      check_indices: bool = True, k_scale: float = 1.0, v_scale: float = 1.0):
     """Each sequence gathered through the page table, dense masked attention in float64."""
+    kv_cache = dequantized(kv_cache, layout, k_scale, v_scale)
     k, v, valid = _gather(q, kv_cache, kv_page_indptr, kv_page_indices, kv_last_page_len, layout)
     scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else float(scale)
     s = ((q.double()[:, :, None] @ k.double().transpose(-1, -2)) * scale).masked_fill(~valid, float("-inf"))
@@ -292,9 +404,11 @@ def paged_decode_sdpa_fp32(q: torch.Tensor, kv_cache: torch.Tensor, kv_page_indp
                            kv_page_indices: torch.Tensor, kv_last_page_len: torch.Tensor, *, layout: str = "HND",
                            scale: Optional[float] = None, return_lse: bool = False,
                            out: Optional[torch.Tensor] = None, lse: Optional[torch.Tensor] = None,
-                           num_splits: Optional[int] = None, check_indices: bool = True):
+                           num_splits: Optional[int] = None, check_indices: bool = True,
+                           k_scale: float = 1.0, v_scale: float = 1.0):
     """Gathered sequences through torch's scaled_dot_product_attention (fp32, boolean mask); a
     sequence with no token gives zeros and lse -inf."""
+    kv_cache = dequantized(kv_cache, layout, k_scale, v_scale)
     k, v, valid = _gather(q, kv_cache, kv_page_indptr, kv_page_indices, kv_last_page_len, layout)
     scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else float(scale)
     qf = q.float()[:, :, None]
@@ -310,9 +424,10 @@ def paged_decode_online_fp32(q: torch.Tensor, kv_cache: torch.Tensor, kv_page_in
                              kv_page_indices: torch.Tensor, kv_last_page_len: torch.Tensor, *, layout: str = "HND",
                              scale: Optional[float] = None, return_lse: bool = False,
                              out: Optional[torch.Tensor] = None, lse: Optional[torch.Tensor] = None,
-                             num_splits: Optional[int] = None, check_indices: bool = True):
+                             num_splits: Optional[int] = None, check_indices: bool = True,
+                             k_scale: float = 1.0, v_scale: float = 1.0):
     """The mutants' tiled online softmax with no bug switched in."""
-    return _online_paged(q, kv_cache, kv_page_indptr, kv_page_indices, kv_last_page_len, layout=layout,
+    return _online_paged(q, dequantized(kv_cache, layout, k_scale, v_scale), kv_page_indptr, kv_page_indices, kv_last_page_len, layout=layout,
                          scale=scale, return_lse=return_lse, out=out, lse=lse)
 
 

@@ -97,6 +97,7 @@ def gather_tokens(kv_cache: torch.Tensor, kv_page_indptr: torch.Tensor, kv_page_
 def attend_rows(q: torch.Tensor, rows: torch.Tensor, k_row: torch.Tensor, v_row: torch.Tensor,
                 valid: torch.Tensor, *, scale: float, compute_dtype: torch.dtype,
                 score_correction: Optional[Callable[[torch.Tensor, torch.Tensor], torch.Tensor]] = None,
+                k_scale: float = 1.0, v_scale: float = 1.0,
                 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Attention of query rows over gathered cache rows.
 
@@ -106,6 +107,10 @@ def attend_rows(q: torch.Tensor, rows: torch.Tensor, k_row: torch.Tensor, v_row:
     the input dtype) if given; then the masked softmax of ``attend_selected``.
     Returns (o [..., M, D], lse [..., M]).
 
+    ``k_scale`` / ``v_scale``: per-tensor dequantisation scales of an fp8 cache (kernels.md
+    section 11): the K and V rows used are ``rows.to(compute_dtype) * scale``, exactly in
+    float64 (an fp8 value has 4 significant bits, an fp32 scale 24).
+
     Only the selected rows are gathered, and the V rows reuse the K rows' buffers: on CPU, first
     touching a fresh multi-GB float64 tensor costs more than the arithmetic.
     """
@@ -113,12 +118,18 @@ def attend_rows(q: torch.Tensor, rows: torch.Tensor, k_row: torch.Tensor, v_row:
     shape = (*k_row.shape, D)
     gathered = rows.index_select(0, k_row.reshape(-1)).view(shape)     # K, input dtype (fresh)
     kv = gathered.to(compute_dtype)                                   # may be `gathered` itself
+    if k_scale != 1.0:
+        kv = kv * k_scale                                             # dequantised K (fresh)
     scores = (q.to(compute_dtype) @ kv.transpose(-1, -2)) * scale     # [..., M, N]
     if score_correction is not None:
         scores = scores - score_correction(q, gathered).to(compute_dtype)
     torch.index_select(rows, 0, v_row.reshape(-1), out=gathered.view(-1, D))  # now V
-    gathered.masked_fill_(~valid.unsqueeze(-1), 0)
+    # Masked after the conversion: fp8 has no masked_fill, and the NaN encodings of unused slots
+    # convert to NaN, which the fill replaces.
     kv.copy_(gathered)
+    kv.masked_fill_(~valid.unsqueeze(-1), 0)
+    if v_scale != 1.0:
+        kv.mul_(v_scale)
     return attend_selected(scores, valid.unsqueeze(-2), kv)
 
 
@@ -143,12 +154,14 @@ def paged_decode_reference(q: torch.Tensor, kv_cache: torch.Tensor, kv_page_indp
                            kv_page_indices: torch.Tensor, kv_last_page_len: torch.Tensor, *,
                            layout: str = "HND", scale: Optional[float] = None,
                            compute_dtype: torch.dtype = torch.float64,
+                           k_scale: float = 1.0, v_scale: float = 1.0,
                            ) -> tuple[torch.Tensor, torch.Tensor]:
     """q [B, Hq, D] over every token of each paged sequence -> (o [B, Hq, D], lse [B, Hq]).
 
     Sequences are gathered padded to the longest one (B * Hkv * max_len * D values, one buffer
     for K then V); the G query heads of KV head hk (h = hk * G + g) share its rows. A zero-page
-    sequence gives o = 0, lse = -inf.
+    sequence gives o = 0, lse = -inf. A ``torch.float8_e4m3fn`` cache holds K / ``k_scale`` and
+    V / ``v_scale`` (kernels.md section 11): the rows are dequantised (``attend_rows``).
     """
     Hq, Hkv = check_paged_shapes("paged_decode_reference", q, kv_cache, layout)
     B, _, D = q.shape
@@ -165,7 +178,8 @@ def paged_decode_reference(q: torch.Tensor, kv_cache: torch.Tensor, kv_page_indp
     k_row, v_row = token_rows(kv_cache, kv_page_indptr, kv_page_indices, positions, heads, valid,
                               layout=layout)                                    # [B, Hkv, N]
     o, lse = attend_rows(q.reshape(B, Hkv, G, D), cache_rows(kv_cache), k_row, v_row, valid,
-                         scale=scale, compute_dtype=compute_dtype)              # [B, Hkv, G, D]
+                         scale=scale, compute_dtype=compute_dtype, k_scale=float(k_scale),
+                         v_scale=float(v_scale))                               # [B, Hkv, G, D]
     return o.reshape(B, Hq, D), lse.reshape(B, Hq)
 
 
