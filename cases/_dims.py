@@ -160,11 +160,11 @@ def shift_scores(vals: str, q: torch.Tensor, k: torch.Tensor, scale: float, low_
     level = torch.where(down, shift + low_extra, -shift).to(torch.float32)
     coef = (level / (a * scale)).view(B, H, *([1] * (q.dim() - 2)))   # q.e: score = -coef * a * scale
 
-    def noise(x):  # q and k may lie on different devices (a bulk k is drawn on the run's device)
+    def noise(x):  # q and k may lie on different devices (either is drawn on the run's device when bulk)
         x, u = x.float(), e.to(x.device)
         return f * (x - (x @ u)[..., None] * u)
 
-    q = (noise(q) + coef * e).to(q.dtype)
+    q = (noise(q) + (coef * e).to(q.device)).to(q.dtype)
     k = (noise(k) - a * e.to(k.device)).to(k.dtype)
     return q, k
 

@@ -135,7 +135,8 @@ def _align_keys_with_queries(inputs, case):
     t = ind[valid].long()
     page = inputs["kv_page_indices"][inputs["kv_page_indptr"][b].long() + t // P].long()
     sign = torch.where(t % 2 == 0, 2.0, -0.5).to(q.dtype)
-    view[page, 0, h, t % P] = q[b, h] * sign[:, None]
+    # The cache may lie on the run's device and q on the host: the written values go to the cache.
+    view[page, 0, h, t % P] = (q[b, h] * sign[:, None]).to(view.device)
 
 
 class MagicPigDecode(SparseDecodeBench, Family):
