@@ -66,6 +66,11 @@ def add_options(parser) -> None:
                          "looping over their tiles, on any device (the Ascend launch; 0: one "
                          "program per tile everywhere; default: persistent on Ascend only; "
                          "kernels.settings.persistent_programs)")
+    # -- the order of a launch's programs under the interpreter (attnsuite/interpreted.py) --
+    group.addoption("--program-order", default="grid", metavar="grid|reversed|shuffled[:SEED]",
+                    help="cpu: run each interpreted launch's programs in the grid's order (default), "
+                         "reversed, or shuffled by SEED, so a store into another program's rows "
+                         "shows; the reproduction command of every record keeps it")
     group.addoption("--workloads", default=None, metavar="DIR",
                     help="also run the FlashInfer-Trace workloads under DIR (Definition .json + workload "
                          ".jsonl files; gqa_paged decode -> paged_decode, gqa_ragged prefill -> "
@@ -149,6 +154,8 @@ class RunOptions:
     workloads: Path | None = None
     #: --trace-out: where the workload cases' results go as FlashInfer-Trace traces.
     trace_out: Path | None = None
+    #: --program-order: the order the interpreter runs a launch's programs in.
+    program_order: str = "grid"
 
     @property
     def mode(self) -> str:
@@ -169,6 +176,8 @@ class RunOptions:
             extra += f" --ledger {path}"
         if self.workloads is not None:
             extra += f" --workloads={self.workloads}"
+        if self.program_order != "grid":
+            extra += f" --program-order {self.program_order}"
         extra += f" --case-timeout {self.case_timeout:g}"
         return extra
 
@@ -226,7 +235,21 @@ def read_options(config, workerinput: dict | None) -> RunOptions:
         kernel_path=config.getoption("kernel_path"), autotune=bool(config.getoption("autotune")),
         persistent_programs=_persistent_programs(config),
         workloads=_path_option(config, "workloads"), trace_out=_path_option(config, "trace_out"),
+        program_order=_program_order(config),
     )
+
+
+def _program_order(config) -> str:
+    """--program-order, checked, and set in this process (every process reads its options here,
+    xdist workers included, before any case runs)."""
+    from . import interpreted
+
+    try:
+        spec = interpreted.parse_program_order(config.getoption("program_order") or "grid")
+    except ValueError as exc:
+        raise OptionError(str(exc)) from None
+    interpreted.set_program_order(spec)
+    return spec
 
 
 def _path_option(config, name: str) -> Path | None:

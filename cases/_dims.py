@@ -54,9 +54,16 @@ ZERO_EVERY, ZERO_FIRST = 5, 2
 
 #: Softmax scales other than the default 1/sqrt(D) (kernels.md, "Softmax scale"), by name: mla,
 #: below the default (1/sqrt(192) at D = 128: MLA's query-key dim over its value dim); hot, above
-#: it (a temperature folded into the scale); one, 1.0 (no scaling at all).
+#: it (a temperature folded into the scale); one, 1.0 (no scaling at all); neg, -1/sqrt(D) (the
+#: row max of the scaled scores is the minimum of q.k: a kernel that takes the max before scaling
+#: exponentiates scores far above its "max"); zero, 0.0 (every score 0: a uniform average of V,
+#: and a scale a kernel may take for "not given").
 SCALES = {"mla": lambda D: 1.0 / math.sqrt(1.5 * D), "hot": lambda D: 4.0 / math.sqrt(D),
-          "one": lambda D: 1.0}
+          "one": lambda D: 1.0, "neg": lambda D: -1.0 / math.sqrt(D), "zero": lambda D: 0.0}
+#: The scales of the catalogs' sign cases, each with the value distribution it is meant to meet:
+#: a negative scale over scores of standard deviation ~64 (a max taken before scaling overflows
+#: exp), and a zero scale over plain noise.
+SIGNED_SCALES = (("neg", "large"), ("zero", RANDN))
 
 
 def case_scale(params, D: int | None = None):
@@ -150,10 +157,14 @@ def shift_scores(vals: str, q: torch.Tensor, k: torch.Tensor, scale: float, low_
     terms). ``low_extra`` moves the rows that go down by that much more (MagicPIG adds up to
     -log(1e-10) = 23 to the scores of keys anti-parallel to the query)."""
     shift, signs = SHIFTS[vals]
+    if scale == 0:
+        return q, k  # every score is 0 whatever q and k: no range to move them to
     D = q.shape[-1]
     e = torch.full((D,), 1.0 / math.sqrt(D))
-    f = 1.0 / math.sqrt(scale * math.sqrt(D))
-    a = math.sqrt(shift / scale)
+    # |scale| sizes the vectors; the sign of the scale goes into coef (a negative scale moves
+    # q to the other side of the keys' diagonal).
+    f = 1.0 / math.sqrt(abs(scale) * math.sqrt(D))
+    a = math.sqrt(shift / abs(scale))
     B, H = q.shape[0], q.shape[1]
     row = torch.arange(B * H).view(B, H)
     down = torch.where(row % 2 == 0, signs[0], signs[1]) < 0          # rows whose scores go to -SHIFT
@@ -410,7 +421,10 @@ def draw_classes(rng, params: dict, *, gqa: bool = False, pages: bool = False) -
     other than the default. Every call takes the same draws, whatever it keeps."""
     p = dict(params)
     group, page, extreme, scale = (rng.random() for _ in range(4))
-    G, P, vals, sc = rng.choice((3, 5, 6, 7)), rng.choice((12, 48)), rng.choice(EXTREMES), rng.choice(tuple(SCALES))
+    G, P, vals, sc = rng.choice((3, 5, 6, 7)), rng.choice((12, 48)), rng.choice(EXTREMES), rng.choice(("mla", "hot", "one"))
+    # Drawn after the draws above, so a seed's earlier draws keep their parameters.
+    if rng.random() < 0.3:
+        sc = rng.choice(("neg", "zero"))
     if gqa and group < 0.15:
         p["Hq"] = p["Hkv"] * G
     if pages and page < 0.15:

@@ -15,7 +15,7 @@ from references.paged import sparse_paged_decode_reference
 
 from . import sparse_paged_decode as spd
 from ._attention import attention_outputs, lse_if, score_bound
-from ._dims import (CONTIG, EXTREMES, SPLIT_LENGTHS, TILE_RESIDUES, VALUES, case_scale, draw_classes,
+from ._dims import (CONTIG, SIGNED_SCALES, EXTREMES, SPLIT_LENGTHS, TILE_RESIDUES, VALUES, case_scale, draw_classes,
                     effective_scale, index_view)
 from ._paged import PAGED_VIEWS
 from ._sparse import STALE_SELECTIONS, SparseDecodeBench
@@ -76,6 +76,9 @@ QUICK = (
     # Softmax scales other than 1/sqrt(D), with the distributions that stress the exponent.
     + [case(lsh="int", lengths=(150, 60), Hq=4, Hkv=2, keep=0.5, vals=vl, scale=sc)
        for sc, vl in (("mla", "large"), ("hot", "late"), ("one", "pm80"))]
+    # Negative and zero scales (cases/_dims.py, SIGNED_SCALES): legal, and the reference takes them.
+    + [case(lsh="int", layout=lay, lengths=(150, 60), Hq=4, Hkv=2, keep=0.5, vals=vl, scale=sc)
+       for (sc, vl), lay in zip(SIGNED_SCALES, ("NHD", "HND"))]
     # Found by the fuzz profile (magicpig_decode[fuzz31337.191-...] and [fuzz31337.369-...], on two
     # H100s): q scaled by 64 and keys parallel to it make scores of ~65536, where the fp16
     # baseline is NaN and the split-KV merge (LSEs of ~9e4 in fp32) errs by ~1e-3; the tolerance

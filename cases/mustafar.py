@@ -38,7 +38,7 @@ from references.mustafar import (approximation, attention_reference, compressed_
                                  values_reference)
 
 from ._attention import randn, score_bound
-from ._dims import (CONTIG, EXTREMES, RANDN, SHIFTS, VALUES, cancel_values, case_scale, dense_values,
+from ._dims import (CONTIG, SIGNED_SCALES, EXTREMES, RANDN, SHIFTS, VALUES, cancel_values, case_scale, dense_values,
                     dims_label, draw_classes, draw_vals, effective_scale, embed, fused_rows, large_queries,
                     late_mask, offset_values, scale_late, second_half, seq_slice, shift_scores)
 
@@ -112,6 +112,8 @@ QUICK = (
     + [case("keys", bits=2, s=0.5, Hq=2, S=128, vals="zeros")]
     + [case("decode", bits=b, s=sp, Hq=2, S=128, vals=vl, scale=sc)
        for b, sp, sc, vl in ((2, 0.5, "mla", "large"), (16, 0.5, "hot", "late"), (2, 0.0, "one", "pm80"))]
+    # Negative and zero scales (cases/_dims.py, SIGNED_SCALES): legal, and the reference takes them.
+    + [case("decode", bits=b, s=0.5, Hq=2, S=128, vals=vl, scale=sc) for (sc, vl), b in zip(SIGNED_SCALES, (2, 16))]
 )
 
 FULL = (

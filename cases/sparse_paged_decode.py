@@ -12,7 +12,7 @@ from references.paged import paged_decode_reference, sparse_paged_decode_referen
 
 from . import _paged
 from ._attention import attention_outputs, lse_if, randn, score_bound
-from ._dims import (CONTIG, EXTREMES, RANDN, SPLIT_LENGTHS, TILE_RESIDUES, VALUES, case_scale, dims_label,
+from ._dims import (CONTIG, SIGNED_SCALES, EXTREMES, RANDN, SPLIT_LENGTHS, TILE_RESIDUES, VALUES, case_scale, dims_label,
                     draw_classes, draw_dtype, draw_head_dim, draw_heads, draw_vals, draw_view,
                     effective_scale, listed_last, paged_values)
 from ._paged import PAGED_VIEWS, draw_page_table, paged_views
@@ -64,6 +64,9 @@ QUICK = (
     # Softmax scales other than 1/sqrt(D), with the distributions that stress the exponent.
     + [case(lengths=(150, 60), Hq=4, Hkv=2, keep=0.5, vals=vl, scale=sc)
        for sc, vl in (("mla", "large"), ("hot", "late"), ("one", "pm80"))]
+    # Negative and zero scales (cases/_dims.py, SIGNED_SCALES): legal, and the reference takes them.
+    + [case(layout=lay, lengths=(150, 60), Hq=4, Hkv=2, keep=0.5, vals=vl, scale=sc)
+       for (sc, vl), lay in zip(SIGNED_SCALES, ("NHD", "HND"))]
     # Long reductions in low precision: one row over thousands of selected tokens (duplicates
     # included) whose running sum climbs far from the output.
     + [case(dtype=dt, P=48, lengths=(2000,), Hq=2, Hkv=1, keep=1.0, dup=True, vals="cancel")
