@@ -11,6 +11,7 @@ import torch
 from kernels.decode import decode as _decode
 
 from ._common import (CLASS_BUGS, SOFTMAX_BUGS, default_scale, documented, finish, heads_for_queries,
+                      store_rows_past_their_end,
                       ignoring_out, online_attention, packing_groups_as_pow2, reading_views_as_contiguous)
 
 FAMILY = "decode"
@@ -152,7 +153,22 @@ decode_ignores_out = documented(ignoring_out(_decode), "decode_ignores_out",
                                 "Ignores the caller's out= / lse= buffers and returns tensors of its own.")
 
 
+def decode_stores_into_the_next_row(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *,
+                                    scale: Optional[float] = None, return_lse: bool = False,
+                                    out: Optional[torch.Tensor] = None, lse: Optional[torch.Tensor] = None,
+                                    num_splits: Optional[int] = None):
+    """Output stored by a Triton epilogue whose store mask bounds the buffer, not the row: each
+    program writes zeros over the start of the next program's row (right in grid order only)."""
+    o, l = online_attention(q, heads_for_queries(k, q.shape[1]), heads_for_queries(v, q.shape[1]),
+                            default_scale(q, scale))
+    if out is None:
+        out = torch.empty_like(q, memory_format=torch.contiguous_format)
+    store_rows_past_their_end(o, out)
+    return _finish(q, out, l, return_lse, out, lse)
+
+
 MUTANTS = {f.__name__: f for f in (
+    decode_stores_into_the_next_row,
     _softmax_bug("fp16_accumulator"),
     _softmax_bug("stale_running_max"),
     _softmax_bug("exp_without_max_fp32"),
