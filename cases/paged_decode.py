@@ -71,6 +71,9 @@ QUICK = (
     # Negative and zero scales (cases/_dims.py, SIGNED_SCALES): legal, and the reference takes them.
     + [case(P=16, layout=lay, lengths=(100, 37), Hq=4, Hkv=2, vals=vl, scale=sc)
        for (sc, vl), lay in zip(SIGNED_SCALES, ("NHD", "HND"))]
+    # Shared pages (a prefix cache): the sequences' first pages are the same physical pages.
+    + [case(P=16, placement="shared", lengths=(100, 37, 0, 64), Hq=4, Hkv=2),
+       case(P=48, layout="NHD", placement="shared", lengths=(600, 150), Hq=6, Hkv=2, vals="offset")]
     # Long reductions in low precision: one row over thousands of tokens whose running sum
     # climbs far from the output (an accumulator kept in the input dtype shows).
     + [case(dtype=dt, P=48, lengths=(2000,), Hq=2, Hkv=1, vals="cancel") for dt in ("fp16", "bf16")]

@@ -67,6 +67,9 @@ QUICK = (
     # Negative and zero scales (cases/_dims.py, SIGNED_SCALES): legal, and the reference takes them.
     + [case(layout=lay, lengths=(150, 60), Hq=4, Hkv=2, keep=0.5, vals=vl, scale=sc)
        for (sc, vl), lay in zip(SIGNED_SCALES, ("NHD", "HND"))]
+    # Shared pages (a prefix cache): the sequences' first pages are the same physical pages.
+    + [case(placement="shared", lengths=(100, 37, 0, 64), Hq=4, Hkv=2, keep=0.5),
+       case(P=48, layout="NHD", placement="shared", lengths=(600, 150), Hq=6, Hkv=2, keep=1.0, dup=True)]
     # Long reductions in low precision: one row over thousands of selected tokens (duplicates
     # included) whose running sum climbs far from the output.
     + [case(dtype=dt, P=48, lengths=(2000,), Hq=2, Hkv=1, keep=1.0, dup=True, vals="cancel")

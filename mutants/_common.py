@@ -256,3 +256,33 @@ def store_rows_past_their_end(o: torch.Tensor, out: torch.Tensor) -> torch.Tenso
     if dst is not out:
         out.copy_(dst)
     return out
+
+
+# --- a page table read as if no page were shared -----------------------------------------------------
+
+def pages_owned_once(indptr: torch.Tensor, indices: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(indptr, indices) as an implementation sees them that keeps one owner per physical page
+    (a page -> sequence map filled in batch order): a page listed by several sequences (a prefix
+    cache) stays only in the last one's list. The same table where no page is shared."""
+    ptr = indptr.long().tolist()
+    owner = {}
+    for b in range(len(ptr) - 1):
+        for page in indices[ptr[b]:ptr[b + 1]].tolist():
+            owner[page] = b
+    kept = [[p for p in indices[ptr[b]:ptr[b + 1]].tolist() if owner[p] == b] for b in range(len(ptr) - 1)]
+    new_ptr = [0]
+    for pages in kept:
+        new_ptr.append(new_ptr[-1] + len(pages))
+    flat = [p for pages in kept for p in pages]
+    return (torch.tensor(new_ptr, dtype=indptr.dtype, device=indptr.device),
+            torch.tensor(flat, dtype=indices.dtype, device=indices.device))
+
+
+def owning_pages_once(fn, name: str):
+    """``fn(q, kv_cache, indptr, indices, ...)`` given the page table of ``pages_owned_once``."""
+    @functools.wraps(fn)
+    def run(q, kv_cache, indptr, indices, *args, **kw):
+        return fn(q, kv_cache, *pages_owned_once(indptr, indices), *args, **kw)
+
+    return documented(run, name, "Keeps one owner per physical page (a page -> sequence map): a page that "
+                                 "several sequences share (a prefix cache) is read by the last of them only.")
