@@ -44,7 +44,14 @@ VALUES = ("offset", "cancel", "late", "large")
 #: rows with exp(-160) == 0). zeros: zero vectors (see ``ZERO_EVERY``).
 EXTREMES = ("neg100", "pm80", "zeros")
 #: Score levels of the extreme distributions: (sign of even rows, sign of odd rows) x SHIFT.
-SHIFTS = {"neg100": (104.0, (-1.0, -1.0)), "pm80": (80.0, (-1.0, 1.0))}
+SHIFTS = {"neg100": (104.0, (-1.0, -1.0)), "pm80": (80.0, (-1.0, 1.0)), "neg130": (130.0, (-1.0, -1.0))}
+#: Scores of every row centred at -130: the LSE of each split of a split-KV kernel (up to 512 keys
+#: of noise ~1 around -130: about -123), not only each row's max, lies below fp32's smallest
+#: subnormal (e^-103.3), so a merge that weights the partial results by e^(lse_i - m) with m
+#: clamped at 0, or by e^lse_i, gets 0 / 0 even in the interpreter (neg100's partial LSEs, about
+#: -94, are subnormal: a GPU flushes them, the interpreter does not). Meant for lengths past the
+#: split threshold (SPLIT_LENGTHS).
+SPLIT_EXTREME = "neg130"
 #: zeros: the keys (and values) of every ZERO_EVERY-th token, from ZERO_FIRST, are all-zero (cache
 #: slots filled with zeros), and the query of the first row (batch 0, head 0) is all-zero: a
 #: cosine without its epsilon (MagicPIG) or a normalisation by a norm divides 0 by 0.

@@ -119,6 +119,10 @@ QUICK = (
                                                                       ("one", "pm80"))]
     # Negative and zero scales (cases/_dims.py, SIGNED_SCALES): legal, and the reference takes them.
     + [case(B=1, H=2, S=200, s=0.5, vals=vl, scale=sc) for sc, vl in SIGNED_SCALES]
+    # Lengths that are whole multiples of the block size (no partial last block), square and
+    # not, with score ranges at the edges of the exponent at a sparsity above 0.
+    + [case(B=1, H=2, S=256, s=0.5, vals=vl) for vl in ("neg100", "pm80")]
+    + [case(B=2, H=1, S=512, bq=256, bkv=128, s=0.5), case(B=2, H=1, S=384, s=0.0, pattern="causal")]
 )
 
 FULL = (

@@ -10,7 +10,7 @@ from kernels.decode import decode
 from references.attention import decode_reference
 
 from ._attention import attention_outputs, heads, lse_if, qkv, score_bound
-from ._dims import (CONTIG, SIGNED_SCALES, DENSE_VIEWS, EXTREMES, RANDN, SPLIT_LENGTHS, TILE_RESIDUES, VALUES, case_scale,
+from ._dims import (CONTIG, SIGNED_SCALES, SPLIT_EXTREME, DENSE_VIEWS, EXTREMES, RANDN, SPLIT_LENGTHS, TILE_RESIDUES, VALUES, case_scale,
                     dense_values, dense_views, dims_label, draw_classes, draw_dtype, draw_head_dim,
                     draw_heads, draw_length, draw_vals, draw_view, effective_scale)
 
@@ -51,6 +51,8 @@ QUICK = (
     # Negative and zero scales (cases/_dims.py, SIGNED_SCALES): legal, and the reference takes them.
     + [dict(dtype="fp16", B=1, Hq=4, Hkv=2, S=s, D=64, lse=True, vals=vl, scale=sc)
        for (sc, vl), s in zip(SIGNED_SCALES, (600, 1))]
+    # Partial LSEs of the split-KV merge below fp32's subnormals (cases/_dims.py, SPLIT_EXTREME), over 3 splits.
+    + [dict(dtype="fp16", B=2, Hq=4, Hkv=2, S=1100, D=64, lse=True, vals=SPLIT_EXTREME)]
 )
 
 FULL = [

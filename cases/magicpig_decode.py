@@ -15,7 +15,7 @@ from references.paged import sparse_paged_decode_reference
 
 from . import sparse_paged_decode as spd
 from ._attention import attention_outputs, lse_if, score_bound
-from ._dims import (CONTIG, SIGNED_SCALES, EXTREMES, SPLIT_LENGTHS, TILE_RESIDUES, VALUES, case_scale, draw_classes,
+from ._dims import (CONTIG, SIGNED_SCALES, SPLIT_EXTREME, EXTREMES, SPLIT_LENGTHS, TILE_RESIDUES, VALUES, case_scale, draw_classes,
                     effective_scale, index_view)
 from ._paged import PAGED_VIEWS
 from ._sparse import STALE_SELECTIONS, SparseDecodeBench
@@ -79,6 +79,8 @@ QUICK = (
     # Negative and zero scales (cases/_dims.py, SIGNED_SCALES): legal, and the reference takes them.
     + [case(lsh="int", layout=lay, lengths=(150, 60), Hq=4, Hkv=2, keep=0.5, vals=vl, scale=sc)
        for (sc, vl), lay in zip(SIGNED_SCALES, ("NHD", "HND"))]
+    # Partial LSEs of the split-KV merge below fp32's subnormals (cases/_dims.py, SPLIT_EXTREME), over 3 splits.
+    + [case(lsh="int", P=64, lengths=(1100,), Hq=2, Hkv=2, keep=1.0, vals=SPLIT_EXTREME)]
     # Shared pages (a prefix cache): the sequences' first pages are the same physical pages.
     + [case(lsh="int", placement="shared", lengths=(100, 37, 0, 64), Hq=4, Hkv=2, keep=0.5),
        case(lsh="float", P=48, layout="NHD", placement="shared", lengths=(600, 150), Hq=6, Hkv=2, keep=1.0)]
