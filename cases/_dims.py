@@ -73,6 +73,12 @@ SCALES = {"mla": lambda D: 1.0 / math.sqrt(1.5 * D), "hot": lambda D: 4.0 / math
 SIGNED_SCALES = (("neg", "large"), ("zero", RANDN))
 
 
+def pairwise_legal(row) -> bool:
+    """Whether a partial row of a pairwise crossing (attnsuite/pairwise.py) names a case that means
+    what its parameters say: a zero scale makes every score 0, so it has no score range to shift."""
+    return not (row.get("scale") == "zero" and row.get("vals") in SHIFTS)
+
+
 def case_scale(params, D: int | None = None):
     """The scale a case passes (None: the default, which implementations resolve to 1/sqrt(D)).
     ``params``: a Case or its parameter dict; ``D`` defaults to the case's ``D``."""
