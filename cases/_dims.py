@@ -428,16 +428,20 @@ def draw_vals(rng) -> str:
     return RANDN if rng.random() < 0.4 else rng.choice(VALUES)
 
 
-def draw_classes(rng, params: dict, *, gqa: bool = False, pages: bool = False) -> dict:
+def draw_classes(rng, params: dict, *, gqa: bool = False, pages: bool = False, shared: bool | None = None) -> dict:
     """``params`` with, each now and then, a GQA group that is not a power of two (``gqa``), a page
-    size of 12 or 48 (``pages``), an extreme score range or zero vectors, and a softmax scale
-    other than the default. Every call takes the same draws, whatever it keeps."""
+    size of 12 or 48 (``pages``), an extreme score range or zero vectors, a softmax scale other
+    than the default (negative and zero included), and pages shared by the sequences (``shared``,
+    default ``pages``: a prefix cache). Every call takes the same draws, whatever it keeps."""
     p = dict(params)
     group, page, extreme, scale = (rng.random() for _ in range(4))
     G, P, vals, sc = rng.choice((3, 5, 6, 7)), rng.choice((12, 48)), rng.choice(EXTREMES), rng.choice(("mla", "hot", "one"))
     # Drawn after the draws above, so a seed's earlier draws keep their parameters.
-    if rng.random() < 0.3:
+    signed, prefix = rng.random(), rng.random()
+    if signed < 0.3:
         sc = rng.choice(("neg", "zero"))
+    if (pages if shared is None else shared) and prefix < 0.1:
+        p["placement"] = "shared"
     if gqa and group < 0.15:
         p["Hq"] = p["Hkv"] * G
     if pages and page < 0.15:

@@ -173,7 +173,8 @@ class MagicPigDecode(SparseDecodeBench, Family):
 
     def fuzz_classes(self, params, rng):
         # Keys aligned with their query (cos pm1) need one query head per KV head.
-        return draw_classes(rng, params, gqa=params.get("cos") is None, pages=True)
+        # ... and no shared pages: two sequences would write their own query into one shared key.
+        return draw_classes(rng, params, gqa=params.get("cos") is None, pages=True, shared=params.get("cos") is None)
 
     def make_inputs(self, case, gen, device=None):
         # Rows shifted down meet their keys anti-parallel: the correction adds up to -log(1e-10).
