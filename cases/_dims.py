@@ -435,7 +435,8 @@ def draw_classes(rng, params: dict, *, gqa: bool = False, pages: bool = False, s
     default ``pages``: a prefix cache). Every call takes the same draws, whatever it keeps."""
     p = dict(params)
     group, page, extreme, scale = (rng.random() for _ in range(4))
-    G, P, vals, sc = rng.choice((3, 5, 6, 7)), rng.choice((12, 48)), rng.choice(EXTREMES), rng.choice(("mla", "hot", "one"))
+    G, P, vals = rng.choice((3, 5, 6, 7)), rng.choice((12, 48)), rng.choice(EXTREMES)
+    sc = rng.choice(("mla", "hot", "one"))
     # Drawn after the draws above, so a seed's earlier draws keep their parameters.
     signed, prefix = rng.random(), rng.random()
     if signed < 0.3:

@@ -25,7 +25,7 @@ from kernels.block_sparse import block_sparse
 from references.block_sparse import block_sparse_reference
 
 from ._attention import attention_outputs, lse_if, qkv, score_bound
-from ._dims import (CONTIG, SIGNED_SCALES, DENSE_VIEWS, EXTREMES, RANDN, VALUES, case_scale, dense_values, dense_views,
+from ._dims import (CONTIG, DENSE_VIEWS, EXTREMES, RANDN, SIGNED_SCALES, VALUES, case_scale, dense_values, dense_views,
                     dims_label, draw_classes, draw_dtype, draw_head_dim, draw_length, draw_vals, draw_view,
                     effective_scale, index_view)
 

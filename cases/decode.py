@@ -13,8 +13,7 @@ from references.attention import decode_reference
 from ._attention import attention_outputs, heads, lse_if, qkv, score_bound
 from ._dims import (CONTIG, DENSE_VIEWS, EXTREMES, RANDN, SPLIT_EXTREME, SPLIT_LENGTHS, TILE_RESIDUES, VALUES,
                     case_scale, dense_values, dense_views, dims_label, draw_classes, draw_dtype, draw_head_dim,
-                    pairwise_legal,
-                    draw_heads, draw_length, draw_vals, draw_view, effective_scale)
+                    draw_heads, draw_length, draw_vals, draw_view, effective_scale, pairwise_legal)
 
 
 def label(p) -> str:

@@ -15,8 +15,8 @@ from references.paged import sparse_paged_decode_reference
 
 from . import sparse_paged_decode as spd
 from ._attention import attention_outputs, lse_if, score_bound
-from ._dims import (CONTIG, SIGNED_SCALES, SPLIT_EXTREME, EXTREMES, SPLIT_LENGTHS, TILE_RESIDUES, VALUES, case_scale, draw_classes,
-                    effective_scale, index_view)
+from ._dims import (CONTIG, EXTREMES, SIGNED_SCALES, SPLIT_EXTREME, SPLIT_LENGTHS, TILE_RESIDUES, VALUES, case_scale,
+                    draw_classes, effective_scale, index_view)
 from ._paged import PAGED_VIEWS
 from ._sparse import STALE_SELECTIONS, SparseDecodeBench
 
@@ -174,7 +174,8 @@ class MagicPigDecode(SparseDecodeBench, Family):
     def fuzz_classes(self, params, rng):
         # Keys aligned with their query (cos pm1) need one query head per KV head.
         # ... and no shared pages: two sequences would write their own query into one shared key.
-        return draw_classes(rng, params, gqa=params.get("cos") is None, pages=True, shared=params.get("cos") is None)
+        free = params.get("cos") is None
+        return draw_classes(rng, params, gqa=free, pages=True, shared=free)
 
     def make_inputs(self, case, gen, device=None):
         # Rows shifted down meet their keys anti-parallel: the correction adds up to -log(1e-10).

@@ -13,8 +13,8 @@ from references.paged import paged_decode_reference
 
 from . import _paged
 from ._attention import attention_outputs, dense_stand_in, lse_if, qkv, randn, score_bound
-from ._dims import (CONTIG, SIGNED_SCALES, SPLIT_EXTREME, EXTREMES, RANDN, VALUES, case_scale, dims_label, draw_classes, draw_dtype,
-                    draw_head_dim, draw_heads, draw_vals, draw_view, effective_scale, paged_values)
+from ._dims import (CONTIG, EXTREMES, RANDN, SIGNED_SCALES, SPLIT_EXTREME, VALUES, case_scale, dims_label, draw_classes,
+                    draw_dtype, draw_head_dim, draw_heads, draw_vals, draw_view, effective_scale, paged_values)
 from ._paged import PAGED_VIEWS, draw_page_table, paged_views
 
 

@@ -10,8 +10,8 @@ from references.attention import decode_reference
 from references.sparse import sparse_decode_reference
 
 from ._attention import attention_outputs, heads, lse_if, qkv, score_bound
-from ._dims import (CONTIG, SIGNED_SCALES, SPLIT_EXTREME, DENSE_VIEWS, EXTREMES, RANDN, SPLIT_LENGTHS, TILE_RESIDUES, VALUES, case_scale,
-                    dense_values, dense_views, dims_label, draw_classes, draw_dtype, draw_head_dim,
+from ._dims import (CONTIG, DENSE_VIEWS, EXTREMES, RANDN, SIGNED_SCALES, SPLIT_EXTREME, SPLIT_LENGTHS, TILE_RESIDUES,
+                    VALUES, case_scale, dense_values, dense_views, dims_label, draw_classes, draw_dtype, draw_head_dim,
                     draw_heads, draw_length, draw_vals, draw_view, effective_scale, listed_last)
 from ._sparse import (QUICK_SELECTIONS, SELECTION, STALE_SELECTIONS, SparseDecodeBench, draw_selection,
                       index_views, select_tokens, selection_label)

@@ -12,8 +12,8 @@ from references.paged import paged_decode_reference, sparse_paged_decode_referen
 
 from . import _paged
 from ._attention import attention_outputs, lse_if, randn, score_bound
-from ._dims import (CONTIG, SIGNED_SCALES, SPLIT_EXTREME, EXTREMES, RANDN, SPLIT_LENGTHS, TILE_RESIDUES, VALUES, case_scale, dims_label,
-                    draw_classes, draw_dtype, draw_head_dim, draw_heads, draw_vals, draw_view,
+from ._dims import (CONTIG, EXTREMES, RANDN, SIGNED_SCALES, SPLIT_EXTREME, SPLIT_LENGTHS, TILE_RESIDUES, VALUES,
+                    case_scale, dims_label, draw_classes, draw_dtype, draw_head_dim, draw_heads, draw_vals, draw_view,
                     effective_scale, listed_last, paged_values)
 from ._paged import PAGED_VIEWS, draw_page_table, paged_views
 from ._sparse import (QUICK_SELECTIONS, SELECTION, STALE_SELECTIONS, SparseDecodeBench, draw_selection,
