@@ -1,4 +1,4 @@
-"""The inputs of thousands of fuzz draws (hundreds of every family), built on a device other than the host
+"""The inputs of thousands of fuzz draws (200 of every family; ATTNSUITE_DEVICE_DRAWS sets more), built on a device other than the host
 (``meta``) under CUDA's rules for mixing devices (tests/strict_devices.py): a helper that combines
 a bulk tensor drawn on the device with a small one drawn on the host fails here, on a CPU, not
 only in a GPU fuzz run.
@@ -29,7 +29,7 @@ FUZZED = [name for name in registry.names() if registry.family(name).fuzz(random
 #: Draws per family (ATTNSUITE_DEVICE_DRAWS sets another count), and the fuzz seed they come
 #: from. A build costs 3-8 ms of CPU on meta, most of it torch's meta kernels (Python
 #: decompositions of each elementwise op) and the host-side page tables and token selections.
-DRAWS = int(os.environ.get("ATTNSUITE_DEVICE_DRAWS", "300"))
+DRAWS = int(os.environ.get("ATTNSUITE_DEVICE_DRAWS", "200"))
 SEED = 20261128
 #: Bulk thresholds in elements, taken in turn by the draws: every tensor drawn on the device; all
 #: but the smallest (a decode query, scale factors); only the larger ones; only the largest
