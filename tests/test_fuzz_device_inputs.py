@@ -1,5 +1,5 @@
-"""The inputs of thousands of fuzz draws (200 of every family; ATTNSUITE_DEVICE_DRAWS sets more), built on a device other than the host
-(``meta``) under CUDA's rules for mixing devices (tests/strict_devices.py): a helper that combines
+"""The inputs of fuzz draws of every family (1,800 in all: 200 a family; ATTNSUITE_DEVICE_DRAWS
+sets another count), built on a device other than the host (``meta``) under CUDA's rules for mixing devices (tests/strict_devices.py): a helper that combines
 a bulk tensor drawn on the device with a small one drawn on the host fails here, on a CPU, not
 only in a GPU fuzz run.
 
