@@ -1,7 +1,7 @@
 """The inputs of fuzz draws of every family (1,800 in all: 200 a family; ATTNSUITE_DEVICE_DRAWS
-sets another count), built on a device other than the host (``meta``) under CUDA's rules for mixing devices (tests/strict_devices.py): a helper that combines
-a bulk tensor drawn on the device with a small one drawn on the host fails here, on a CPU, not
-only in a GPU fuzz run.
+sets another count), built on a device other than the host (``meta``) under CUDA's rules for
+mixing devices (tests/strict_devices.py): a helper that combines a bulk tensor drawn on the
+device with a small one drawn on the host fails here, on a CPU, not only in a GPU fuzz run.
 
 Which tensors a build puts on the device depends on their size alone (cases/_attention.py,
 CHUNKED_FROM; cases/_paged.py, SHARED_FROM). Fuzz draws are smaller than device-sized cases, so
