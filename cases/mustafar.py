@@ -114,6 +114,8 @@ QUICK = (
        for b, sp, sc, vl in ((2, 0.5, "mla", "large"), (16, 0.5, "hot", "late"), (2, 0.0, "one", "pm80"))]
     # Negative and zero scales (cases/_dims.py, SIGNED_SCALES): legal, and the reference takes them.
     + [case("decode", bits=b, s=0.5, Hq=2, S=128, vals=vl, scale=sc) for (sc, vl), b in zip(SIGNED_SCALES, (2, 16))]
+    # The compressor over several sequences and KV heads at once (B > 1 with Hkv > 1), both formats.
+    + [case("compress", bits=b, s=0.5, B=2, Hq=4, Hkv=2, S=128) for b in (16, 2)]
 )
 
 FULL = (
