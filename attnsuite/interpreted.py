@@ -301,3 +301,85 @@ def skip_equal_broadcasts() -> bool:
     broadcast_impl_value.skips_equal = True
     TritonSemantic.broadcast_impl_value = broadcast_impl_value
     return True
+
+
+# -- the order in which a launch's programs run ---------------------------------------------------
+
+#: ``grid``: the interpreter's own order (x, then y, then z, one program at a time);
+#: ``reversed``: the last program first; ``shuffled:SEED``: a permutation drawn from SEED and the
+#: grid's shape. On a GPU programs run concurrently in no set order; under the interpreter a
+#: store that lands in another program's rows is overwritten by that program (grid order) or
+#: overwrites it (another order): the orders other than ``grid`` make such a store show on cpu.
+PROGRAM_ORDERS = ("grid", "reversed", "shuffled")
+_program_order = "grid"
+_builder_methods = None
+
+
+def parse_program_order(spec: str) -> str:
+    """``spec`` checked and normalised (``shuffled`` alone takes seed 0); ValueError otherwise."""
+    kind, _, seed = spec.partition(":")
+    if kind not in PROGRAM_ORDERS or (seed and kind != "shuffled"):
+        raise ValueError(f"--program-order {spec}: expected grid, reversed or shuffled[:SEED]")
+    if kind == "shuffled":
+        try:
+            return f"shuffled:{int(seed or 0)}"
+        except ValueError:
+            raise ValueError(f"--program-order {spec}: the seed must be an integer") from None
+    return kind
+
+
+def program_order() -> str:
+    return _program_order
+
+
+def _order(spec: str, grid: tuple) -> list:
+    """The programs of ``grid`` (x, y, z) in the order ``spec`` runs them."""
+    import itertools
+    import random
+
+    programs = list(itertools.product(*(range(n) for n in grid)))
+    if spec == "reversed":
+        programs.reverse()
+    elif spec.startswith("shuffled:"):
+        random.Random(f"{spec}/{grid}").shuffle(programs)
+    return programs
+
+
+def set_program_order(spec: str) -> bool:
+    """Run every interpreted launch's programs in the order ``spec`` names (see PROGRAM_ORDERS).
+    The interpreter loops over the grid in order and tells its builder each program's index
+    (``set_grid_idx``); the builder here hands out the index of the program the order puts at
+    that position instead, so the loop, and whatever else the interpreter does per launch, stay
+    the interpreter's own. False where the interpreter has no such builder."""
+    global _program_order, _builder_methods
+    spec = parse_program_order(spec)
+    if spec == "grid" and _builder_methods is None:
+        return True  # nothing patched: nothing to undo (and no need to import the interpreter)
+    try:
+        from triton.runtime import interpreter
+    except ImportError:
+        return spec == "grid"
+    builder = getattr(interpreter, "interpreter_builder", None)
+    if builder is None or not hasattr(builder, "set_grid_idx") or not hasattr(builder, "set_grid_dim"):
+        return spec == "grid"
+    if _builder_methods is None:
+        _builder_methods = (builder.set_grid_dim, builder.set_grid_idx)
+    set_dim, set_idx = _builder_methods
+    _program_order = spec
+    if spec == "grid":
+        builder.__dict__.pop("set_grid_dim", None)
+        builder.__dict__.pop("set_grid_idx", None)
+        return True
+    launch = {"order": [], "grid": (1, 1, 1)}
+
+    def set_grid_dim(nx, ny, nz):
+        launch["grid"] = (nx, ny, nz)
+        launch["order"] = _order(spec, (nx, ny, nz))
+        return set_dim(nx, ny, nz)
+
+    def set_grid_idx(x, y, z):
+        _, ny, nz = launch["grid"]
+        return set_idx(*launch["order"][(x * ny + y) * nz + z])
+
+    builder.set_grid_dim, builder.set_grid_idx = set_grid_dim, set_grid_idx
+    return True

@@ -194,13 +194,16 @@ def _events_apart() -> None:
     os.dup2(2, 1)
 
 
-def worker(device_kind: str, profile: str, fuzz_seed: int, fuzz_count: int) -> int:
+def worker(device_kind: str, profile: str, fuzz_seed: int, fuzz_count: int, program_order: str = "grid") -> int:
     """Run the jobs read from stdin (one JSON object a line: catalog, family, shard, skip), one
     after another, reporting events on stdout as JSON lines; end at the end of stdin."""
     from .devices import device_class
 
     _events_apart()
     device_class(device_kind).prepare_environment()
+    from .interpreted import set_program_order
+
+    set_program_order(program_order)
     for line in sys.stdin:
         job = json.loads(line)
         _run_catalog(job["catalog"], job["family"], device_kind, profile, fuzz_seed, fuzz_count,
@@ -311,7 +314,8 @@ class Job:
 
 def _worker_command(args) -> list[str]:
     return [sys.executable, "-m", "attnsuite.mutate", "--worker", "--device", args.device, "--profile", args.profile,
-            "--fuzz-seed", str(args.fuzz_seed), "--fuzz-count", str(args.fuzz_count)]
+            "--fuzz-seed", str(args.fuzz_seed), "--fuzz-count", str(args.fuzz_count),
+            "--program-order", args.program_order]
 
 
 def _reader(stream, lines: queue.Queue) -> None:
@@ -511,6 +515,9 @@ def main(argv=None) -> int:
     parser.add_argument("--profile", default="quick", choices=("quick", "full", "fuzz"))
     parser.add_argument("--fuzz-seed", type=int, default=0)
     parser.add_argument("--fuzz-count", type=int, default=20)
+    parser.add_argument("--program-order", default="reversed", metavar="grid|reversed|shuffled[:SEED]",
+                        help="the order the interpreter runs a launch's programs in (default reversed: a "
+                             "store into another program's rows shows; see pytest --program-order)")
     parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="workers at once (default: CPU count)")
     parser.add_argument("--case-timeout", type=float, default=300.0,
                         help="seconds a worker may stay silent (one case) before it counts as hung")
@@ -518,7 +525,7 @@ def main(argv=None) -> int:
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.worker:
-        return worker(args.device, args.profile, args.fuzz_seed, args.fuzz_count)
+        return worker(args.device, args.profile, args.fuzz_seed, args.fuzz_count, args.program_order)
     if args.catalog:
         catalogs = [(name, args.family) for name in args.catalog]
     elif args.families:

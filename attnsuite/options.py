@@ -67,6 +67,11 @@ def add_options(parser) -> None:
                          "looping over their tiles, on any device (the Ascend launch; 0: one "
                          "program per tile everywhere; default: persistent on Ascend only; "
                          "kernels.settings.persistent_programs)")
+    # -- the order of a launch's programs under the interpreter (attnsuite/interpreted.py) --
+    group.addoption("--program-order", default="grid", metavar="grid|reversed|shuffled[:SEED]",
+                    help="cpu: run each interpreted launch's programs in the grid's order (default), "
+                         "reversed, or shuffled by SEED, so a store into another program's rows "
+                         "shows; the reproduction command of every record keeps it")
     group.addoption("--workloads", default=None, metavar="DIR",
                     help="also run the FlashInfer-Trace workloads under DIR (Definition .json + workload "
                          ".jsonl files; gqa_paged decode -> paged_decode, gqa_ragged prefill -> "
@@ -153,6 +158,8 @@ class RunOptions:
     #: Where ``--impl`` imports look after ``sys.path``: the invocation directory and the rootdir.
     import_dirs: tuple[Path, ...] = ()
     rootdir: Path | None = None
+    #: --program-order: the order the interpreter runs a launch's programs in.
+    program_order: str = "grid"
 
     @property
     def mode(self) -> str:
@@ -173,6 +180,8 @@ class RunOptions:
             extra += f" --ledger {path}"
         if self.workloads is not None:
             extra += f" --workloads={self.workloads}"
+        if self.program_order != "grid":
+            extra += f" --program-order {self.program_order}"
         extra += f" --case-timeout {self.case_timeout:g}"
         return extra
 
@@ -231,7 +240,21 @@ def read_options(config, workerinput: dict | None) -> RunOptions:
         persistent_programs=_persistent_programs(config),
         workloads=_path_option(config, "workloads"), trace_out=_path_option(config, "trace_out"),
         import_dirs=(Path(config.invocation_params.dir), Path(config.rootpath)), rootdir=Path(config.rootpath),
+        program_order=_program_order(config),
     )
+
+
+def _program_order(config) -> str:
+    """--program-order, checked, and set in this process (every process reads its options here,
+    xdist workers included, before any case runs)."""
+    from . import interpreted
+
+    try:
+        spec = interpreted.parse_program_order(config.getoption("program_order") or "grid")
+    except ValueError as exc:
+        raise OptionError(str(exc)) from None
+    interpreted.set_program_order(spec)
+    return spec
 
 
 def _path_option(config, name: str) -> Path | None:

@@ -44,7 +44,14 @@ VALUES = ("offset", "cancel", "late", "large")
 #: rows with exp(-160) == 0). zeros: zero vectors (see ``ZERO_EVERY``).
 EXTREMES = ("neg100", "pm80", "zeros")
 #: Score levels of the extreme distributions: (sign of even rows, sign of odd rows) x SHIFT.
-SHIFTS = {"neg100": (104.0, (-1.0, -1.0)), "pm80": (80.0, (-1.0, 1.0))}
+SHIFTS = {"neg100": (104.0, (-1.0, -1.0)), "pm80": (80.0, (-1.0, 1.0)), "neg130": (130.0, (-1.0, -1.0))}
+#: Scores of every row centred at -130: the LSE of each split of a split-KV kernel (up to 512 keys
+#: of noise ~1 around -130: about -123), not only each row's max, lies below fp32's smallest
+#: subnormal (e^-103.3), so a merge that weights the partial results by e^(lse_i - m) with m
+#: clamped at 0, or by e^lse_i, gets 0 / 0 even in the interpreter (neg100's partial LSEs, about
+#: -94, are subnormal: a GPU flushes them, the interpreter does not). Meant for lengths past the
+#: split threshold (SPLIT_LENGTHS).
+SPLIT_EXTREME = "neg130"
 #: zeros: the keys (and values) of every ZERO_EVERY-th token, from ZERO_FIRST, are all-zero (cache
 #: slots filled with zeros), and the query of the first row (batch 0, head 0) is all-zero: a
 #: cosine without its epsilon (MagicPIG) or a normalisation by a norm divides 0 by 0.
@@ -54,9 +61,22 @@ ZERO_EVERY, ZERO_FIRST = 5, 2
 
 #: Softmax scales other than the default 1/sqrt(D) (docs/contract.md, "Softmax scale"), by name: mla,
 #: below the default (1/sqrt(192) at D = 128: MLA's query-key dim over its value dim); hot, above
-#: it (a temperature folded into the scale); one, 1.0 (no scaling at all).
+#: it (a temperature folded into the scale); one, 1.0 (no scaling at all); neg, -1/sqrt(D) (the
+#: row max of the scaled scores is the minimum of q.k: a kernel that takes the max before scaling
+#: exponentiates scores far above its "max"); zero, 0.0 (every score 0: a uniform average of V,
+#: and a scale a kernel may take for "not given").
 SCALES = {"mla": lambda D: 1.0 / math.sqrt(1.5 * D), "hot": lambda D: 4.0 / math.sqrt(D),
-          "one": lambda D: 1.0}
+          "one": lambda D: 1.0, "neg": lambda D: -1.0 / math.sqrt(D), "zero": lambda D: 0.0}
+#: The scales of the catalogs' sign cases, each with the value distribution it is meant to meet:
+#: a negative scale over scores of standard deviation ~64 (a max taken before scaling overflows
+#: exp), and a zero scale over plain noise.
+SIGNED_SCALES = (("neg", "large"), ("zero", RANDN))
+
+
+def pairwise_legal(row) -> bool:
+    """Whether a partial row of a pairwise crossing (attnsuite/pairwise.py) names a case that means
+    what its parameters say: a zero scale makes every score 0, so it has no score range to shift."""
+    return not (row.get("scale") == "zero" and row.get("vals") in SHIFTS)
 
 
 def case_scale(params, D: int | None = None):
@@ -150,21 +170,25 @@ def shift_scores(vals: str, q: torch.Tensor, k: torch.Tensor, scale: float, low_
     terms). ``low_extra`` moves the rows that go down by that much more (MagicPIG adds up to
     -log(1e-10) = 23 to the scores of keys anti-parallel to the query)."""
     shift, signs = SHIFTS[vals]
+    if scale == 0:
+        return q, k  # every score is 0 whatever q and k: no range to move them to
     D = q.shape[-1]
     e = torch.full((D,), 1.0 / math.sqrt(D))
-    f = 1.0 / math.sqrt(scale * math.sqrt(D))
-    a = math.sqrt(shift / scale)
+    # |scale| sizes the vectors; the sign of the scale goes into coef (a negative scale moves
+    # q to the other side of the keys' diagonal).
+    f = 1.0 / math.sqrt(abs(scale) * math.sqrt(D))
+    a = math.sqrt(shift / abs(scale))
     B, H = q.shape[0], q.shape[1]
     row = torch.arange(B * H).view(B, H)
     down = torch.where(row % 2 == 0, signs[0], signs[1]) < 0          # rows whose scores go to -SHIFT
     level = torch.where(down, shift + low_extra, -shift).to(torch.float32)
     coef = (level / (a * scale)).view(B, H, *([1] * (q.dim() - 2)))   # q.e: score = -coef * a * scale
 
-    def noise(x):  # q and k may lie on different devices (a bulk k is drawn on the run's device)
+    def noise(x):  # q and k may lie on different devices (either is drawn on the run's device when bulk)
         x, u = x.float(), e.to(x.device)
         return f * (x - (x @ u)[..., None] * u)
 
-    q = (noise(q) + coef * e).to(q.dtype)
+    q = (noise(q) + (coef * e).to(q.device)).to(q.dtype)
     k = (noise(k) - a * e.to(k.device)).to(k.dtype)
     return q, k
 
@@ -404,13 +428,21 @@ def draw_vals(rng) -> str:
     return RANDN if rng.random() < 0.4 else rng.choice(VALUES)
 
 
-def draw_classes(rng, params: dict, *, gqa: bool = False, pages: bool = False) -> dict:
+def draw_classes(rng, params: dict, *, gqa: bool = False, pages: bool = False, shared: bool | None = None) -> dict:
     """``params`` with, each now and then, a GQA group that is not a power of two (``gqa``), a page
-    size of 12 or 48 (``pages``), an extreme score range or zero vectors, and a softmax scale
-    other than the default. Every call takes the same draws, whatever it keeps."""
+    size of 12 or 48 (``pages``), an extreme score range or zero vectors, a softmax scale other
+    than the default (negative and zero included), and pages shared by the sequences (``shared``,
+    default ``pages``: a prefix cache). Every call takes the same draws, whatever it keeps."""
     p = dict(params)
     group, page, extreme, scale = (rng.random() for _ in range(4))
-    G, P, vals, sc = rng.choice((3, 5, 6, 7)), rng.choice((12, 48)), rng.choice(EXTREMES), rng.choice(tuple(SCALES))
+    G, P, vals = rng.choice((3, 5, 6, 7)), rng.choice((12, 48)), rng.choice(EXTREMES)
+    sc = rng.choice(("mla", "hot", "one"))
+    # Drawn after the draws above, so a seed's earlier draws keep their parameters.
+    signed, prefix = rng.random(), rng.random()
+    if signed < 0.3:
+        sc = rng.choice(("neg", "zero"))
+    if (pages if shared is None else shared) and prefix < 0.1:
+        p["placement"] = "shared"
     if gqa and group < 0.15:
         p["Hq"] = p["Hkv"] * G
     if pages and page < 0.15:

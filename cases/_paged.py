@@ -17,6 +17,8 @@ from ._attention import device_randn, on_accelerator, randn
 from ._dims import CONTIG, draw_length, fused_rows, pool_slice, row_pad
 
 PLACEMENTS = ("ordered", "shuffled", "scattered")
+#: Sequences that share their first pages (a prefix cache: one physical copy of a common prompt).
+SHARED = "shared"
 
 
 def pages_for(length: int, page_size: int) -> int:
@@ -30,7 +32,10 @@ def page_table(gen: torch.Generator, lengths, page_size: int, placement: str, po
     ordered: pages 0..n-1 in sequence order; shuffled: a permutation of them; scattered: drawn
     without repetition from a pool of ``pool`` pages (default 4x what the batch needs, plus 3);
     given: ``pages`` itself, in a pool of ``pool`` pages (a FlashInfer-Trace workload's own page
-    table, attnsuite/flashinfer_trace; pages may be shared between sequences, as with a prefix cache).
+    table, attnsuite/flashinfer_trace; pages may be shared between sequences, as with a prefix cache);
+    shared: every non-empty sequence's first pages, as many as the shortest of them fills, are
+    the same physical pages (a prefix cache), the rest its own, all at shuffled places in a pool
+    with 3 spare pages.
     A zero-length sequence owns no page and gets last_page_len 0.
     """
     counts = [pages_for(n, page_size) for n in lengths]
@@ -42,6 +47,17 @@ def page_table(gen: torch.Generator, lengths, page_size: int, placement: str, po
     elif placement == "scattered":
         num_pages = pool if pool is not None else 4 * total + 3
         indices = torch.randperm(num_pages, generator=gen)[:total]
+    elif placement == SHARED:
+        owners = [c for n, c in zip(lengths, counts) if n]
+        common = min((n // page_size for n in lengths if n), default=0)
+        num_pages = common + sum(c - common for c in owners) + 3
+        perm = torch.randperm(num_pages, generator=gen)
+        prefix, rest, parts = perm[:common], iter(perm[common:].tolist()), []
+        for n, c in zip(lengths, counts):
+            if c:
+                parts.append(torch.cat([prefix, torch.tensor([next(rest) for _ in range(c - common)],
+                                                             dtype=perm.dtype)]))
+        indices = torch.cat(parts) if parts else torch.zeros(0, dtype=torch.int64)
     elif placement == "given":
         indices, num_pages = torch.tensor(pages, dtype=torch.int64).reshape(-1), pool
         if len(indices) != total:

@@ -25,7 +25,7 @@ from kernels.block_sparse import block_sparse
 from references.block_sparse import block_sparse_reference
 
 from ._attention import attention_outputs, lse_if, qkv, score_bound
-from ._dims import (CONTIG, DENSE_VIEWS, EXTREMES, RANDN, VALUES, case_scale, dense_values, dense_views,
+from ._dims import (CONTIG, DENSE_VIEWS, EXTREMES, RANDN, SIGNED_SCALES, VALUES, case_scale, dense_values, dense_views,
                     dims_label, draw_classes, draw_dtype, draw_head_dim, draw_length, draw_vals, draw_view,
                     effective_scale, index_view)
 
@@ -117,6 +117,12 @@ QUICK = (
     # Softmax scales other than 1/sqrt(D), with the distributions that stress the exponent.
     + [case(B=1, H=2, S=200, s=0.0, vals=vl, scale=sc) for sc, vl in (("mla", "large"), ("hot", "late"),
                                                                       ("one", "pm80"))]
+    # Negative and zero scales (cases/_dims.py, SIGNED_SCALES): legal, and the reference takes them.
+    + [case(B=1, H=2, S=200, s=0.5, vals=vl, scale=sc) for sc, vl in SIGNED_SCALES]
+    # Lengths that are whole multiples of the block size (no partial last block), square and
+    # not, with score ranges at the edges of the exponent at a sparsity above 0.
+    + [case(B=1, H=2, S=256, s=0.5, vals=vl) for vl in ("neg100", "pm80")]
+    + [case(B=2, H=1, S=512, bq=256, bkv=128, s=0.5), case(B=2, H=1, S=384, s=0.0, pattern="causal")]
 )
 
 FULL = (

@@ -3,6 +3,7 @@ k/v [B, Hkv, S, D], GQA."""
 from __future__ import annotations
 
 from attnsuite.case import grid, make_cases, unique
+from attnsuite.pairwise import pairwise
 from attnsuite.ecosystem import implementations
 from attnsuite.family import Family
 from attnsuite.interfaces import ATTENTION_KEYWORDS, SCALE_NOTE, Interface
@@ -10,15 +11,24 @@ from kernels.decode import decode
 from references.attention import decode_reference
 
 from ._attention import attention_outputs, heads, lse_if, qkv, score_bound
-from ._dims import (CONTIG, DENSE_VIEWS, EXTREMES, RANDN, SPLIT_LENGTHS, TILE_RESIDUES, VALUES, case_scale,
-                    dense_values, dense_views, dims_label, draw_classes, draw_dtype, draw_head_dim,
-                    draw_heads, draw_length, draw_vals, draw_view, effective_scale)
+from ._dims import (CONTIG, DENSE_VIEWS, EXTREMES, RANDN, SPLIT_EXTREME, SPLIT_LENGTHS, TILE_RESIDUES, VALUES,
+                    case_scale, dense_values, dense_views, dims_label, draw_classes, draw_dtype, draw_head_dim,
+                    draw_heads, draw_length, draw_vals, draw_view, effective_scale, pairwise_legal)
 
 
 def label(p) -> str:
     qs = f"-qs{p['qscale']}" if p.get("qscale") else ""
     return f"{p['dtype']}-{heads(p['B'], p['Hq'], p['Hkv'])}-S{p['S']}-D{p['D']}{'-lse' if p['lse'] else ''}{qs}{dims_label(p)}"
 
+
+PAIRWISE = [dict(dtype="fp16", B=r["B"], Hq=r["heads"][0], Hkv=r["heads"][1], S=r["S"], D=64, lse=r["lse"],
+                 view=r["view"], vals=r["vals"], scale=r["scale"])
+            for r in pairwise({"scale": (None, "hot", "neg", "zero"), "S": (1, 65, 600),
+                               "view": (CONTIG, *DENSE_VIEWS), "vals": (RANDN, "late", "large", "pm80"),
+                               "heads": ((4, 2), (6, 2), (8, 1)), "lse": (True, False), "B": (1, 2)},
+                              # (one token of one sequence from a fused projection is contiguous: no view)
+                              lambda r: pairwise_legal(r) and not (r.get("S") == 1 and r.get("view") == "fused"
+                                                                    and r.get("B") == 1))]
 
 QUICK = (
     # GQA 1, 4, 8 (and all heads on one KV head) x a single key, a ragged tile, several tiles.
@@ -32,10 +42,11 @@ QUICK = (
     # Tile residues (S % 16, S % 64 in {0, 1, 2, tile - 1}) and lengths past the split-KV
     # threshold (a merge of partial results), GQA packed in one tile.
     + [dict(dtype="fp16", B=1, Hq=4, Hkv=1, S=s, D=64, lse=True) for s in TILE_RESIDUES + SPLIT_LENGTHS]
-    # Legal views: K/V a window of a longer cache, q/k/v of fused BSHD projections, padded rows;
-    # the window once more past the split threshold.
-    + [dict(dtype="fp16", B=2, Hq=4, Hkv=2, S=65, D=64, lse=True, view=vw) for vw in DENSE_VIEWS]
-    + [dict(dtype="fp16", B=2, Hq=4, Hkv=2, S=600, D=64, lse=True, view="kvslice")]
+    # Every pair of: a softmax scale (default, hot, negative, zero), a single key / a ragged tile
+    # / past the split threshold (the split-KV path), a legal view (K/V a window of a longer
+    # cache, q/k/v of fused BSHD projections, padded rows), a value distribution, a GQA group
+    # (non-power-of-two included), the batch and the LSE on or off (attnsuite/pairwise.py).
+    + PAIRWISE
     # Value distributions over several tiles and splits.
     + [dict(dtype="fp16", B=1, Hq=4, Hkv=2, S=600, D=64, lse=True, vals=vl) for vl in VALUES]
     # GQA groups that are not powers of two (packing a group's heads into one tile); G = 7 past
@@ -48,6 +59,8 @@ QUICK = (
     # Softmax scales other than 1/sqrt(D), with the distributions that stress the exponent.
     + [dict(dtype="fp16", B=1, Hq=4, Hkv=2, S=s, D=d, lse=True, vals=vl, scale=sc)
        for sc, vl, s, d in (("mla", "large", 130, 128), ("hot", "late", 600, 64), ("one", "pm80", 65, 64))]
+    # Partial LSEs of the split-KV merge below fp32's subnormals (cases/_dims.py, SPLIT_EXTREME), over 2 splits.
+    + [dict(dtype="fp16", B=2, Hq=4, Hkv=2, S=600, D=64, lse=True, vals=SPLIT_EXTREME)]
 )
 
 FULL = [

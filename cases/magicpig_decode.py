@@ -15,8 +15,8 @@ from references.paged import sparse_paged_decode_reference
 
 from . import sparse_paged_decode as spd
 from ._attention import attention_outputs, lse_if, score_bound
-from ._dims import (CONTIG, EXTREMES, SPLIT_LENGTHS, TILE_RESIDUES, VALUES, case_scale, draw_classes,
-                    effective_scale, index_view)
+from ._dims import (CONTIG, EXTREMES, SIGNED_SCALES, SPLIT_EXTREME, SPLIT_LENGTHS, TILE_RESIDUES, VALUES, case_scale,
+                    draw_classes, effective_scale, index_view)
 from ._paged import PAGED_VIEWS
 from ._sparse import STALE_SELECTIONS, SparseDecodeBench
 
@@ -76,6 +76,14 @@ QUICK = (
     # Softmax scales other than 1/sqrt(D), with the distributions that stress the exponent.
     + [case(lsh="int", lengths=(150, 60), Hq=4, Hkv=2, keep=0.5, vals=vl, scale=sc)
        for sc, vl in (("mla", "large"), ("hot", "late"), ("one", "pm80"))]
+    # Negative and zero scales (cases/_dims.py, SIGNED_SCALES): legal, and the reference takes them.
+    + [case(lsh="int", layout=lay, lengths=(150, 60), Hq=4, Hkv=2, keep=0.5, vals=vl, scale=sc)
+       for (sc, vl), lay in zip(SIGNED_SCALES, ("NHD", "HND"))]
+    # Partial LSEs of the split-KV merge below fp32's subnormals (cases/_dims.py, SPLIT_EXTREME), over 2 splits.
+    + [case(lsh="int", P=64, lengths=(600,), Hq=2, Hkv=2, keep=1.0, vals=SPLIT_EXTREME)]
+    # Shared pages (a prefix cache): the sequences' first pages are the same physical pages.
+    + [case(lsh="int", placement="shared", lengths=(100, 37, 0, 64), Hq=4, Hkv=2, keep=0.5),
+       case(lsh="float", P=48, layout="NHD", placement="shared", lengths=(200, 150), Hq=6, Hkv=2, keep=0.5)]
     # Found by the fuzz profile (magicpig_decode[fuzz31337.191-...] and [fuzz31337.369-...], on two
     # H100s): q scaled by 64 and keys parallel to it make scores of ~65536, where the fp16
     # baseline is NaN and the split-KV merge (LSEs of ~9e4 in fp32) errs by ~1e-3; the tolerance
@@ -135,7 +143,8 @@ def _align_keys_with_queries(inputs, case):
     t = ind[valid].long()
     page = inputs["kv_page_indices"][inputs["kv_page_indptr"][b].long() + t // P].long()
     sign = torch.where(t % 2 == 0, 2.0, -0.5).to(q.dtype)
-    view[page, 0, h, t % P] = q[b, h] * sign[:, None]
+    # The cache may lie on the run's device and q on the host: the written values go to the cache.
+    view[page, 0, h, t % P] = (q[b, h] * sign[:, None]).to(view.device)
 
 
 class MagicPigDecode(SparseDecodeBench, Family):
@@ -164,7 +173,9 @@ class MagicPigDecode(SparseDecodeBench, Family):
 
     def fuzz_classes(self, params, rng):
         # Keys aligned with their query (cos pm1) need one query head per KV head.
-        return draw_classes(rng, params, gqa=params.get("cos") is None, pages=True)
+        # ... and no shared pages: two sequences would write their own query into one shared key.
+        free = params.get("cos") is None
+        return draw_classes(rng, params, gqa=free, pages=True, shared=free)
 
     def make_inputs(self, case, gen, device=None):
         # Rows shifted down meet their keys anti-parallel: the correction adds up to -log(1e-10).

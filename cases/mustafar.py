@@ -38,9 +38,9 @@ from references.mustafar import (approximation, attention_reference, compressed_
                                  values_reference)
 
 from ._attention import randn, score_bound
-from ._dims import (CONTIG, EXTREMES, RANDN, SHIFTS, VALUES, cancel_values, case_scale, dense_values,
-                    dims_label, draw_classes, draw_vals, effective_scale, embed, fused_rows, large_queries,
-                    late_mask, offset_values, scale_late, second_half, seq_slice, shift_scores)
+from ._dims import (CONTIG, EXTREMES, RANDN, SHIFTS, SIGNED_SCALES, VALUES, cancel_values, case_scale, dense_values,
+                    dims_label, draw_classes, draw_vals, effective_scale, embed, fused_rows, large_queries, late_mask,
+                    offset_values, scale_late, second_half, seq_slice, shift_scores)
 
 #: One view kind: q from a fused projection, p rows of a longer buffer, and the caches the
 #: compressor reads windows of a longer cache.
@@ -112,6 +112,10 @@ QUICK = (
     + [case("keys", bits=2, s=0.5, Hq=2, S=128, vals="zeros")]
     + [case("decode", bits=b, s=sp, Hq=2, S=128, vals=vl, scale=sc)
        for b, sp, sc, vl in ((2, 0.5, "mla", "large"), (16, 0.5, "hot", "late"), (2, 0.0, "one", "pm80"))]
+    # Negative and zero scales (cases/_dims.py, SIGNED_SCALES): legal, and the reference takes them.
+    + [case("decode", bits=b, s=0.5, Hq=2, S=128, vals=vl, scale=sc) for (sc, vl), b in zip(SIGNED_SCALES, (2, 16))]
+    # The compressor over several sequences and KV heads at once (B > 1 with Hkv > 1), both formats.
+    + [case("compress", bits=b, s=0.5, B=2, Hq=4, Hkv=2, S=128) for b in (16, 2)]
 )
 
 FULL = (

@@ -17,8 +17,8 @@ from references.paged import paged_decode_reference
 
 from . import _paged
 from ._attention import attention_outputs, dense_stand_in, lse_if, qkv, randn, score_bound
-from ._dims import (CONTIG, EXTREMES, RANDN, VALUES, case_scale, dims_label, draw_classes, draw_dtype,
-                    draw_head_dim, draw_heads, draw_vals, draw_view, effective_scale, paged_values)
+from ._dims import (CONTIG, EXTREMES, RANDN, SIGNED_SCALES, SPLIT_EXTREME, VALUES, case_scale, dims_label, draw_classes,
+                    draw_dtype, draw_head_dim, draw_heads, draw_vals, draw_view, effective_scale, paged_values)
 from ._paged import PAGED_VIEWS, draw_page_table, paged_views
 
 
@@ -73,6 +73,14 @@ QUICK = (
     # Softmax scales other than 1/sqrt(D), with the distributions that stress the exponent.
     + [case(P=16, lengths=(100, 37), Hq=4, Hkv=2, vals=vl, scale=sc)
        for sc, vl in (("mla", "large"), ("hot", "late"), ("one", "pm80"))]
+    # Negative and zero scales (cases/_dims.py, SIGNED_SCALES): legal, and the reference takes them.
+    + [case(P=16, layout=lay, lengths=(100, 37), Hq=4, Hkv=2, vals=vl, scale=sc)
+       for (sc, vl), lay in zip(SIGNED_SCALES, ("NHD", "HND"))]
+    # Partial LSEs of the split-KV merge below fp32's subnormals (cases/_dims.py, SPLIT_EXTREME), over 2 splits.
+    + [case(P=64, lengths=(600, 90), Hq=4, Hkv=2, vals=SPLIT_EXTREME)]
+    # Shared pages (a prefix cache): the sequences' first pages are the same physical pages.
+    + [case(P=16, placement="shared", lengths=(100, 37, 0, 64), Hq=4, Hkv=2),
+       case(P=48, layout="NHD", placement="shared", lengths=(600, 150), Hq=6, Hkv=2, vals="offset")]
     # Long reductions in low precision: one row over thousands of tokens whose running sum
     # climbs far from the output (an accumulator kept in the input dtype shows).
     + [case(dtype=dt, P=48, lengths=(2000,), Hq=2, Hkv=1, vals="cancel") for dt in ("fp16", "bf16")]

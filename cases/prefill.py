@@ -10,8 +10,8 @@ from kernels.prefill import prefill
 from references.attention import prefill_reference
 
 from ._attention import attention_outputs, heads, lse_if, qkv, score_bound
-from ._dims import (CONTIG, DENSE_VIEWS, EXTREMES, LONG_RESIDUES, RANDN, TILE_RESIDUES, VALUES, case_scale,
-                    dense_values, dense_views, dims_label, draw_classes, draw_dtype, draw_head_dim,
+from ._dims import (CONTIG, DENSE_VIEWS, EXTREMES, LONG_RESIDUES, RANDN, SIGNED_SCALES, TILE_RESIDUES, VALUES,
+                    case_scale, dense_values, dense_views, dims_label, draw_classes, draw_dtype, draw_head_dim,
                     draw_heads, draw_length, draw_vals, draw_view, effective_scale)
 
 
@@ -64,6 +64,9 @@ QUICK = (
     # Softmax scales other than 1/sqrt(D), with the distributions that stress the exponent.
     + [dict(dtype="fp16", **_gqa(1, 1, 2), S=s, D=64, causal=c, lse=True, vals=vl, scale=sc)
        for sc, vl, s, c in SCALED]
+    # Negative and zero scales (cases/_dims.py, SIGNED_SCALES): legal, and the reference takes them.
+    + [dict(dtype="fp16", **_gqa(1, 1, 2), S=s, D=64, causal=c, lse=True, vals=vl, scale=sc)
+       for (sc, vl), s, c in zip(SIGNED_SCALES, (65, 1), (True, False))]
 )
 
 FULL = [

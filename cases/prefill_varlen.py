@@ -19,8 +19,8 @@ from references.attention import prefill_reference
 from references.varlen import (padded_to_packed, prefill_packed_reference, prefill_padded_reference)
 
 from ._attention import attention_outputs, lse_if, qkv, score_bound
-from ._dims import (CONTIG, DENSE_VIEWS, EXTREMES, LONG_RESIDUES, RANDN, TILE_RESIDUES, VALUES, case_scale,
-                    dense_values, dense_views, dims_label, draw_classes, draw_dtype, draw_head_dim,
+from ._dims import (CONTIG, DENSE_VIEWS, EXTREMES, LONG_RESIDUES, RANDN, SIGNED_SCALES, TILE_RESIDUES, VALUES,
+                    case_scale, dense_values, dense_views, dims_label, draw_classes, draw_dtype, draw_head_dim,
                     draw_heads, draw_length, draw_vals, draw_view, effective_scale, fused_rows, row_pad)
 
 #: Views of the packed layout: q/k/v head slices of one fused [T, Hq + 2 Hkv, D] projection, and
@@ -89,6 +89,9 @@ QUICK = (
     + [case(layout=lay, lengths=(65, 30), Hkv=1, G=2, causal=c, vals=vl, scale=sc)
        for sc, vl, lay, c in (("mla", "large", "packed", True), ("hot", "late", "padded", False),
                               ("one", "pm80", "packed", True))]
+    # Negative and zero scales (cases/_dims.py, SIGNED_SCALES): legal, and the reference takes them.
+    + [case(layout=lay, lengths=(65, 30), Hkv=1, G=2, causal=c, vals=vl, scale=sc)
+       for (sc, vl), lay, c in zip(SIGNED_SCALES, ("packed", "padded"), (True, False))]
 )
 
 _SWEEP_LENGTHS = (1, 300, 1000, 77)

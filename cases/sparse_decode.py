@@ -10,8 +10,8 @@ from references.attention import decode_reference
 from references.sparse import sparse_decode_reference
 
 from ._attention import attention_outputs, heads, lse_if, qkv, score_bound
-from ._dims import (CONTIG, DENSE_VIEWS, EXTREMES, RANDN, SPLIT_LENGTHS, TILE_RESIDUES, VALUES, case_scale,
-                    dense_values, dense_views, dims_label, draw_classes, draw_dtype, draw_head_dim,
+from ._dims import (CONTIG, DENSE_VIEWS, EXTREMES, RANDN, SIGNED_SCALES, SPLIT_EXTREME, SPLIT_LENGTHS, TILE_RESIDUES,
+                    VALUES, case_scale, dense_values, dense_views, dims_label, draw_classes, draw_dtype, draw_head_dim,
                     draw_heads, draw_length, draw_vals, draw_view, effective_scale, listed_last)
 from ._sparse import (QUICK_SELECTIONS, SELECTION, STALE_SELECTIONS, SparseDecodeBench, draw_selection,
                       index_views, select_tokens, selection_label)
@@ -51,6 +51,10 @@ QUICK = (
     # Softmax scales other than 1/sqrt(D), with the distributions that stress the exponent.
     + [case(B=1, Hq=4, Hkv=2, S=150, keep=0.5, vals=vl, scale=sc)
        for sc, vl in (("mla", "large"), ("hot", "late"), ("one", "pm80"))]
+    # Negative and zero scales (cases/_dims.py, SIGNED_SCALES): legal, and the reference takes them.
+    + [case(B=1, Hq=4, Hkv=2, S=150, keep=0.5, vals=vl, scale=sc) for sc, vl in SIGNED_SCALES]
+    # Partial LSEs of the split-KV merge below fp32's subnormals (cases/_dims.py, SPLIT_EXTREME), over 2 splits.
+    + [case(B=1, Hq=4, Hkv=2, S=600, keep=1.0, vals=SPLIT_EXTREME)]
     # Long reductions in low precision: one row over thousands of selected tokens (with
     # duplicates) whose running sum climbs far from the output.
     + [case(dtype=dt, B=1, Hq=2, Hkv=1, S=2000, keep=1.0, dup=True, vals="cancel") for dt in ("fp16", "bf16")]

@@ -12,8 +12,8 @@ from references.paged import paged_decode_reference, sparse_paged_decode_referen
 
 from . import _paged
 from ._attention import attention_outputs, lse_if, randn, score_bound
-from ._dims import (CONTIG, EXTREMES, RANDN, SPLIT_LENGTHS, TILE_RESIDUES, VALUES, case_scale, dims_label,
-                    draw_classes, draw_dtype, draw_head_dim, draw_heads, draw_vals, draw_view,
+from ._dims import (CONTIG, EXTREMES, RANDN, SIGNED_SCALES, SPLIT_EXTREME, SPLIT_LENGTHS, TILE_RESIDUES, VALUES,
+                    case_scale, dims_label, draw_classes, draw_dtype, draw_head_dim, draw_heads, draw_vals, draw_view,
                     effective_scale, listed_last, paged_values)
 from ._paged import PAGED_VIEWS, draw_page_table, paged_views
 from ._sparse import (QUICK_SELECTIONS, SELECTION, STALE_SELECTIONS, SparseDecodeBench, draw_selection,
@@ -64,6 +64,14 @@ QUICK = (
     # Softmax scales other than 1/sqrt(D), with the distributions that stress the exponent.
     + [case(lengths=(150, 60), Hq=4, Hkv=2, keep=0.5, vals=vl, scale=sc)
        for sc, vl in (("mla", "large"), ("hot", "late"), ("one", "pm80"))]
+    # Negative and zero scales (cases/_dims.py, SIGNED_SCALES): legal, and the reference takes them.
+    + [case(layout=lay, lengths=(150, 60), Hq=4, Hkv=2, keep=0.5, vals=vl, scale=sc)
+       for (sc, vl), lay in zip(SIGNED_SCALES, ("NHD", "HND"))]
+    # Partial LSEs of the split-KV merge below fp32's subnormals (cases/_dims.py, SPLIT_EXTREME), over 2 splits.
+    + [case(P=64, lengths=(600,), Hq=4, Hkv=2, keep=1.0, vals=SPLIT_EXTREME)]
+    # Shared pages (a prefix cache): the sequences' first pages are the same physical pages.
+    + [case(placement="shared", lengths=(100, 37, 0, 64), Hq=4, Hkv=2, keep=0.5),
+       case(P=48, layout="NHD", placement="shared", lengths=(600, 150), Hq=6, Hkv=2, keep=1.0, dup=True)]
     # Long reductions in low precision: one row over thousands of selected tokens (duplicates
     # included) whose running sum climbs far from the output.
     + [case(dtype=dt, P=48, lengths=(2000,), Hq=2, Hkv=1, keep=1.0, dup=True, vals="cancel")

@@ -39,7 +39,8 @@ def heads_for_queries(kv: torch.Tensor, Hq: int, axis: int = 1) -> torch.Tensor:
 
 def online_attention(q, k, v, scale: float, visible=None, *, bias=None, block: int = 64, acc_dtype=torch.float32,
                      p_dtype=None, stale_max: bool = False, exp_without_max: bool = False,
-                     max_floor: float | None = None, shared_max: bool = False, default_scale_only: bool = False):
+                     max_floor: float | None = None, shared_max: bool = False, default_scale_only: bool = False,
+                     max_before_scale: bool = False, zero_scale_as_default: bool = False):
     """Attention over key blocks of ``block`` with a running max, as a tiled kernel does it.
 
     q [..., M, D]; k, v [..., N, D] (heads already matched); ``visible`` bool broadcastable to
@@ -50,11 +51,14 @@ def online_attention(q, k, v, scale: float, visible=None, *, bias=None, block: i
     input dtype); ``stale_max`` keeps the first block's max; ``exp_without_max`` takes exp of
     the raw scores (in fp32); ``max_floor`` starts the running max there instead of -inf (a max
     clamped at 0); ``shared_max`` keeps one running max for every row of the call; ``acc_dtype``
-    "input" is q's dtype; ``default_scale_only`` uses 1/sqrt(D) whatever ``scale`` says."""
+    "input" is q's dtype; ``default_scale_only`` uses 1/sqrt(D) whatever ``scale`` says;
+    ``max_before_scale`` takes the row max of the raw q.k and scales it (the max of the scaled
+    scores only while the scale is positive); ``zero_scale_as_default`` takes a scale of 0 for
+    "not given" (``scale or 1/sqrt(D)``)."""
     M, N, D = q.shape[-2], k.shape[-2], q.shape[-1]
     if acc_dtype == "input":
         acc_dtype = q.dtype
-    if default_scale_only:
+    if default_scale_only or (zero_scale_as_default and not scale):
         scale = 1.0 / math.sqrt(D)
     lead = torch.broadcast_shapes(q.shape[:-2], k.shape[:-2])
     qf = q.float()
@@ -68,7 +72,12 @@ def online_attention(q, k, v, scale: float, visible=None, *, bias=None, block: i
             s = s + bias[..., start:start + block].float()
         if visible is not None:
             s = s.masked_fill(~visible[..., start:start + block], float("-inf"))
-        if exp_without_max:
+        if max_before_scale:
+            raw = qf @ kb.transpose(-1, -2)
+            if visible is not None:
+                raw = raw.masked_fill(~visible[..., start:start + block], float("-inf"))
+            m_new = torch.maximum(m, raw.amax(-1) * scale)
+        elif exp_without_max:
             m_new = torch.zeros_like(m)
         elif stale_max and start > 0:
             m_new = torch.where(torch.isfinite(m), m, s.amax(-1))
@@ -111,9 +120,14 @@ SOFTMAX_BUGS = {
     "ignores_scale": ("Ignores the scale argument: always softmax(q.k / sqrt(D)).", dict(default_scale_only=True)),
     "input_dtype_accumulator": ("Output accumulator kept in the input dtype across key tiles (bf16 for bf16 "
                                 "inputs), rounded after every tile.", dict(acc_dtype="input")),
+    "max_before_scale": ("Row max taken over the raw q.k and then scaled: with a negative scale it is the "
+                         "scaled scores' minimum, and exp of the others overflows.", dict(max_before_scale=True)),
+    "zero_scale_as_default": ("A scale of 0 taken for \"not given\" (scale or 1/sqrt(D)): scores scaled by "
+                              "1/sqrt(D) instead of all 0.", dict(zero_scale_as_default=True)),
 }
 #: The bugs the catalogs' input classes target (scales, extreme score ranges, long low-precision sums).
-CLASS_BUGS = ("max_clamped_at_zero", "max_shared_across_rows", "ignores_scale", "input_dtype_accumulator")
+CLASS_BUGS = ("max_clamped_at_zero", "max_shared_across_rows", "ignores_scale", "input_dtype_accumulator",
+              "max_before_scale", "zero_scale_as_default")
 
 
 # --- power-of-two arithmetic: right for every power-of-two page size and GQA group -------------
@@ -205,3 +219,70 @@ def documented(fn, name: str, doc: str):
     run.__name__ = run.__qualname__ = name
     run.__doc__ = doc
     return run
+
+
+# --- a store into another program's rows ----------------------------------------------------------
+
+def _store_rows_kernel():
+    """Built on first use: importing triton.language is left to the mutants that launch it."""
+    import triton
+    import triton.language as tl
+
+    @triton.jit
+    def store_rows(src_ptr, dst_ptr, total, D: tl.constexpr, BLOCK: tl.constexpr):
+        row = tl.program_id(0)
+        lanes = tl.arange(0, BLOCK)
+        x = tl.load(src_ptr + row * D + lanes, mask=lanes < D, other=0.0)
+        # The bug: the store is bounded by the buffer's end, not the row's, so the tile's padding
+        # lanes write zeros over the start of the next row (the next program's, which in grid
+        # order runs later and writes its row over them).
+        offs = row * D + lanes
+        tl.store(dst_ptr + offs, x.to(dst_ptr.dtype.element_ty), mask=offs < total)
+
+    return store_rows
+
+
+def store_rows_past_their_end(o: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
+    """``out`` (any shape, last axis D) written from ``o`` (same shape) by one Triton program per
+    row whose store runs past its row into the next one: right only when the programs run in
+    grid order, as the interpreter runs them by default."""
+    import triton
+
+    D = out.shape[-1]
+    dst = out if out.is_contiguous() else torch.empty_like(out, memory_format=torch.contiguous_format)
+    src = o.float().contiguous()
+    rows = dst.numel() // D
+    _store_rows_kernel()[(rows,)](src, dst, dst.numel(), D=D, BLOCK=2 * triton.next_power_of_2(D))
+    if dst is not out:
+        out.copy_(dst)
+    return out
+
+
+# --- a page table read as if no page were shared -----------------------------------------------------
+
+def pages_owned_once(indptr: torch.Tensor, indices: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(indptr, indices) as an implementation sees them that keeps one owner per physical page
+    (a page -> sequence map filled in batch order): a page listed by several sequences (a prefix
+    cache) stays only in the last one's list. The same table where no page is shared."""
+    ptr = indptr.long().tolist()
+    owner = {}
+    for b in range(len(ptr) - 1):
+        for page in indices[ptr[b]:ptr[b + 1]].tolist():
+            owner[page] = b
+    kept = [[p for p in indices[ptr[b]:ptr[b + 1]].tolist() if owner[p] == b] for b in range(len(ptr) - 1)]
+    new_ptr = [0]
+    for pages in kept:
+        new_ptr.append(new_ptr[-1] + len(pages))
+    flat = [p for pages in kept for p in pages]
+    return (torch.tensor(new_ptr, dtype=indptr.dtype, device=indptr.device),
+            torch.tensor(flat, dtype=indices.dtype, device=indices.device))
+
+
+def owning_pages_once(fn, name: str):
+    """``fn(q, kv_cache, indptr, indices, ...)`` given the page table of ``pages_owned_once``."""
+    @functools.wraps(fn)
+    def run(q, kv_cache, indptr, indices, *args, **kw):
+        return fn(q, kv_cache, *pages_owned_once(indptr, indices), *args, **kw)
+
+    return documented(run, name, "Keeps one owner per physical page (a page -> sequence map): a page that "
+                                 "several sequences share (a prefix cache) is read by the last of them only.")

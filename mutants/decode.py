@@ -11,6 +11,7 @@ import torch
 from kernels.decode import decode as _decode
 
 from ._common import (CLASS_BUGS, SOFTMAX_BUGS, default_scale, documented, finish, heads_for_queries,
+                      store_rows_past_their_end,
                       ignoring_out, online_attention, packing_groups_as_pow2, reading_views_as_contiguous)
 
 FAMILY = "decode"
@@ -152,7 +153,44 @@ decode_ignores_out = documented(ignoring_out(_decode), "decode_ignores_out",
                                 "Ignores the caller's out= / lse= buffers and returns tensors of its own.")
 
 
+def decode_merge_max_clamped_at_zero(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *,
+                                     scale: Optional[float] = None, return_lse: bool = False,
+                                     out: Optional[torch.Tensor] = None, lse: Optional[torch.Tensor] = None,
+                                     num_splits: Optional[int] = None):
+    """Split-KV merge (splits of 512 keys) whose max over the partial LSEs starts at 0: weights
+    e^(lse_i - max(0, max_j lse_j)) in fp32 flush to 0 once every partial LSE is below -103."""
+    split = 512
+    s = _scores(q, k, _scale(q, scale))
+    vv = _values(q, v)
+    outs, lses = [], []
+    for start in range(0, k.shape[2], split):  # one iteration per split, each vectorized
+        si = s[..., start:start + split]
+        outs.append(torch.softmax(si, dim=-1) @ vv[:, :, start:start + split])
+        lses.append(torch.logsumexp(si, dim=-1))
+    lp = torch.stack(lses).float()
+    m = lp.amax(0).clamp_min(0.0)
+    w = torch.exp(lp - m)
+    o = (w[..., None] * torch.stack(outs)).sum(0) / w.sum(0)[..., None]
+    return _finish(q, o, m + torch.log(w.sum(0)), return_lse, out, lse)
+
+
+def decode_stores_into_the_next_row(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *,
+                                    scale: Optional[float] = None, return_lse: bool = False,
+                                    out: Optional[torch.Tensor] = None, lse: Optional[torch.Tensor] = None,
+                                    num_splits: Optional[int] = None):
+    """Output stored by a Triton epilogue whose store mask bounds the buffer, not the row: each
+    program writes zeros over the start of the next program's row (right in grid order only)."""
+    o, l = online_attention(q, heads_for_queries(k, q.shape[1]), heads_for_queries(v, q.shape[1]),
+                            default_scale(q, scale))
+    if out is None:
+        out = torch.empty_like(q, memory_format=torch.contiguous_format)
+    store_rows_past_their_end(o, out)
+    return _finish(q, out, l, return_lse, out, lse)
+
+
 MUTANTS = {f.__name__: f for f in (
+    decode_stores_into_the_next_row,
+    decode_merge_max_clamped_at_zero,
     _softmax_bug("fp16_accumulator"),
     _softmax_bug("stale_running_max"),
     _softmax_bug("exp_without_max_fp32"),

@@ -15,7 +15,7 @@ import math
 
 import torch
 
-from ._common import (CLASS_BUGS, SOFTMAX_BUGS, documented, ignoring_out, reading_views_as_contiguous)
+from ._common import (CLASS_BUGS, owning_pages_once, SOFTMAX_BUGS, documented, ignoring_out, reading_views_as_contiguous)
 from .sparse_decode import _write
 from .sparse_paged_decode import _kw, _paged_decode, counts_attention
 
@@ -239,3 +239,5 @@ def magicpig_decode_online_fp32(q, kv_cache, kv_page_indptr, kv_page_indices, sp
 
 CONTROLS = {f.__name__: f for f in (magicpig_decode_token_counts_fp64, magicpig_decode_gather_fp64,
                                     magicpig_decode_online_fp32)}
+MUTANTS["magicpig_decode_one_owner_per_page"] = owning_pages_once(magicpig_decode_gather_fp64,
+                                                                  "magicpig_decode_one_owner_per_page")

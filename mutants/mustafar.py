@@ -290,6 +290,10 @@ mustafar_decode_max_clamped_at_zero = dataclasses.replace(
 mustafar_decode_max_shared_across_rows = dataclasses.replace(
     TRITON, decode=_decode_online(**SOFTMAX_BUGS["max_shared_across_rows"][1]))
 mustafar_decode_ignores_scale = dataclasses.replace(TRITON, decode=_decode_online(**SOFTMAX_BUGS["ignores_scale"][1]))
+mustafar_decode_max_before_scale = dataclasses.replace(
+    TRITON, decode=_decode_online(**SOFTMAX_BUGS["max_before_scale"][1]))
+mustafar_decode_zero_scale_as_default = dataclasses.replace(
+    TRITON, decode=_decode_online(**SOFTMAX_BUGS["zero_scale_as_default"][1]))
 #: Keys, values and decode ignore the caller's out= and return tensors of their own.
 mustafar_ignores_out = dataclasses.replace(TRITON, keys=_no_out(TRITON.keys), values=_no_out(TRITON.values),
                                            decode=_no_out(TRITON.decode))
@@ -321,6 +325,8 @@ BUGS = {
     "mustafar_decode_max_clamped_at_zero": SOFTMAX_BUGS["max_clamped_at_zero"][0],
     "mustafar_decode_max_shared_across_rows": SOFTMAX_BUGS["max_shared_across_rows"][0],
     "mustafar_decode_ignores_scale": "Decode ignores the scale argument: always softmax(q.k / sqrt(D)).",
+    "mustafar_decode_max_before_scale": SOFTMAX_BUGS["max_before_scale"][0],
+    "mustafar_decode_zero_scale_as_default": SOFTMAX_BUGS["zero_scale_as_default"][0],
 }
 
 MUTANTS = {name: globals()[name] for name in BUGS}

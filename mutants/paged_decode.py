@@ -10,7 +10,7 @@ import torch
 
 from kernels.paged_decode import paged_decode as _paged_decode
 
-from ._common import (CLASS_BUGS, SOFTMAX_BUGS, documented, finish, heads_for_queries_pow2, ignoring_out,
+from ._common import (CLASS_BUGS, owning_pages_once, SOFTMAX_BUGS, documented, finish, heads_for_queries_pow2, ignoring_out,
                       online_attention, page_and_slot_pow2, reading_views_as_contiguous)
 
 FAMILY = "paged_decode"
@@ -432,3 +432,4 @@ def paged_decode_online_fp32(q: torch.Tensor, kv_cache: torch.Tensor, kv_page_in
 
 
 CONTROLS = {f.__name__: f for f in (paged_decode_fp64, paged_decode_sdpa_fp32, paged_decode_online_fp32)}
+MUTANTS["paged_decode_one_owner_per_page"] = owning_pages_once(paged_decode_fp64, "paged_decode_one_owner_per_page")

@@ -181,10 +181,13 @@ MUTANTS = {f.__name__: f for f in (
 def prefill_sdpa_fp32(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool,
                       scale: Optional[float] = None, return_lse: bool = False,
                       out: Optional[torch.Tensor] = None, lse: Optional[torch.Tensor] = None):
-    """torch's scaled_dot_product_attention in fp32 (the LSE from a logsumexp of the same scores)."""
+    """torch's scaled_dot_product_attention in fp32 (the LSE from a logsumexp of the same scores).
+    The causal mask goes in as a boolean mask: torch 2.13's CPU kernel with ``is_causal`` returns
+    NaN for a scale <= 0."""
     Hq, sc = q.shape[1], default_scale(q, scale)
     qf, kf, vf = q.float(), heads_for_queries(k, Hq).float(), heads_for_queries(v, Hq).float()
-    o = torch.nn.functional.scaled_dot_product_attention(qf, kf, vf, is_causal=causal, scale=sc)
+    mask = _causal(q.shape[2], q.device) if causal else None
+    o = torch.nn.functional.scaled_dot_product_attention(qf, kf, vf, attn_mask=mask, scale=sc)
     s = (qf @ kf.transpose(-1, -2)) * sc
     if causal:
         s = s.masked_fill(~_causal(q.shape[2], q.device), float("-inf"))

@@ -12,7 +12,7 @@ import math
 
 import torch
 
-from ._common import (CLASS_BUGS, SOFTMAX_BUGS, documented, ignoring_out, kv_heads_pow2, page_and_slot_pow2,
+from ._common import (CLASS_BUGS, owning_pages_once, SOFTMAX_BUGS, documented, ignoring_out, kv_heads_pow2, page_and_slot_pow2,
                       reading_views_as_contiguous)
 from .sparse_decode import (LOG2E, _dedup, _valid_slots, _write, attend_slots, in_range_slots,
                             softmax_with_counts, token_weights)
@@ -301,3 +301,5 @@ def sparse_paged_decode_online_fp32(q, kv_cache, kv_page_indptr, kv_page_indices
 
 CONTROLS = {f.__name__: f for f in (sparse_paged_decode_token_counts_fp32, sparse_paged_decode_gather_fp64,
                                     sparse_paged_decode_online_fp32)}
+MUTANTS["sparse_paged_decode_one_owner_per_page"] = owning_pages_once(sparse_paged_decode_gather_fp64,
+                                                                      "sparse_paged_decode_one_owner_per_page")

@@ -229,6 +229,8 @@ def test_quick_has_extreme_score_ranges_zero_vectors_and_every_scale(name):
 
 def _row_lse(family, case):
     inputs = family.make_inputs(case, case.generator())
+    if "lse" in case.params and not case["lse"]:  # the same inputs; the reference's LSE asked for
+        case = Case(case.family, case.label, {**case.params, "lse": True}, case.profile, case.tags)
     if case.family == "mustafar":  # the cache the compressed keys describe
         from cases._dims import effective_scale
         from references.mustafar import on_buffers, scores_reference
@@ -277,3 +279,52 @@ def test_long_low_precision_reductions_in_fp16_and_bf16(name):
             else:
                 longest = max(longest, max(case["lengths"]))
         assert longest >= 2000, dtype
+
+
+# --- classes a held-out catalog found uncovered: signed scales, partial LSEs, shared pages ------------
+
+from cases._dims import SPLIT_EXTREME, SPLIT_LENGTHS  # noqa: E402
+
+SPLIT_FAMILIES = ["decode", "paged_decode", "sparse_decode", "sparse_paged_decode", "magicpig_decode"]
+#: e^x is 0 in fp32 below this (half of the smallest subnormal, 2^-149, rounds to 0).
+FP32_EXP_ZERO = -103.98
+
+
+@pytest.mark.parametrize("name", SOFTMAX_FAMILIES)
+def test_quick_has_negative_and_zero_scales_with_large_scores(name):
+    _, cases = quick(name)
+    signed = {(c.params.get("scale"), c.params.get("vals", "randn")) for c in cases}
+    assert ("neg", "large") in signed and any(sc == "zero" for sc, _ in signed)
+
+
+@pytest.mark.parametrize("name", SPLIT_FAMILIES)
+def test_split_extreme_puts_every_partial_lse_of_a_split_below_fp32_s_subnormals(name):
+    """Every split of 512 keys (or list entries) of a row: its LSE, in fp64, below the point where
+    e^lse is 0 in fp32 (so a merge weighting by e^(lse_i - 0) gets 0 / 0 on any device)."""
+    family, cases = quick(name)
+    chosen = [c for c in cases if c.params.get("vals") == SPLIT_EXTREME]
+    assert chosen
+    for case in chosen:
+        lengths = case.params.get("lengths") or (case["S"],)
+        assert max(lengths) > SPLIT_LENGTHS[0], case.id
+        lse = _row_lse(family, case)
+        # The whole row's LSE is at most log(#splits) above the largest partial LSE.
+        assert float(lse.max()) + 0 < FP32_EXP_ZERO - 15, case.id
+
+
+@pytest.mark.parametrize("name", PAGED_FAMILIES)
+def test_quick_has_page_tables_whose_sequences_share_pages(name):
+    family, cases = quick(name)
+    shared = [c for c in cases if c["placement"] == "shared"]
+    assert {c["layout"] for c in shared} == {"HND", "NHD"}
+    for case in shared:
+        inputs = family.make_inputs(case, case.generator())
+        ptr, idx = inputs["kv_page_indptr"].tolist(), inputs["kv_page_indices"]
+        first = [set(idx[ptr[b]:ptr[b + 1]].tolist()) for b in range(len(ptr) - 1) if ptr[b + 1] > ptr[b]]
+        assert len(first) > 1 and set.intersection(*first), case.id
+
+
+def test_quick_block_sparse_has_whole_block_lengths_and_extremes_at_a_sparsity_above_0():
+    _, cases = quick("block_sparse")
+    assert any(c["S"] % c["bq"] == 0 and c["S"] % c["bkv"] == 0 and c["bq"] != c["bkv"] for c in cases)
+    assert any(c["S"] % c["bq"] == 0 and c["s"] > 0 and c.params.get("vals") in EXTREMES for c in cases)
