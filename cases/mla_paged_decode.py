@@ -58,6 +58,9 @@ QUICK = (
     + [case(P=64, H=4, lengths=(200, 90), vals=vl) for vl in VALUES]
     + [case(P=64, H=4, lengths=(100, 37), vals=vl) for vl in EXTREMES]
     + [case(P=64, H=4, lengths=(100, 37), vals=vl, scale=sc) for sc, vl in (("hot", "late"), ("one", "pm80"))]
+    # A long reduction in fp16: one row over 2000 tokens whose running sum climbs far from the
+    # output before it cancels (an accumulator kept in the input dtype shows).
+    + [case(P=64, H=2, lengths=(2000,), vals="cancel")]
     # FP8 caches: plain, scales far from 1, values at 448 and subnormal, NaN encodings in the
     # unowned slots (every case); one with the real widths, one bf16 query.
     + [case(cache=c, lengths=(0, 40, 17), P=16) for c in ("fp8", "fp8_scaled", "fp8_edge")]
