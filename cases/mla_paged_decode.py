@@ -36,7 +36,7 @@ def label(p) -> str:
 
 
 def case(dtype="fp16", P=16, placement="shuffled", lengths=(1, 16, 40), H=16, Dc=64, Dr=16, lse=True,
-         cache="same", pool=None, view=CONTIG, vals=RANDN, scale=DEEPSEEK_SCALE):
+         cache="same", pool=None, view=CONTIG, vals=RANDN, scale=None):
     return dict(dtype=dtype, P=P, placement=placement, lengths=tuple(lengths), H=H, Dc=Dc, Dr=Dr, lse=lse,
                 cache=cache, pool=pool, view=view, vals=vals, scale=scale)
 
@@ -49,7 +49,7 @@ QUICK = (
     # Head counts (non-powers of two, one head above, the whole model), a split-length sequence
     # (past 512 tokens: two page splits) and the real latent width (Dc 512, Dr 64).
     + [case(H=128, lengths=(20,), Dc=32, Dr=16),
-       case(H=16, P=64, lengths=(600, 3), scale=None),
+       case(H=16, P=64, lengths=(600, 3)),
        case(H=22, Dc=512, Dr=64, P=16, lengths=(33,), lse=False)]
     # The fused [.., Dc + Dr] buffer and the other legal views.
     + [case(view=vw, lengths=(40, 17)) for vw in _mla.MLA_VIEWS]
@@ -57,7 +57,8 @@ QUICK = (
     # Value distributions and score ranges (cases/_dims.py); softmax scales.
     + [case(P=64, H=4, lengths=(200, 90), vals=vl) for vl in VALUES]
     + [case(P=64, H=4, lengths=(100, 37), vals=vl) for vl in EXTREMES]
-    + [case(P=64, H=4, lengths=(100, 37), vals=vl, scale=sc) for sc, vl in (("hot", "late"), ("one", "pm80"))]
+    + [case(P=64, H=4, lengths=(100, 37), vals=vl, scale=sc) for sc, vl in (("hot", "late"), ("one", "pm80"),
+                                                                             ("mla", "large"))]
     # A long reduction in fp16: one row over 2000 tokens whose running sum climbs far from the
     # output before it cancels (an accumulator kept in the input dtype shows).
     + [case(P=64, H=2, lengths=(2000,), vals="cancel")]
@@ -69,7 +70,7 @@ QUICK = (
 )
 
 FULL = (
-    [case(dtype=dt, P=P, placement=pl, lengths=lens, H=H, Dc=512, Dr=64, cache=c)
+    [case(dtype=dt, P=P, placement=pl, lengths=lens, H=H, Dc=512, Dr=64, cache=c, scale=DEEPSEEK_SCALE)
      for dt in ("fp16", "bf16") for P, lens in ((1, (1, 300)), (16, (1, 16, 1000)), (64, (64, 4000, 0)), (48, (700, 49)))
      for pl in ("shuffled", "scattered") for H in (1, 16, 22, 64, 128) for c in ("same", "fp8")
      if not (P == 1 and H > 22)]
@@ -83,7 +84,7 @@ FULL = (
 #: kernels.md section 10's bench: H = 16, Dc = 512, Dr = 64, page 64, bf16, B in {1, 32, 128},
 #: lengths 1k-32k; the same in fp8 (section 11: against bf16 at equal shapes).
 BENCH = [case(dtype="bf16", P=64, placement="scattered", lengths=(L,) * B, H=16, Dc=512, Dr=64, lse=False,
-              cache=c, scale=None)
+              cache=c)
          for B, L in ((1, 32768), (32, 4096), (32, 8192), (128, 1024), (128, 8192)) for c in ("same", "fp8")]
 
 

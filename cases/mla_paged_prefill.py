@@ -29,7 +29,7 @@ def label(p) -> str:
 
 
 def case(dtype="fp16", P=64, placement="shuffled", lengths=(20, 37), queries=(2, 3), H=4, Dc=64, Dr=16, causal=True,
-         lse=True, cache="same", pool=None, view=CONTIG, vals=RANDN, scale=DEEPSEEK_SCALE):
+         lse=True, cache="same", pool=None, view=CONTIG, vals=RANDN, scale=None):
     return dict(dtype=dtype, P=P, placement=placement, lengths=tuple(lengths), queries=tuple(queries), H=H, Dc=Dc,
                 Dr=Dr, causal=causal, lse=lse, cache=cache, pool=pool, view=view, vals=vals, scale=scale)
 
@@ -44,20 +44,21 @@ QUICK = (
     + [case(lengths=(20, 7), queries=(3, 2), causal=False)]
     # Head counts and the real latent width; a row split over pages (past 512 tokens).
     + [case(H=1, lengths=(40, 9), queries=(2, 3), P=16), case(H=128, Dc=32, Dr=16, lengths=(18,), queries=(2,)),
-       case(H=16, P=64, lengths=(600,), queries=(2,), scale=None),
-       case(H=16, Dc=512, Dr=64, P=64, lengths=(40,), queries=(2,), scale=None)]
+       case(H=16, P=64, lengths=(600,), queries=(2,)),
+       case(H=16, Dc=512, Dr=64, P=64, lengths=(40,), queries=(2,))]
     # The fused buffer and the other legal views; bf16.
     + [case(view=vw) for vw in _mla.MLA_VIEWS] + [case(dtype="bf16", view="fused")]
     # Value distributions, score ranges and scales.
     + [case(lengths=(200,), queries=(2,), vals=vl) for vl in VALUES]
     + [case(lengths=(60,), queries=(2,), vals=vl) for vl in EXTREMES]
-    + [case(lengths=(60,), queries=(2,), vals="late", scale="hot")]
+    + [case(lengths=(60,), queries=(2,), vals=vl, scale=sc) for sc, vl in (("hot", "late"), ("one", "pm80"),
+                                                                             ("mla", "large"))]
     # FP8 caches.
     + [case(cache=c, P=16, lengths=(0, 40, 17), queries=(0, 2, 2)) for c in ("fp8_scaled", "fp8_edge")]
 )
 
 FULL = (
-    [case(dtype=dt, P=P, placement=pl, lengths=lens, queries=qs, H=H, Dc=512, Dr=64, cache=c)
+    [case(dtype=dt, P=P, placement=pl, lengths=lens, queries=qs, H=H, Dc=512, Dr=64, cache=c, scale=DEEPSEEK_SCALE)
      for dt in ("fp16", "bf16") for P, lens, qs in ((1, (40, 300), (40, 17)), (16, (16, 1000, 5), (16, 64, 5)),
                                                     (64, (700, 0, 129), (65, 0, 129)), (48, (700, 49), (100, 1)))
      for pl in ("shuffled", "scattered") for H in (1, 16, 22, 64, 128) for c in ("same", "fp8")
@@ -69,8 +70,7 @@ FULL = (
 
 #: kernels.md section 10's prefill bench: chunks of 512-4096 queries over 4k-32k cached tokens,
 #: H = 16, Dc = 512, Dr = 64, page 64, bf16.
-BENCH = [case(dtype="bf16", P=64, placement="scattered", lengths=(m,), queries=(n,), H=16, Dc=512, Dr=64, lse=False,
-              scale=None)
+BENCH = [case(dtype="bf16", P=64, placement="scattered", lengths=(m,), queries=(n,), H=16, Dc=512, Dr=64, lse=False)
          for n, m in ((512, 4096), (1024, 8192), (2048, 16384), (4096, 32768))]
 
 
