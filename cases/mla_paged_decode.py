@@ -46,25 +46,25 @@ QUICK = (
     # pages of 1 and of P; an empty sequence between others.
     [case(P=1, lengths=(1, 7)), case(P=16, lengths=(0, 16, 33)), case(P=64, lengths=(64, 130), H=22),
      case(P=12, lengths=(25, 0, 12), placement="scattered"), case(P=48, lengths=(97,), H=1, placement="ordered")]
-    # Head counts (non-powers of two, one head above, the whole model), a split-length sequence
-    # (past 512 tokens: two page splits) and the real latent width (Dc 512, Dr 64).
+    # The whole model's heads (one head and 22 are above), a split-length sequence (past 512
+    # tokens: two page splits) and the real latent width (Dc 512, Dr 64).
     + [case(H=128, lengths=(20,), Dc=32, Dr=16),
-       case(H=16, P=64, lengths=(600, 3)),
+       case(H=4, P=64, lengths=(600, 3)),
        case(H=22, Dc=512, Dr=64, P=16, lengths=(33,), lse=False)]
     # The fused [.., Dc + Dr] buffer and the other legal views.
     + [case(view=vw, lengths=(40, 17)) for vw in _mla.MLA_VIEWS]
-    + [case(dtype="bf16", lengths=(17, 40), view="fused")]
-    # Value distributions and score ranges (cases/_dims.py); softmax scales.
-    + [case(P=64, H=4, lengths=(200, 90), vals=vl) for vl in VALUES]
-    + [case(P=64, H=4, lengths=(100, 37), vals=vl) for vl in EXTREMES]
+    # Value distributions and score ranges (cases/_dims.py), the last three with softmax scales
+    # other than the default.
+    + [case(P=64, H=4, lengths=(200, 90), vals=vl) for vl in ("offset", "cancel")]
+    + [case(P=64, H=4, lengths=(100, 37), vals=vl) for vl in ("neg100", "zeros")]
     + [case(P=64, H=4, lengths=(100, 37), vals=vl, scale=sc) for sc, vl in (("hot", "late"), ("one", "pm80"),
                                                                              ("mla", "large"))]
     # A long reduction in fp16: one row over 2000 tokens whose running sum climbs far from the
     # output before it cancels (an accumulator kept in the input dtype shows).
     + [case(P=64, H=2, lengths=(2000,), vals="cancel")]
-    # FP8 caches: plain, scales far from 1, values at 448 and subnormal, NaN encodings in the
-    # unowned slots (every case); one with the real widths, one bf16 query.
-    + [case(cache=c, lengths=(0, 40, 17), P=16) for c in ("fp8", "fp8_scaled", "fp8_edge")]
+    # FP8 caches: scales far from 1, values at 448 and subnormal, NaN encodings in the
+    # unowned slots (every case); one with the real widths, one bf16 query (bf16 and fp8 tiles).
+    + [case(cache=c, lengths=(0, 40, 17), P=16) for c in ("fp8_scaled", "fp8_edge")]
     + [case(cache="fp8_edge", Dc=512, Dr=64, P=64, lengths=(40,), view="fused"),
        case(dtype="bf16", cache="fp8_scaled", lengths=(33,))]
 )
