@@ -29,8 +29,15 @@ def cache_label(p) -> str:
     return "" if p.get("cache", "same") == "same" else f"-cache_{p['cache']}"
 
 
+def lengths_label(lengths) -> str:
+    """``a_b_c``; a batch of more than four equal lengths as ``LxB`` (the bench's 128 sequences)."""
+    if len(lengths) > 4 and len(set(lengths)) == 1:
+        return f"{lengths[0]}x{len(lengths)}"
+    return "_".join(map(str, lengths))
+
+
 def label(p) -> str:
-    lengths = "_".join(map(str, p["lengths"]))
+    lengths = lengths_label(p["lengths"])
     return (f"{p['dtype']}-P{p['P']}-{p['placement']}-L{lengths}-H{p['H']}-Dc{p['Dc']}-Dr{p['Dr']}"
             f"{'-lse' if p['lse'] else ''}{cache_label(p)}{dims_label(p)}")
 

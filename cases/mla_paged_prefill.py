@@ -18,12 +18,11 @@ from ._attention import attention_outputs, lse_if
 from ._dims import CONTIG, EXTREMES, RANDN, VALUES, case_scale, dims_label, draw_length, draw_vals, draw_view, effective_scale
 from ._paged import PLACEMENTS
 from .mla_paged_decode import (DEEPSEEK_SCALE, KEYWORDS, MLA_NOTE, cache_label, extra_baselines, fuzz_classes,
-                               work)
+                               lengths_label, work)
 
 
 def label(p) -> str:
-    lengths = "_".join(map(str, p["lengths"]))
-    queries = "_".join(map(str, p["queries"]))
+    lengths, queries = lengths_label(p["lengths"]), lengths_label(p["queries"])
     return (f"{p['dtype']}-P{p['P']}-{p['placement']}-L{lengths}-Q{queries}-H{p['H']}-Dc{p['Dc']}-Dr{p['Dr']}"
             f"{'' if p['causal'] else '-noncausal'}{'-lse' if p['lse'] else ''}{cache_label(p)}{dims_label(p)}")
 

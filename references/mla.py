@@ -68,7 +68,7 @@ def _mla_attend(qn: torch.Tensor, qp: torch.Tensor, ckv: torch.Tensor, kpe: torc
                 scale: float, k_scale: float, v_scale: float, compute_dtype: torch.dtype):
     """qn [B, M, Dc], qp [B, M, Dr] query rows of each sequence; ckv [B, N, Dc], kpe [B, N, Dr]
     (cache dtype); visible bool [B, M, N]. Returns (o [B, M, Dc], lse [B, M]) in compute_dtype."""
-    zero = ~visible.any(-2)[..., None]  # [B, N, 1]: slots no row sees (may hold NaN)
+    zero = ~visible.any(-2)[..., None]  # [B, N, 1]: slots no row sees (may hold NaN, or lie past the sequence)
     key_c = dequantised(ckv, k_scale, compute_dtype).masked_fill(zero, 0)
     key_r = dequantised(kpe, k_scale, compute_dtype).masked_fill(zero, 0)
     value = dequantised(ckv, v_scale, compute_dtype).masked_fill(zero, 0)
@@ -125,14 +125,23 @@ def mla_paged_prefill_reference(q_nope: torch.Tensor, q_pe: torch.Tensor, qo_ind
     qn = q_nope[rows] if T else q_nope.new_zeros((B, n_max, H, Dc))
     qp = q_pe[rows] if T else q_pe.new_zeros((B, n_max, H, Dr))
     pos = torch.arange(N, device=q_nope.device)
-    visible = valid[:, None, :] & has_q[:, :, None]                         # [B, n_max, N]
-    if causal:
-        last_seen = lengths[:, None] - counts[:, None] + i[None, :]         # [B, n_max]
-        visible = visible & (pos[None, None, :] <= last_seen[:, :, None])
-    visible = visible[:, :, None, :].expand(B, n_max, H, N).reshape(B, n_max * H, N)
-    o, lse = _mla_attend(qn.reshape(B, n_max * H, Dc), qp.reshape(B, n_max * H, Dr), ckv, kpe, visible,
-                         scale, k_scale, v_scale, compute_dtype)
-    o, lse = o.view(B, n_max, H, Dc), lse.view(B, n_max, H)
+    o_parts, lse_parts = [], []
+    # Query blocks bound the [B, block * H, N] scores (a 4096-query chunk over 32k cached tokens
+    # would take 17 GB of float64 at once); each block is one vectorized pass.
+    block = max(1, (1 << 27) // max(1, B * H * N))
+    for i0 in range(0, n_max, block):
+        ib = i[i0:i0 + block]
+        visible = valid[:, None, :] & has_q[:, i0:i0 + block, None]                 # [B, nb, N]
+        if causal:
+            last_seen = lengths[:, None] - counts[:, None] + ib[None, :]           # [B, nb]
+            visible = visible & (pos[None, None, :] <= last_seen[:, :, None])
+        nb = ib.shape[0]
+        visible = visible[:, :, None, :].expand(B, nb, H, N).reshape(B, nb * H, N)
+        o, lse = _mla_attend(qn[:, i0:i0 + block].reshape(B, nb * H, Dc), qp[:, i0:i0 + block].reshape(B, nb * H, Dr),
+                             ckv, kpe, visible, scale, k_scale, v_scale, compute_dtype)
+        o_parts.append(o.view(B, nb, H, Dc))
+        lse_parts.append(lse.view(B, nb, H))
+    o, lse = torch.cat(o_parts, 1), torch.cat(lse_parts, 1)
     out = torch.zeros((T, H, Dc), dtype=compute_dtype, device=q_nope.device)
     out_lse = torch.full((T, H), float("-inf"), dtype=compute_dtype, device=q_nope.device)
     out[rows[has_q]] = o[has_q]
