@@ -141,7 +141,8 @@ def _row_pad_any(t: torch.Tensor, pad: int = 16) -> torch.Tensor:
 def paged_latent_inputs(case, gen, lengths, H: int, rows: int, device=None) -> dict:
     """Queries ([rows, H, Dc] / [rows, H, Dr]), the two caches and the page table of a case."""
     P, Dc, Dr = case["P"], case["Dc"], case["Dr"]
-    indptr, indices, last, num_pages = _paged.page_table(gen, lengths, P, case["placement"], case.params.get("pool"))
+    indptr, indices, last, num_pages = _paged.page_table(gen, lengths, P, case["placement"], case.params.get("pool"),
+                                                         case.params.get("pages"))
     buf, owned = latent_cache(gen, case, lengths, P, Dc, Dr, indptr, indices, num_pages, device)
     qn = randn(gen, (rows, H, Dc), case.dtype, device)
     qp = randn(gen, (rows, H, Dr), case.dtype, device)
