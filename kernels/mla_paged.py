@@ -14,10 +14,13 @@ page-id load per page (a vector ``t // PAGE_SIZE`` lookup does not compile on tr
 3.2.0rc2) and each page in BLOCK_N-slot chunks; the valid-slot mask is arithmetic. Long rows are
 split over pages and merged by ``_split.merge_plan`` (LSE-weighted).
 
-FP8 caches (``torch.float8_e4m3fn``): tiles are loaded as fp8 and converted to q's dtype in the
-kernel (every e4m3 value is exact in fp16 and bf16); ``k_scale`` is folded into the score scale
-and ``v_scale`` applied to the normalised output, which is exactly ``fp8.to(fp32) * scale`` on
-each side. On Ascend (no fp8 type on the 910B) an fp8 cache is ``Unsupported``.
+FP8 caches (``torch.float8_e4m3fn``): the kernel reads the cache's bytes (a uint8 view of the
+same memory) and decodes e4m3 with integer arithmetic (``_e4m3_bits``), then converts to q's
+dtype (every e4m3 value is exact in fp16 and bf16). Triton's own fp8e4nv type compiles only from
+sm_89 on (sm_80: "type fp8e4nv not supported in this architecture") and the Ascend 910B has no
+fp8 type at all; the bytes path runs on every tier, interpreter included. ``k_scale`` is folded
+into the score scale and ``v_scale`` applied to the normalised output, which is exactly
+``fp8.to(fp32) * scale`` on each side.
 
 On Ascend the tiles are sized for the 192 KB unified buffer (BLOCK_H = BLOCK_N = 16 against a
 512-wide latent row) and the grid is persistent (``kernels._grid``), one program per AI core.
@@ -31,8 +34,6 @@ from typing import Optional
 import torch
 import triton
 import triton.language as tl
-
-from attnsuite.interfaces import Unsupported
 
 from ._checks import (DOT_INPUT_PRECISION, FLOAT_DTYPES, LaunchPlan, cdiv, check_flag, check_index_tensor,
                       check_int_range, check_launchable, check_nonempty, check_out_lse, check_scale,
@@ -52,6 +53,24 @@ TARGET_PROGRAMS = 264
 
 
 @triton.jit
+def _e4m3_bits(bits):
+    """float8_e4m3fn bytes (loaded as uint8) -> fp16 values, exactly: s eeee mmm is
+    (-1)^s (8 + m) 2^(e - 10) for e > 0 and (-1)^s m 2^-9 for e == 0, all of them fp16 numbers
+    (|x| <= 480, >= 2^-9), and each product below is a small integer times a power of two built
+    from its bits. 16-bit lanes: on Ascend the decode of a [16, 512] tile in 32-bit lanes took
+    the unified buffer to 99.5%. The NaN encodings (e = 15, m = 7) decode to 480; the kernel only
+    decodes slots that hold tokens, the rest are masked to 0 by the load."""
+    b = bits.to(tl.int16)
+    e = (b >> 3) & 15
+    m = (b & 7).to(tl.float16)
+    # 2^(max(e, 1) - 10); the int16 cast again: triton-ascend 3.2 widens int16 arithmetic with
+    # constants to int32.
+    pow2 = ((tl.maximum(e, 1) + 5) << 10).to(tl.int16).to(tl.float16, bitcast=True)
+    mag = tl.where(e > 0, m + 8.0, m) * pow2
+    return tl.where((b & 128) != 0, -mag, mag)
+
+
+@triton.jit
 def _mla_tile(
     QN, QP, CKV, KPE, PAGE_INDPTR, PAGE_INDICES, LAST_LEN, ROW_SEQ, ROW_LIMIT, O, LSE,
     stride_qnr, stride_qnh, stride_qpr, stride_qph,
@@ -60,9 +79,10 @@ def _mla_tile(
     H, DC, DR, PAGES_PER_SPLIT, qk_scale, v_scale, row, hb, split,
     PAGE_SIZE: tl.constexpr, HAS_ROWS: tl.constexpr, RETURN_LSE: tl.constexpr,
     DOT_PRECISION: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_N: tl.constexpr,
-    BLOCK_DC: tl.constexpr, BLOCK_DR: tl.constexpr,
+    BLOCK_DC: tl.constexpr, BLOCK_DR: tl.constexpr, FP8_BYTES: tl.constexpr,
 ):
-    """One page split of one query row for BLOCK_H heads."""
+    """One page split of one query row for BLOCK_H heads. FP8_BYTES: the caches are e4m3fn bytes
+    seen as uint8, decoded in the kernel."""
     offs_h = hb * BLOCK_H + tl.arange(0, BLOCK_H)
     offs_n = tl.arange(0, BLOCK_N)
     offs_c = tl.arange(0, BLOCK_DC)
@@ -103,9 +123,14 @@ def _mla_tile(
             slot = c + offs_n
             tok_ok = (slot < PAGE_SIZE) & (p * PAGE_SIZE + slot < limit)
             kc = tl.load(CKV + page * stride_cp + slot[:, None] * stride_cs + offs_c[None, :],
-                         mask=tok_ok[:, None] & c_ok[None, :], other=0.0).to(qn.dtype)
+                         mask=tok_ok[:, None] & c_ok[None, :], other=0)
             kr = tl.load(KPE + page * stride_kp + slot[:, None] * stride_ks + offs_r[None, :],
-                         mask=tok_ok[:, None] & r_ok[None, :], other=0.0).to(qp.dtype)
+                         mask=tok_ok[:, None] & r_ok[None, :], other=0)
+            if FP8_BYTES:
+                kc = _e4m3_bits(kc)
+                kr = _e4m3_bits(kr)
+            kc = kc.to(qn.dtype)
+            kr = kr.to(qp.dtype)
             s = tl.dot(qn, tl.trans(kc), input_precision=DOT_PRECISION)
             s += tl.dot(qp, tl.trans(kr), input_precision=DOT_PRECISION)
             s = tl.where(tok_ok[None, :], s * qk_scale, float("-inf"))
@@ -139,7 +164,7 @@ def _mla_paged_fwd(
     H, DC, DR, PAGES_PER_SPLIT, qk_scale, v_scale, n_hblk, n_rows, n_work, n_programs,
     PAGE_SIZE: tl.constexpr, HAS_ROWS: tl.constexpr, RETURN_LSE: tl.constexpr,
     DOT_PRECISION: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_N: tl.constexpr,
-    BLOCK_DC: tl.constexpr, BLOCK_DR: tl.constexpr, PERSISTENT: tl.constexpr,
+    BLOCK_DC: tl.constexpr, BLOCK_DR: tl.constexpr, FP8_BYTES: tl.constexpr, PERSISTENT: tl.constexpr,
 ):
     """Plain grid: (rows * head blocks, splits). Persistent (Ascend): one program per core walks
     the tiles, (row, head block) the fast index, so the first (always full) splits go first."""
@@ -151,14 +176,16 @@ def _mla_paged_fwd(
                       stride_qnr, stride_qnh, stride_qpr, stride_qph, stride_cp, stride_cs, stride_kp,
                       stride_ks, stride_or, stride_oh, stride_osplit, stride_lr, stride_lh, stride_lsplit,
                       H, DC, DR, PAGES_PER_SPLIT, qk_scale, v_scale, rh // n_hblk, rh % n_hblk, work // n_rh,
-                      PAGE_SIZE, HAS_ROWS, RETURN_LSE, DOT_PRECISION, BLOCK_H, BLOCK_N, BLOCK_DC, BLOCK_DR)
+                      PAGE_SIZE, HAS_ROWS, RETURN_LSE, DOT_PRECISION, BLOCK_H, BLOCK_N, BLOCK_DC, BLOCK_DR,
+                      FP8_BYTES)
     else:
         rh = tl.program_id(0)
         _mla_tile(QN, QP, CKV, KPE, PAGE_INDPTR, PAGE_INDICES, LAST_LEN, ROW_SEQ, ROW_LIMIT, O, LSE,
                   stride_qnr, stride_qnh, stride_qpr, stride_qph, stride_cp, stride_cs, stride_kp,
                   stride_ks, stride_or, stride_oh, stride_osplit, stride_lr, stride_lh, stride_lsplit,
                   H, DC, DR, PAGES_PER_SPLIT, qk_scale, v_scale, rh // n_hblk, rh % n_hblk, tl.program_id(1),
-                  PAGE_SIZE, HAS_ROWS, RETURN_LSE, DOT_PRECISION, BLOCK_H, BLOCK_N, BLOCK_DC, BLOCK_DR)
+                  PAGE_SIZE, HAS_ROWS, RETURN_LSE, DOT_PRECISION, BLOCK_H, BLOCK_N, BLOCK_DC, BLOCK_DR,
+                      FP8_BYTES)
 
 
 # ----------------------------------------------------------------------------- planning
@@ -214,6 +241,9 @@ def mla_plan(q_nope, q_pe, ckv_cache, kpe_cache, kv_page_indptr, kv_page_indices
     o_dst, l_dst, write_lse, o_strides, l_strides = split_outputs(out, lse, splits, R, H, Dc)
     has_rows = row_seq is not None
     n_hblk = cdiv(H, cfg["BLOCK_H"])
+    fp8 = ckv_cache.dtype in FP8_DTYPES
+    if fp8:  # the same memory as bytes (a view, strides kept): decoded in the kernel
+        ckv_cache, kpe_cache = ckv_cache.view(torch.uint8), kpe_cache.view(torch.uint8)
     args = (q_nope, q_pe, ckv_cache, kpe_cache, kv_page_indptr, kv_page_indices, kv_last_page_len,
             row_seq if has_rows else kv_page_indptr, row_limit if has_rows else kv_page_indptr, o_dst, l_dst,
             q_nope.stride(0), q_nope.stride(1), q_pe.stride(0), q_pe.stride(1),
@@ -221,7 +251,7 @@ def mla_plan(q_nope, q_pe, ckv_cache, kpe_cache, kv_page_indptr, kv_page_indices
             *o_strides, *l_strides, H, Dc, Dr, per, float(scale) * float(k_scale) * LOG2E, float(v_scale))
     g = plan_grid((R * n_hblk, splits), q_nope, vector=False)
     meta = dict(PAGE_SIZE=page_size, HAS_ROWS=has_rows, RETURN_LSE=write_lse, DOT_PRECISION=DOT_INPUT_PRECISION,
-                PERSISTENT=g.persistent, **cfg)
+                FP8_BYTES=fp8, PERSISTENT=g.persistent, **cfg)
     workspace = () if o_dst is out else ((o_dst, False), (l_dst, False))
     plan = LaunchPlan(kernel=_mla_paged_fwd, grid=g.grid, args=args + (n_hblk, R, g.n_work, g.n_programs),
                       meta=meta, workspace=workspace)
@@ -267,8 +297,6 @@ def check_mla_inputs(fn: str, q_nope, q_pe, ckv_cache, kpe_cache, rows_name: str
     check_tensor(fn, "kpe_cache", kpe_cache, rank=3, dims="[num_pages, page_size, Dr]",
                  dtypes=(ckv_cache.dtype,), device=q_nope.device, like="ckv_cache")
     check_tensor(fn, "kpe_cache", kpe_cache, shape=(num_pages, page_size, Dr), dims="[num_pages, page_size, Dr]")
-    if ckv_cache.dtype in FP8_DTYPES and on_ascend(q_nope):
-        raise Unsupported(f"{fn}: Ascend 910B has no fp8 type; an {ckv_cache.dtype} cache cannot be loaded")
     return R, H, Dc, Dr, page_size
 
 
