@@ -15,23 +15,26 @@ class (k_scale = v_scale = 1: the schema carries no scales).
 from __future__ import annotations
 
 from pathlib import Path
+from types import ModuleType
 
-from .workloads import DTYPES, Unmapped, _axis, _dtype, _given, _rng, axis_values, is_causal, sm_scale, split
+#: The workload-reading helpers of workloads.py (``Unmapped``, ``axis_values``, ``split``, ...),
+#: handed in by its dispatch as ``w``: this module must not import workloads, which imports it.
 
 
 def target_family(definition: dict) -> str:
     return "mla_paged_prefill" if "qo_indptr" in definition["inputs"] else "mla_paged_decode"
 
 
-def params(definition: dict, workload: dict, root: Path) -> dict:
-    """The case parameters of one ``mla_paged`` workload (Unmapped: why not)."""
-    axes = axis_values(definition, workload)
-    H, Dc, Dr, P = (_axis(axes, n) for n in ("num_qo_heads", "head_dim_ckv", "head_dim_kpe", "page_size"))
-    dtype, cache = _dtypes(definition)
+def params(definition: dict, workload: dict, root: Path, w: ModuleType) -> dict:
+    """The case parameters of one ``mla_paged`` workload (``w.Unmapped``: why not)."""
+    Unmapped, split = w.Unmapped, w.split
+    axes = w.axis_values(definition, workload)
+    H, Dc, Dr, P = (w._axis(axes, n) for n in ("num_qo_heads", "head_dim_ckv", "head_dim_kpe", "page_size"))
+    dtype, cache = _dtypes(definition, w)
     if P < 1:
         raise Unmapped(f"page_size {P}")
-    rng = _rng(workload)
-    indptr, indices = _given(workload, "kv_indptr", root), _given(workload, "kv_indices", root)
+    rng = w._rng(workload)
+    indptr, indices = w._given(workload, "kv_indptr", root), w._given(workload, "kv_indices", root)
     if (indptr is None) != (indices is None):
         raise Unmapped("only one of kv_indptr / kv_indices is stored; a page table needs both")
     if indptr is not None:
@@ -44,14 +47,14 @@ def params(definition: dict, workload: dict, root: Path) -> dict:
             raise Unmapped(f"kv_indices outside [0, num_pages={num_pages})")
         placement, pages, pool = "given", tuple(indices), max(num_pages, 1)
     else:
-        B = axes["batch_size"] if "batch_size" in axes else _axis(axes, "len_indptr") - 1
-        total = _axis(axes, "num_kv_indices")
+        B = axes["batch_size"] if "batch_size" in axes else w._axis(axes, "len_indptr") - 1
+        total = w._axis(axes, "num_kv_indices")
         counts = split(rng, total, B, minimum=1 if total >= B else 0)
         num_pages = axes.get("num_pages", total)
         placement, pages = ("scattered", None) if num_pages >= total else ("shuffled", None)
         pool = max(num_pages, 1) if placement == "scattered" else None
     has_last = "kv_last_page_len" in definition["inputs"]
-    last = _given(workload, "kv_last_page_len", root) if has_last else None
+    last = w._given(workload, "kv_last_page_len", root) if has_last else None
     if last is None:
         last = [(rng.randint(1, P) if has_last else P) if c else 0 for c in counts]
     if len(last) != len(counts) or any(c and not 1 <= n <= P for c, n in zip(counts, last)):
@@ -59,15 +62,16 @@ def params(definition: dict, workload: dict, root: Path) -> dict:
     lengths = tuple(P * (c - 1) + n if c else 0 for c, n in zip(counts, last))
     p = dict(dtype=dtype, P=P, placement=placement, lengths=lengths, H=H, Dc=Dc, Dr=Dr,
              lse="lse" in definition["outputs"], cache=cache, pool=pool, view="contig", vals="randn",
-             scale=sm_scale(workload), pages=pages)
+             scale=w.sm_scale(workload), pages=pages)
     if target_family(definition) == "mla_paged_prefill":
-        p["causal"] = is_causal(definition)
-        p["queries"] = _queries(workload, root, axes, rng, lengths, p["causal"])
+        p["causal"] = w.is_causal(definition)
+        p["queries"] = _queries(workload, root, axes, rng, lengths, p["causal"], w)
     return p
 
 
-def _queries(workload, root, axes, rng, lengths, causal) -> tuple:
-    qo = _given(workload, "qo_indptr", root)
+def _queries(workload, root, axes, rng, lengths, causal, w) -> tuple:
+    Unmapped, split = w.Unmapped, w.split
+    qo = w._given(workload, "qo_indptr", root)
     if qo is not None:
         if len(qo) != len(lengths) + 1 or qo[0] != 0:
             raise Unmapped(f"qo_indptr {qo[:8]}... does not pair with {len(lengths)} sequences")
@@ -75,17 +79,17 @@ def _queries(workload, root, axes, rng, lengths, causal) -> tuple:
         if any(n < 0 for n in queries):
             raise Unmapped("qo_indptr is not non-decreasing")
     else:
-        total_q = _axis(axes, "total_q")
+        total_q = w._axis(axes, "total_q")
         room = sum(lengths) if causal else None
         if room is not None and total_q > room:
             raise Unmapped(f"total_q {total_q} exceeds the {room} cached tokens a causal chunk can be the tail of")
-        queries = tuple(_bounded_split(rng, total_q, lengths) if causal else split(rng, total_q, len(lengths), 0))
+        queries = tuple(_bounded_split(rng, total_q, lengths, split) if causal else split(rng, total_q, len(lengths), 0))
     if causal and any(n > m for n, m in zip(queries, lengths)):
         raise Unmapped("a sequence has more queries than cached tokens (causal bottom-right needs n <= m)")
     return tuple(int(n) for n in queries)
 
 
-def _bounded_split(rng, total: int, caps) -> list[int]:
+def _bounded_split(rng, total: int, caps, split) -> list[int]:
     """``total`` queries over the sequences, sequence b taking at most caps[b]: drawn cut points,
     overflow moved on to the sequences with room (deterministic given ``rng``)."""
     counts = split(rng, total, len(caps), 0)
@@ -101,17 +105,18 @@ def _bounded_split(rng, total: int, caps) -> list[int]:
     return counts
 
 
-def _dtypes(definition: dict) -> tuple[str, str]:
+def _dtypes(definition: dict, w: ModuleType) -> tuple[str, str]:
     """(query dtype, cache class): a cache of the query's dtype, or fp8 under a 16-bit query."""
-    q = {_dtype(definition, n) for n in ("q_nope", "q_pe")}
-    c = {_dtype(definition, n) for n in ("ckv_cache", "kpe_cache")}
+    Unmapped = w.Unmapped
+    q = {w._dtype(definition, n) for n in ("q_nope", "q_pe")}
+    c = {w._dtype(definition, n) for n in ("ckv_cache", "kpe_cache")}
     if len(q) != 1 or len(c) != 1:
         raise Unmapped(f"q_nope / q_pe dtypes {sorted(map(str, q))}, caches {sorted(map(str, c))}: each pair must agree")
     q, c = q.pop(), c.pop()
     if q not in ("float16", "bfloat16"):
         raise Unmapped(f"query dtype {q}: the MLA families run float16 and bfloat16")
     if c == q:
-        return DTYPES[q], "same"
+        return w.DTYPES[q], "same"
     if c == "float8_e4m3fn":
-        return DTYPES[q], "fp8"
+        return w.DTYPES[q], "fp8"
     raise Unmapped(f"cache dtype {c} under {q} queries")

@@ -36,6 +36,7 @@ import hashlib
 import json
 import random
 import re
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -151,9 +152,9 @@ def to_case(definition: dict, workload: dict, root: Path, definition_path: Path 
             "definition_file": str(definition_path) if definition_path else None}
     label = f"fi-{_safe(definition['name'])}-{_safe(workload['uuid'])}"
     try:
-        if family.startswith("mla_"):  # mla_paged: attnsuite/flashinfer_trace/mla.py
+        if family.startswith("mla_"):  # mla_paged: attnsuite/flashinfer_trace/mla.py, given these helpers
             from .mla import params as mla_params
-            params = mla_params(definition, workload, root)
+            params = mla_params(definition, workload, root, sys.modules[__name__])
         else:
             params = (paged_decode_params if family == "paged_decode" else ragged_prefill_params)(
                 definition, workload, root)
