@@ -19,5 +19,7 @@ FAMILIES = (
     "magicpig_decode",
     "block_sparse",
     "mustafar",
+    "mla_paged_decode",
+    "mla_paged_prefill",
     "probes",
 )

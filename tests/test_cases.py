@@ -80,7 +80,8 @@ COVERED = [name for name in registry.names() if name != "probes"]
 VIEW_KINDS = {"prefill": DENSE_VIEWS, "decode": DENSE_VIEWS, "sparse_decode": DENSE_VIEWS,
               "block_sparse": DENSE_VIEWS, "prefill_varlen": ("kvslice", "fused", "rowpad"),
               "paged_decode": ("pool", "rowpad"), "sparse_paged_decode": ("pool", "rowpad"),
-              "magicpig_decode": ("pool", "rowpad"), "mustafar": ("slice",)}
+              "magicpig_decode": ("pool", "rowpad"), "mustafar": ("slice",),
+              "mla_paged_decode": ("fused", "pool", "rowpad"), "mla_paged_prefill": ("fused", "pool", "rowpad")}
 
 
 def quick(name):
@@ -261,8 +262,8 @@ def test_zero_cases_hold_zero_keys_and_a_zero_query(name):
     family, cases = quick(name)
     for case in (c for c in cases if c.params.get("vals") == "zeros"):
         inputs = family.make_inputs(case, case.generator())
-        q = inputs["q"].float()
-        keys = inputs["k"] if "k" in inputs else inputs["kv_cache"].select(1, 0)
+        q = (inputs["q"] if "q" in inputs else inputs["q_nope"]).float()  # MLA: q_nope, keys = latent rows
+        keys = inputs["k"] if "k" in inputs else inputs["ckv_cache"] if "ckv_cache" in inputs else inputs["kv_cache"].select(1, 0)
         keys = keys.float().reshape(-1, keys.shape[-1])
         assert bool((q.reshape(-1, q.shape[-1]) == 0).all(-1).any()), case.id
         assert bool((keys == 0).all(-1).any()), case.id

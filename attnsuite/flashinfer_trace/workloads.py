@@ -36,6 +36,7 @@ import hashlib
 import json
 import random
 import re
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -47,7 +48,7 @@ from .safetensors_index import SafetensorsError, read_tensor
 
 TAG = "workload"
 #: What this module maps, by op_type; other op types are listed as ignored.
-OP_TYPES = ("gqa_paged", "gqa_ragged")
+OP_TYPES = ("gqa_paged", "gqa_ragged", "mla_paged")
 DTYPES = {"float16": "fp16", "bfloat16": "bf16", "float32": "fp32"}
 
 
@@ -153,15 +154,23 @@ def to_case(definition: dict, workload: dict, root: Path, definition_path: Path 
             "definition_file": str(definition_path) if definition_path else None}
     label = f"fi-{_safe(definition['name'])}-{_safe(workload['uuid'])}"
     try:
-        params = (paged_decode_params if family == "paged_decode" else ragged_prefill_params)(
-            definition, workload, root)
+        if family.startswith("mla_"):  # mla_paged: attnsuite/flashinfer_trace/mla.py, given these helpers
+            from .mla import params as mla_params
+            params = mla_params(definition, workload, root, sys.modules[__name__])
+        else:
+            params = (paged_decode_params if family == "paged_decode" else ragged_prefill_params)(
+                definition, workload, root)
     except Unmapped as exc:
-        params = {"dtype": DTYPES.get(_dtype(definition, "q"), "fp16"), "unmapped": str(exc)}
+        query = definition["inputs"].get("q") or definition["inputs"].get("q_nope") or {}
+        params = {"dtype": DTYPES.get(query.get("dtype"), "fp16"), "unmapped": str(exc)}
     params["fi"] = meta
     return family, Case(family, label, params, TAG, frozenset({TAG}))
 
 
 def target_family(definition: dict) -> str:
+    if definition["op_type"] == "mla_paged":
+        from .mla import target_family as mla_family
+        return mla_family(definition)
     if definition["op_type"] == "gqa_paged" and "qo_indptr" not in definition["inputs"]:
         return "paged_decode"
     return "prefill_varlen"  # gqa_ragged prefill, and gqa_paged prefill (the closest; unmapped)

@@ -1,0 +1,466 @@
+"""Multi-head latent attention over a paged latent cache (kernels.md sections 10 and 11) in Triton:
+decode (``mla_paged_decode``) and chunked prefill over a prefix cache (``mla_paged_prefill``).
+
+All H query heads read ONE latent row per token, so a program packs BLOCK_H heads as the rows of
+``tl.dot`` and reads each latent row once for all of them: the scores are ``q_nope @ ckv^T +
+q_pe @ kpe^T`` ([BLOCK_H, BLOCK_N]) and the output accumulates ``p @ ckv`` ([BLOCK_H, Dc]): the
+ckv tile loaded for the score is the value tile too.
+
+A program is one (query row, head block, page split). In decode a query row is a sequence; in
+prefill it is one query token, whose sequence and number of visible cache tokens (causal, aligned
+bottom-right: ``m - n + i + 1``) are computed on the host by one vectorized torch pass, so the
+kernel is the same and a causal row simply walks fewer pages. Pages are walked with one scalar
+page-id load per page (a vector ``t // PAGE_SIZE`` lookup does not compile on triton-ascend
+3.2.0rc2) and each page in BLOCK_N-slot chunks; the valid-slot mask is arithmetic. Long rows are
+split over pages and merged by ``_split.merge_plan`` (LSE-weighted).
+
+FP8 caches (``torch.float8_e4m3fn``): the kernel reads the cache's bytes (a uint8 view of the
+same memory) and decodes e4m3 with integer arithmetic (``_e4m3_bits``), then converts to q's
+dtype (every e4m3 value is exact in fp16 and bf16). Triton's own fp8e4nv type compiles only from
+sm_89 on (sm_80: "type fp8e4nv not supported in this architecture") and the Ascend 910B has no
+fp8 type at all; the bytes path runs on every tier, interpreter included. ``k_scale`` is folded
+into the score scale and ``v_scale`` applied to the normalised output, which is exactly
+``fp8.to(fp32) * scale`` on each side.
+
+On Ascend the tiles are sized for the 192 KB unified buffer (BLOCK_H = BLOCK_N = 16 against a
+512-wide latent row) and the grid is persistent (``kernels._grid``), one program per AI core.
+"""
+from __future__ import annotations
+
+import numbers
+import math
+from typing import Optional
+
+import torch
+import triton
+import triton.language as tl
+
+from ._checks import (DOT_INPUT_PRECISION, FLOAT_DTYPES, LaunchPlan, cdiv, check_flag, check_index_tensor,
+                      check_int_range, check_launchable, check_nonempty, check_out_lse, check_scale,
+                      check_tensor, is_interpret, launch, next_pow2, on_ascend)
+from ._grid import npu_cores, npu_splits, plan_grid
+from ._paged import check_index_values, check_page_table
+from ._split import merge_plan, split_outputs
+
+LOG2E = 1.4426950408889634
+#: Latent and rope widths: multiples of 16 (tl.dot's K granularity, 32-byte rows in fp16 for
+#: Ascend), up to DeepSeek's 512 and twice its 64.
+MAX_DC, MAX_DR, DIM_MULTIPLE = 512, 128, 16
+FP8_DTYPES = tuple(getattr(torch, n) for n in ("float8_e4m3fn",) if hasattr(torch, n))
+#: Split a row over pages past this many tokens (as the paged decode kernel does).
+MIN_SPLIT_TOKENS = 512
+TARGET_PROGRAMS = 264
+
+
+@triton.jit
+def _e4m3_bits(bits):
+    """float8_e4m3fn bytes (loaded as uint8) -> fp16 values, exactly: s eeee mmm is
+    (-1)^s (8 + m) 2^(e - 10) for e > 0 and (-1)^s m 2^-9 for e == 0, all of them fp16 numbers
+    (|x| <= 480, >= 2^-9), and each product below is a small integer times a power of two built
+    from its bits. 16-bit lanes: on Ascend the decode of a [16, 512] tile in 32-bit lanes took
+    the unified buffer to 99.5%. The NaN encodings (e = 15, m = 7) decode to 480; the kernel only
+    decodes slots that hold tokens, the rest are masked to 0 by the load."""
+    b = bits.to(tl.int16)
+    e = (b >> 3) & 15
+    m = (b & 7).to(tl.float16)
+    # 2^(max(e, 1) - 10); the int16 cast again: triton-ascend 3.2 widens int16 arithmetic with
+    # constants to int32.
+    pow2 = ((tl.maximum(e, 1) + 5) << 10).to(tl.int16).to(tl.float16, bitcast=True)
+    mag = tl.where(e > 0, m + 8.0, m) * pow2
+    return tl.where((b & 128) != 0, -mag, mag)
+
+
+@triton.jit
+def _mla_tile(
+    QN, QP, CKV, KPE, PAGE_INDPTR, PAGE_INDICES, LAST_LEN, ROW_SEQ, ROW_LIMIT, O, LSE,
+    stride_qnr, stride_qnh, stride_qpr, stride_qph,
+    stride_cp, stride_cs, stride_kp, stride_ks,
+    stride_or, stride_oh, stride_osplit, stride_lr, stride_lh, stride_lsplit,
+    H, DC, DR, PAGES_PER_SPLIT, qk_scale, v_scale, row, hb, split,
+    PAGE_SIZE: tl.constexpr, HAS_ROWS: tl.constexpr, RETURN_LSE: tl.constexpr,
+    DOT_PRECISION: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_N: tl.constexpr,
+    BLOCK_DC: tl.constexpr, BLOCK_DR: tl.constexpr, FP8_BYTES: tl.constexpr,
+):
+    """One page split of one query row for BLOCK_H heads. FP8_BYTES: the caches are e4m3fn bytes
+    seen as uint8, decoded in the kernel."""
+    offs_h = hb * BLOCK_H + tl.arange(0, BLOCK_H)
+    offs_n = tl.arange(0, BLOCK_N)
+    offs_c = tl.arange(0, BLOCK_DC)
+    offs_r = tl.arange(0, BLOCK_DR)
+    h_ok = offs_h < H
+    c_ok = offs_c < DC
+    r_ok = offs_r < DR
+    r64 = row.to(tl.int64)
+    heads = offs_h.to(tl.int64)
+    # Padding heads load zeros: finite scores, never stored.
+    qn = tl.load(QN + r64 * stride_qnr + heads[:, None] * stride_qnh + offs_c[None, :],
+                 mask=h_ok[:, None] & c_ok[None, :], other=0.0)
+    qp = tl.load(QP + r64 * stride_qpr + heads[:, None] * stride_qph + offs_r[None, :],
+                 mask=h_ok[:, None] & r_ok[None, :], other=0.0)
+    if HAS_ROWS:
+        seq = tl.load(ROW_SEQ + row)
+    else:
+        seq = row
+    page_lo = tl.load(PAGE_INDPTR + seq)
+    n_pages = tl.load(PAGE_INDPTR + seq + 1) - page_lo
+    if HAS_ROWS:
+        limit = tl.load(ROW_LIMIT + row)
+    else:
+        # last_page_len of a sequence without pages is 0: limit is then <= 0 and no page is walked.
+        limit = (n_pages - 1) * PAGE_SIZE + tl.load(LAST_LEN + seq)
+    n_visible = tl.minimum((limit + PAGE_SIZE - 1) // PAGE_SIZE, n_pages)
+    p_start = split * PAGES_PER_SPLIT
+    p_end = tl.minimum(p_start + PAGES_PER_SPLIT, n_visible)
+
+    # Base-2 scores: qk_scale carries scale * k_scale * log2(e).
+    m_i = tl.full([BLOCK_H], float("-inf"), dtype=tl.float32)
+    l_i = tl.zeros([BLOCK_H], dtype=tl.float32)
+    acc = tl.zeros([BLOCK_H, BLOCK_DC], dtype=tl.float32)
+    for p in range(p_start, p_end):
+        # int64: pages * page_size * (Dc + Dr) can pass 2**31.
+        page = tl.load(PAGE_INDICES + page_lo + p).to(tl.int64)
+        for c in range(0, PAGE_SIZE, BLOCK_N):
+            slot = c + offs_n
+            tok_ok = (slot < PAGE_SIZE) & (p * PAGE_SIZE + slot < limit)
+            kc = tl.load(CKV + page * stride_cp + slot[:, None] * stride_cs + offs_c[None, :],
+                         mask=tok_ok[:, None] & c_ok[None, :], other=0)
+            kr = tl.load(KPE + page * stride_kp + slot[:, None] * stride_ks + offs_r[None, :],
+                         mask=tok_ok[:, None] & r_ok[None, :], other=0)
+            if FP8_BYTES:
+                kc = _e4m3_bits(kc)
+                kr = _e4m3_bits(kr)
+            kc = kc.to(qn.dtype)
+            kr = kr.to(qp.dtype)
+            s = tl.dot(qn, tl.trans(kc), input_precision=DOT_PRECISION)
+            s += tl.dot(qp, tl.trans(kr), input_precision=DOT_PRECISION)
+            s = tl.where(tok_ok[None, :], s * qk_scale, float("-inf"))
+            m_new = tl.maximum(m_i, tl.max(s, 1))
+            # While the running max is still -inf (nothing seen) 0 stands in: no -inf - -inf.
+            m_use = tl.where(m_new == float("-inf"), 0.0, m_new)
+            alpha = tl.exp2(m_i - m_use)
+            pr = tl.exp2(s - m_use[:, None])
+            l_i = l_i * alpha + tl.sum(pr, 1)
+            acc = acc * alpha[:, None] + tl.dot(pr.to(kc.dtype), kc, input_precision=DOT_PRECISION)
+            m_i = m_new
+
+    nonempty = l_i > 0
+    o = acc * (v_scale / tl.where(nonempty, l_i, 1.0))[:, None]
+    tl.store(O + r64 * stride_or + heads[:, None] * stride_oh + split * stride_osplit + offs_c[None, :],
+             o.to(O.dtype.element_ty), mask=h_ok[:, None] & c_ok[None, :])
+    if RETURN_LSE:
+        lse = tl.where(nonempty, (m_i + tl.log2(tl.where(nonempty, l_i, 1.0))) * 0.6931471805599453,
+                       float("-inf"))
+        tl.store(LSE + r64 * stride_lr + heads * stride_lh + split * stride_lsplit, lse, mask=h_ok)
+
+
+# sizes and LSE strides unspecialized: see kernels/__init__.py
+@triton.jit(do_not_specialize=["H", "PAGES_PER_SPLIT", "stride_lr", "stride_lh", "stride_lsplit",
+                               "n_hblk", "n_rows", "n_work", "n_programs"])
+def _mla_paged_fwd(
+    QN, QP, CKV, KPE, PAGE_INDPTR, PAGE_INDICES, LAST_LEN, ROW_SEQ, ROW_LIMIT, O, LSE,
+    stride_qnr, stride_qnh, stride_qpr, stride_qph,
+    stride_cp, stride_cs, stride_kp, stride_ks,
+    stride_or, stride_oh, stride_osplit, stride_lr, stride_lh, stride_lsplit,
+    H, DC, DR, PAGES_PER_SPLIT, qk_scale, v_scale, n_hblk, n_rows, n_work, n_programs,
+    PAGE_SIZE: tl.constexpr, HAS_ROWS: tl.constexpr, RETURN_LSE: tl.constexpr,
+    DOT_PRECISION: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_N: tl.constexpr,
+    BLOCK_DC: tl.constexpr, BLOCK_DR: tl.constexpr, FP8_BYTES: tl.constexpr, PERSISTENT: tl.constexpr,
+):
+    """Plain grid: (rows * head blocks, splits). Persistent (Ascend): one program per core walks
+    the tiles, (row, head block) the fast index, so the first (always full) splits go first."""
+    if PERSISTENT:
+        n_rh = n_rows * n_hblk
+        for work in range(tl.program_id(0), n_work, n_programs):
+            rh = work % n_rh
+            _mla_tile(QN, QP, CKV, KPE, PAGE_INDPTR, PAGE_INDICES, LAST_LEN, ROW_SEQ, ROW_LIMIT, O, LSE,
+                      stride_qnr, stride_qnh, stride_qpr, stride_qph, stride_cp, stride_cs, stride_kp,
+                      stride_ks, stride_or, stride_oh, stride_osplit, stride_lr, stride_lh, stride_lsplit,
+                      H, DC, DR, PAGES_PER_SPLIT, qk_scale, v_scale, rh // n_hblk, rh % n_hblk, work // n_rh,
+                      PAGE_SIZE, HAS_ROWS, RETURN_LSE, DOT_PRECISION, BLOCK_H, BLOCK_N, BLOCK_DC, BLOCK_DR,
+                      FP8_BYTES)
+    else:
+        rh = tl.program_id(0)
+        _mla_tile(QN, QP, CKV, KPE, PAGE_INDPTR, PAGE_INDICES, LAST_LEN, ROW_SEQ, ROW_LIMIT, O, LSE,
+                  stride_qnr, stride_qnh, stride_qpr, stride_qph, stride_cp, stride_cs, stride_kp,
+                  stride_ks, stride_or, stride_oh, stride_osplit, stride_lr, stride_lh, stride_lsplit,
+                  H, DC, DR, PAGES_PER_SPLIT, qk_scale, v_scale, rh // n_hblk, rh % n_hblk, tl.program_id(1),
+                  PAGE_SIZE, HAS_ROWS, RETURN_LSE, DOT_PRECISION, BLOCK_H, BLOCK_N, BLOCK_DC, BLOCK_DR,
+                      FP8_BYTES)
+
+
+# ----------------------------------------------------------------------------- planning
+
+def mla_config(rows: int, H: int, Dc: int, Dr: int, page_size: int, max_pages: int, cache_dtype: torch.dtype,
+               interpret: bool, num_splits: Optional[int] = None, cores: Optional[int] = None) -> dict:
+    """Tiles and the page split: BLOCK_H, BLOCK_N, BLOCK_DC, BLOCK_DR, num_warps, num_stages,
+    PAGES_PER_SPLIT, NUM_SPLITS. ``cores``: planning for Ascend's persistent grid.
+
+    Ascend: a 512-wide latent row makes the q, ckv and accumulator tiles [16, 512] each (16 KB,
+    16 KB and 32 KB, plus the product and the rescaled accumulator in fp32): BLOCK_H = BLOCK_N =
+    16 and one stage keep the unified buffer (192 KB) well under 90%.
+    """
+    block_dc, block_dr = max(16, next_pow2(Dc)), max(16, next_pow2(Dr))
+    page_n = max(16, next_pow2(page_size))
+    tokens = max_pages * page_size
+    if interpret:
+        # Few, large programs: the interpreter's cost grows with program and step count.
+        block_h, block_n, warps, stages = max(16, min(128, next_pow2(H))), min(128, page_n), 4, 1
+        auto = cdiv(tokens, MIN_SPLIT_TOKENS)
+    elif cores:
+        block_h, block_n, warps, stages = 16, min(16, page_n), 4, 1
+        auto = npu_splits(rows * cdiv(H, 16), cores, cdiv(tokens, MIN_SPLIT_TOKENS))
+    else:
+        # [16, 512] fp32 accumulator over 4 warps: 64 registers a thread.
+        block_h = 16 if H <= 16 or block_dc > 256 else 32
+        block_n = min(32 if block_dc > 256 else 64, page_n)
+        warps, stages = 4, 2
+        auto = min(cdiv(TARGET_PROGRAMS, rows * cdiv(H, block_h)), cdiv(tokens, MIN_SPLIT_TOKENS))
+    want = max(1, auto if num_splits is None else num_splits)
+    per = max(1, cdiv(max(max_pages, 1), want))
+    return dict(BLOCK_H=block_h, BLOCK_N=block_n, BLOCK_DC=block_dc, BLOCK_DR=block_dr, num_warps=warps,
+                num_stages=stages, PAGES_PER_SPLIT=per, NUM_SPLITS=max(1, cdiv(max(max_pages, 1), per)))
+
+
+def mla_plan(q_nope, q_pe, ckv_cache, kpe_cache, kv_page_indptr, kv_page_indices, kv_last_page_len,
+             row_seq, row_limit, out, lse, *, scale: float, k_scale: float, v_scale: float, max_pages: int,
+             num_splits: Optional[int] = None, config: Optional[dict] = None) -> Optional[LaunchPlan]:
+    """The launch chain for validated inputs: rows of ``q_nope`` ([R, H, Dc]) over the cache;
+    ``row_seq`` / ``row_limit`` (int32 [R], prefill) give each row's sequence and visible token
+    count (None: row b is sequence b, all of it). None when there is no row at all."""
+    R, H, Dc = q_nope.shape
+    Dr = q_pe.shape[2]
+    page_size = ckv_cache.shape[1]
+    if R == 0:
+        return None
+    ascend = on_ascend(q_nope)
+    cfg = dict(config) if config is not None else mla_config(
+        R, H, Dc, Dr, page_size, max_pages, ckv_cache.dtype, is_interpret(), num_splits,
+        npu_cores(q_nope, vector=False) if ascend else None)
+    splits, per = cfg.pop("NUM_SPLITS"), cfg.pop("PAGES_PER_SPLIT")
+    return_lse = lse is not None
+    o_dst, l_dst, write_lse, o_strides, l_strides = split_outputs(out, lse, splits, R, H, Dc)
+    has_rows = row_seq is not None
+    n_hblk = cdiv(H, cfg["BLOCK_H"])
+    fp8 = ckv_cache.dtype in FP8_DTYPES
+    if fp8:  # the same memory as bytes (a view, strides kept): decoded in the kernel
+        ckv_cache, kpe_cache = ckv_cache.view(torch.uint8), kpe_cache.view(torch.uint8)
+    args = (q_nope, q_pe, ckv_cache, kpe_cache, kv_page_indptr, kv_page_indices, kv_last_page_len,
+            row_seq if has_rows else kv_page_indptr, row_limit if has_rows else kv_page_indptr, o_dst, l_dst,
+            q_nope.stride(0), q_nope.stride(1), q_pe.stride(0), q_pe.stride(1),
+            ckv_cache.stride(0), ckv_cache.stride(1), kpe_cache.stride(0), kpe_cache.stride(1),
+            *o_strides, *l_strides, H, Dc, Dr, per, float(scale) * float(k_scale) * LOG2E, float(v_scale))
+    g = plan_grid((R * n_hblk, splits), q_nope, vector=False)
+    meta = dict(PAGE_SIZE=page_size, HAS_ROWS=has_rows, RETURN_LSE=write_lse, DOT_PRECISION=DOT_INPUT_PRECISION,
+                FP8_BYTES=fp8, PERSISTENT=g.persistent, **cfg)
+    workspace = () if o_dst is out else ((o_dst, False), (l_dst, False))
+    plan = LaunchPlan(kernel=_mla_paged_fwd, grid=g.grid, args=args + (n_hblk, R, g.n_work, g.n_programs),
+                      meta=meta, workspace=workspace)
+    if splits > 1:
+        plan.then = merge_plan(o_dst, l_dst, out, lse if return_lse else None, cfg["BLOCK_DC"])
+    return plan
+
+
+# ----------------------------------------------------------------------------- validation
+
+def check_cache_scale(fn: str, name: str, value) -> float:
+    """k_scale / v_scale: a finite positive real (per-tensor dequantisation factor)."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise TypeError(f"{fn}: {name} must be a real number, got {type(value).__name__}")
+    if not (math.isfinite(float(value)) and float(value) > 0):
+        raise ValueError(f"{fn}: {name} must be finite and > 0, got {value}")
+    return float(value)
+
+
+def check_mla_inputs(fn: str, q_nope, q_pe, ckv_cache, kpe_cache, rows_name: str, allow_no_rows: bool):
+    """Shapes, dtypes and devices of the queries and the two caches; returns (R, H, Dc, Dr, P)."""
+    dims_q = f"[{rows_name}, H, Dc]"
+    check_tensor(fn, "q_nope", q_nope, rank=3, dims=dims_q, dtypes=FLOAT_DTYPES)
+    R, H, Dc = q_nope.shape
+    if H == 0 or Dc == 0 or (R == 0 and not allow_no_rows):
+        check_nonempty(fn, "q_nope", q_nope, dims_q)
+    check_tensor(fn, "q_pe", q_pe, rank=3, dims=f"[{rows_name}, H, Dr]", dtypes=(q_nope.dtype,),
+                 device=q_nope.device, like="q_nope")
+    check_tensor(fn, "q_pe", q_pe, shape=(R, H, None), dims=f"[{rows_name}, H, Dr]")
+    Dr = q_pe.shape[2]
+    for name, d, top in (("q_nope", Dc, MAX_DC), ("q_pe", Dr, MAX_DR)):
+        if d % DIM_MULTIPLE or not 0 < d <= top:
+            raise ValueError(f"{fn}: the last dimension of {name} must be a multiple of {DIM_MULTIPLE} in "
+                             f"[{DIM_MULTIPLE}, {top}], got {d}")
+    cache_dtypes = (q_nope.dtype, *FP8_DTYPES)
+    check_tensor(fn, "ckv_cache", ckv_cache, rank=3, dims="[num_pages, page_size, Dc]", dtypes=cache_dtypes,
+                 device=q_nope.device, like="q_nope or float8_e4m3fn")
+    num_pages, page_size = ckv_cache.shape[0], ckv_cache.shape[1]
+    check_tensor(fn, "ckv_cache", ckv_cache, shape=(None, None, Dc), dims="[num_pages, page_size, Dc]")
+    if page_size == 0:
+        raise ValueError(f"{fn}: ckv_cache must have page_size >= 1 [num_pages, page_size, Dc], "
+                         f"got {list(ckv_cache.shape)}")
+    check_tensor(fn, "kpe_cache", kpe_cache, rank=3, dims="[num_pages, page_size, Dr]",
+                 dtypes=(ckv_cache.dtype,), device=q_nope.device, like="ckv_cache")
+    check_tensor(fn, "kpe_cache", kpe_cache, shape=(num_pages, page_size, Dr), dims="[num_pages, page_size, Dr]")
+    return R, H, Dc, Dr, page_size
+
+
+def check_outputs_free(fn: str, out, lse, return_lse: bool, R: int, H: int, Dc: int, q_nope, inputs: dict,
+                       rows_name: str) -> None:
+    check_out_lse(fn, out, lse, return_lse, o_shape=(R, H, Dc), o_dims=f"[{rows_name}, H, Dc]",
+                  lse_shape=(R, H), lse_dims=f"[{rows_name}, H]", like=q_nope, inputs=inputs)
+
+
+def _prepare(fn, q_nope, q_pe, ckv_cache, kpe_cache, kv_page_indptr, kv_page_indices, kv_last_page_len, *,
+             scale, return_lse, out, lse, k_scale, v_scale, num_splits, check_indices, inputs, qo_indptr=None,
+             causal=True):
+    """Every check, the data-dependent ones last (one device sync); returns (scale, k_scale,
+    v_scale, max_pages, B)."""
+    prefill = qo_indptr is not None
+    rows_name = "total_q" if prefill else "B"
+    R, H, Dc, Dr, page_size = check_mla_inputs(fn, q_nope, q_pe, ckv_cache, kpe_cache, rows_name, prefill)
+    check_flag(fn, "return_lse", return_lse)
+    check_flag(fn, "check_indices", check_indices)
+    check_flag(fn, "causal", causal)
+    scale = check_scale(fn, scale, Dc + Dr)
+    k_scale = check_cache_scale(fn, "k_scale", k_scale)
+    v_scale = check_cache_scale(fn, "v_scale", v_scale)
+    if num_splits is not None:
+        check_int_range(fn, "num_splits", num_splits, 1, 2**31 - 1)
+    if prefill:
+        check_index_tensor(fn, "qo_indptr", qo_indptr, device=q_nope.device, rank=1, dims="[B+1]", like="q_nope")
+        if qo_indptr.shape[0] < 1:
+            raise ValueError(f"{fn}: qo_indptr must have shape [B+1] with B >= 0, got {list(qo_indptr.shape)}")
+        B = qo_indptr.shape[0] - 1
+    else:
+        B = R
+    check_page_table(fn, B, q_nope.device, kv_page_indptr, kv_page_indices, kv_last_page_len)
+    check_outputs_free(fn, out, lse, return_lse, R, H, Dc, q_nope, inputs, rows_name)
+    check_launchable(fn, "q_nope", q_nope)
+    max_pages = None
+    if check_indices:
+        extra, ok, raise_ = (), None, None
+        if prefill:
+            extra, ok, raise_ = _qo_checks(fn, qo_indptr, R, page_size, kv_page_indptr, kv_last_page_len, causal)
+        max_pages = check_index_values(fn, ckv_cache.shape[0], page_size, kv_page_indptr, kv_page_indices,
+                                       kv_last_page_len, extra_stats=extra, extra_ok=ok, extra_raise=raise_)
+    return scale, k_scale, v_scale, max_pages, B
+
+
+def _qo_checks(fn, qo_indptr, T, page_size, kv_page_indptr, kv_last_page_len, causal):
+    """qo_indptr[0] == 0, non-decreasing, qo_indptr[B] == total_q, and (causal) n_b <= m_b."""
+    n = qo_indptr[1:] - qo_indptr[:-1]
+    pages = kv_page_indptr[1:] - kv_page_indptr[:-1]
+    m = torch.where(pages > 0, (pages - 1) * page_size + kv_last_page_len, 0)
+    room = (m - n).min() if n.numel() else qo_indptr[0] * 0
+    stats = [qo_indptr[0], qo_indptr[-1], n.min() if n.numel() else qo_indptr[0] * 0, room]
+
+    def ok(vals):
+        first, last, n_min, room_min = vals
+        return first == 0 and last == T and n_min >= 0 and (room_min >= 0 or not causal)
+
+    def raise_():
+        q = qo_indptr.to(torch.int64)
+        if int(q[0]) != 0:
+            raise ValueError(f"{fn}: qo_indptr[0] must be 0, got {int(q[0])}")
+        steps = q[1:] - q[:-1]
+        if bool((steps < 0).any()):
+            i = int((steps < 0).nonzero()[0, 0])
+            raise ValueError(f"{fn}: qo_indptr must be non-decreasing, got qo_indptr[{i}] = {int(q[i])} > "
+                             f"qo_indptr[{i + 1}] = {int(q[i + 1])}")
+        if int(q[-1]) != T:
+            raise ValueError(f"{fn}: qo_indptr[B] must equal q_nope.shape[0] = {T}, got {int(q[-1])}")
+        bad = (m.to(torch.int64) - steps) < 0
+        i = int(bad.nonzero()[0, 0])
+        raise ValueError(f"{fn}: qo_indptr gives sequence {i} {int(steps[i])} queries but it has only "
+                         f"{int(m[i])} cached tokens (causal prefill needs n <= m: the queries are the last "
+                         f"n tokens of the cache)")
+    return stats, ok, raise_
+
+
+def _outputs(q_nope, out, lse, return_lse):
+    R, H, Dc = q_nope.shape
+    if out is None:
+        out = torch.empty((R, H, Dc), dtype=q_nope.dtype, device=q_nope.device)
+    if return_lse and lse is None:
+        lse = torch.empty((R, H), dtype=torch.float32, device=q_nope.device)
+    return out, (lse if return_lse else None)
+
+
+def _max_pages(kv_page_indptr, max_pages):
+    if max_pages is not None:
+        return max_pages
+    if kv_page_indptr.shape[0] < 2:
+        return 0
+    return max(0, int((kv_page_indptr[1:] - kv_page_indptr[:-1]).max()))
+
+
+def mla_paged_decode(q_nope: torch.Tensor, q_pe: torch.Tensor, ckv_cache: torch.Tensor, kpe_cache: torch.Tensor,
+                     kv_page_indptr: torch.Tensor, kv_page_indices: torch.Tensor, kv_last_page_len: torch.Tensor,
+                     *, scale: Optional[float] = None, return_lse: bool = False,
+                     out: Optional[torch.Tensor] = None, lse: Optional[torch.Tensor] = None,
+                     k_scale: float = 1.0, v_scale: float = 1.0, num_splits: Optional[int] = None,
+                     check_indices: bool = True) -> tuple[torch.Tensor, Optional[torch.Tensor]]:
+    """MLA decode: q_nope [B, H, Dc], q_pe [B, H, Dr] over ckv_cache [pages, P, Dc], kpe_cache
+    [pages, P, Dr] (q's dtype, or float8_e4m3fn with k_scale / v_scale; the two may be views of
+    one fused [pages, P, Dc + Dr] buffer) -> (o [B, H, Dc], lse [B, H] fp32 natural-log | None).
+    ``scale=None``: 1/sqrt(Dc + Dr). Page table as paged_decode's (int32; a sequence with no page
+    gives o = 0, lse = -inf). ``check_indices=False`` skips the page table's data checks."""
+    fn = "mla_paged_decode"
+    inputs = dict(q_nope=q_nope, q_pe=q_pe, ckv_cache=ckv_cache, kpe_cache=kpe_cache, kv_page_indptr=kv_page_indptr,
+                  kv_page_indices=kv_page_indices, kv_last_page_len=kv_last_page_len)
+    scale, k_scale, v_scale, max_pages, _ = _prepare(
+        fn, q_nope, q_pe, ckv_cache, kpe_cache, kv_page_indptr, kv_page_indices, kv_last_page_len, scale=scale,
+        return_lse=return_lse, out=out, lse=lse, k_scale=k_scale, v_scale=v_scale, num_splits=num_splits,
+        check_indices=check_indices, inputs=inputs)
+    out, lse = _outputs(q_nope, out, lse, return_lse)
+    plan = mla_plan(q_nope, q_pe, ckv_cache, kpe_cache, kv_page_indptr, kv_page_indices, kv_last_page_len,
+                    None, None, out, lse, scale=scale, k_scale=k_scale, v_scale=v_scale,
+                    max_pages=_max_pages(kv_page_indptr, max_pages), num_splits=num_splits)
+    launch(plan)
+    return out, lse
+
+
+def prefill_rows(qo_indptr: torch.Tensor, kv_page_indptr: torch.Tensor, kv_last_page_len: torch.Tensor,
+                 page_size: int, total_q: int, causal: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    """(row_seq, row_limit) int32 [total_q]: each query token's sequence and how many of its
+    cache tokens it sees (causal: m - n + i + 1 for query i of n over m cached; else m). One
+    vectorized pass on the device, no sync."""
+    dev = qo_indptr.device
+    t = torch.arange(total_q, device=dev, dtype=torch.int32)
+    seq = (torch.searchsorted(qo_indptr, t, right=True) - 1).to(torch.int32)
+    pages = kv_page_indptr[1:] - kv_page_indptr[:-1]
+    m = torch.where(pages > 0, (pages - 1) * page_size + kv_last_page_len, 0)
+    seq_l = seq.to(torch.int64)
+    if causal:
+        n = qo_indptr[1:] - qo_indptr[:-1]
+        limit = m[seq_l] - n[seq_l] + (t - qo_indptr[seq_l]) + 1
+    else:
+        limit = m[seq_l]
+    return seq.contiguous(), limit.to(torch.int32).contiguous()
+
+
+def mla_paged_prefill(q_nope: torch.Tensor, q_pe: torch.Tensor, qo_indptr: torch.Tensor, ckv_cache: torch.Tensor,
+                      kpe_cache: torch.Tensor, kv_page_indptr: torch.Tensor, kv_page_indices: torch.Tensor,
+                      kv_last_page_len: torch.Tensor, *, causal: bool = True, scale: Optional[float] = None,
+                      return_lse: bool = False, out: Optional[torch.Tensor] = None,
+                      lse: Optional[torch.Tensor] = None, k_scale: float = 1.0, v_scale: float = 1.0,
+                      num_splits: Optional[int] = None, check_indices: bool = True,
+                      ) -> tuple[torch.Tensor, Optional[torch.Tensor]]:
+    """MLA chunked prefill over a prefix cache: q_nope [total_q, H, Dc], q_pe [total_q, H, Dr]
+    packed by qo_indptr [B+1] (int32; sequence b's n_b queries are the last n_b of its m_b cached
+    tokens) -> (o [total_q, H, Dc], lse [total_q, H] | None). Causal (default): query i of
+    sequence b sees cache positions <= m_b - n_b + i (needs n_b <= m_b); ``causal=False``: all
+    m_b. Caches, page table, scales and outputs as ``mla_paged_decode``."""
+    fn = "mla_paged_prefill"
+    inputs = dict(q_nope=q_nope, q_pe=q_pe, qo_indptr=qo_indptr, ckv_cache=ckv_cache, kpe_cache=kpe_cache,
+                  kv_page_indptr=kv_page_indptr, kv_page_indices=kv_page_indices,
+                  kv_last_page_len=kv_last_page_len)
+    scale, k_scale, v_scale, max_pages, _ = _prepare(
+        fn, q_nope, q_pe, ckv_cache, kpe_cache, kv_page_indptr, kv_page_indices, kv_last_page_len, scale=scale,
+        return_lse=return_lse, out=out, lse=lse, k_scale=k_scale, v_scale=v_scale, num_splits=num_splits,
+        check_indices=check_indices, inputs=inputs, qo_indptr=qo_indptr, causal=causal)
+    out, lse = _outputs(q_nope, out, lse, return_lse)
+    T = q_nope.shape[0]
+    row_seq, row_limit = prefill_rows(qo_indptr, kv_page_indptr, kv_last_page_len, ckv_cache.shape[1], T, causal)
+    plan = mla_plan(q_nope, q_pe, ckv_cache, kpe_cache, kv_page_indptr, kv_page_indices, kv_last_page_len,
+                    row_seq, row_limit, out, lse, scale=scale, k_scale=k_scale, v_scale=v_scale,
+                    max_pages=_max_pages(kv_page_indptr, max_pages), num_splits=num_splits)
+    if plan is not None:
+        launch(plan)
+    return out, lse

@@ -1,0 +1,260 @@
+"""The MLA families: the references against the formula written token by token on tiny inputs,
+bad input for the wrappers (a clear error naming the argument, before any launch), and the
+fused-buffer views reaching the kernel uncopied."""
+import math
+
+import pytest
+import torch
+
+import kernels._checks
+import kernels.mla_paged as mla
+from kernels._checks import capture_launches
+from references.mla import mla_paged_decode_reference, mla_paged_prefill_reference
+
+FP8 = torch.float8_e4m3fn
+
+
+def i32(*values):
+    return torch.tensor(values, dtype=torch.int32)
+
+
+def tiny(dtype=torch.float64, cache_dtype=None, H=3, Dc=5, Dr=2, P=3, seed=0):
+    """Two sequences over a pool of 5 pages of 3 slots: 5 tokens on pages [3, 1] (last 2), 0
+    tokens, 3 tokens on page [4] (last 3). Unowned slots hold NaN."""
+    g = torch.Generator().manual_seed(seed)
+    ckv = torch.randn(5, P, Dc, generator=g, dtype=torch.float64)
+    kpe = torch.randn(5, P, Dr, generator=g, dtype=torch.float64)
+    owned = torch.zeros(5, P, dtype=torch.bool)
+    owned[3] = True
+    owned[1, :2] = True
+    owned[4] = True
+    ckv[~owned] = float("nan")
+    kpe[~owned] = float("nan")
+    if cache_dtype is not None:
+        ckv, kpe = ckv.to(cache_dtype), kpe.to(cache_dtype)
+    return dict(ckv=ckv, kpe=kpe, indptr=i32(0, 2, 2, 3), indices=i32(3, 1, 4), last=i32(2, 0, 3),
+                tokens=[[(3, 0), (3, 1), (3, 2), (1, 0), (1, 1)], [], [(4, 0), (4, 1), (4, 2)]],
+                qn=torch.randn(3, H, Dc, generator=g, dtype=torch.float64).to(dtype),
+                qp=torch.randn(3, H, Dr, generator=g, dtype=torch.float64).to(dtype))
+
+
+def naive_row(qn, qp, rows, ckv, kpe, scale, k_scale=1.0, v_scale=1.0):
+    """One query head over the listed (page, slot) rows, written out token by token."""
+    if not rows:
+        return torch.zeros(ckv.shape[-1], dtype=torch.float64), -math.inf
+    scores = [scale * k_scale * (float(qn @ ckv[p, s].double()) + float(qp @ kpe[p, s].double())) for p, s in rows]
+    top = max(scores)
+    weights = [math.exp(x - top) for x in scores]
+    total = sum(weights)
+    o = sum(w * ckv[p, s].double() * v_scale for w, (p, s) in zip(weights, rows)) / total
+    return o, top + math.log(total)
+
+
+@pytest.mark.parametrize("scale", [None, 0.3])
+def test_decode_reference_is_the_formula(scale):
+    t = tiny()
+    o, lse = mla_paged_decode_reference(t["qn"], t["qp"], t["ckv"], t["kpe"], t["indptr"], t["indices"], t["last"],
+                                        scale=scale)
+    s = 1 / math.sqrt(7) if scale is None else scale
+    for b in range(3):
+        for h in range(3):
+            want_o, want_lse = naive_row(t["qn"][b, h], t["qp"][b, h], t["tokens"][b], t["ckv"], t["kpe"], s)
+            torch.testing.assert_close(o[b, h], want_o)
+            assert lse[b, h].item() == pytest.approx(want_lse)
+    assert torch.equal(o[1], torch.zeros_like(o[1])) and bool((lse[1] == -math.inf).all())
+
+
+def test_fp8_reference_dequantises_keys_with_k_scale_and_values_with_v_scale():
+    t = tiny(cache_dtype=FP8)
+    o, lse = mla_paged_decode_reference(t["qn"], t["qp"], t["ckv"], t["kpe"], t["indptr"], t["indices"], t["last"],
+                                        scale=0.5, k_scale=1 / 64, v_scale=8.0)
+    ckv, kpe = t["ckv"].to(torch.float32), t["kpe"].to(torch.float32)
+    for b in (0, 2):
+        want_o, want_lse = naive_row(t["qn"][b, 1], t["qp"][b, 1], t["tokens"][b], ckv, kpe, 0.5, 1 / 64, 8.0)
+        torch.testing.assert_close(o[b, 1], want_o)
+        assert lse[b, 1].item() == pytest.approx(want_lse)
+
+
+@pytest.mark.parametrize("causal", [True, False])
+def test_prefill_reference_is_the_formula_bottom_right(causal):
+    t = tiny()
+    # Sequence 0: 2 queries over its 5 tokens; sequence 1: none; sequence 2: all 3 (m == n).
+    qo = i32(0, 2, 2, 5)
+    g = torch.Generator().manual_seed(1)
+    qn, qp = torch.randn(5, 3, 5, generator=g, dtype=torch.float64), torch.randn(5, 3, 2, generator=g, dtype=torch.float64)
+    o, lse = mla_paged_prefill_reference(qn, qp, qo, t["ckv"], t["kpe"], t["indptr"], t["indices"], t["last"],
+                                         causal=causal, scale=0.4)
+    queries = [(0, 0, 2), (0, 1, 2), (2, 0, 3), (2, 1, 3), (2, 2, 3)]  # (sequence, i, n)
+    for row, (b, i, n) in enumerate(queries):
+        m = len(t["tokens"][b])
+        seen = t["tokens"][b][:m - n + i + 1] if causal else t["tokens"][b]
+        for h in range(3):
+            want_o, want_lse = naive_row(qn[row, h], qp[row, h], seen, t["ckv"], t["kpe"], 0.4)
+            torch.testing.assert_close(o[row, h], want_o)
+            assert lse[row, h].item() == pytest.approx(want_lse)
+
+
+# --- the wrappers ------------------------------------------------------------------------------
+
+@pytest.fixture
+def no_launch(monkeypatch):
+    def refuse(plan):
+        raise AssertionError("a kernel was launched for bad input")
+
+    monkeypatch.setattr(kernels._checks, "launch", refuse)
+    monkeypatch.setattr(mla, "launch", refuse)
+
+
+def good(H=4, Dc=32, Dr=16, P=4, dtype=torch.float16, cache_dtype=None):
+    """Two sequences: 6 tokens on pages [3, 1] and 3 tokens on page [0], a pool of 5 pages;
+    prefill: 2 and 3 queries."""
+    cache_dtype = cache_dtype or dtype
+    return dict(q_nope=torch.zeros(2, H, Dc, dtype=dtype), q_pe=torch.zeros(2, H, Dr, dtype=dtype),
+                ckv_cache=torch.zeros(5, P, Dc, dtype=cache_dtype), kpe_cache=torch.zeros(5, P, Dr, dtype=cache_dtype),
+                kv_page_indptr=i32(0, 2, 3), kv_page_indices=i32(3, 1, 0), kv_last_page_len=i32(2, 3),
+                qo_indptr=i32(0, 2, 5))
+
+
+def decode(**change):
+    kw = {k: change.pop(k) for k in list(change) if k in ("scale", "k_scale", "v_scale", "return_lse", "out", "lse",
+                                                          "num_splits", "check_indices")}
+    a = {**good(), **change}
+    return mla.mla_paged_decode(a["q_nope"], a["q_pe"], a["ckv_cache"], a["kpe_cache"], a["kv_page_indptr"],
+                                a["kv_page_indices"], a["kv_last_page_len"], **kw)
+
+
+def prefill(**change):
+    kw = {k: change.pop(k) for k in list(change) if k in ("scale", "k_scale", "v_scale", "return_lse", "out", "lse",
+                                                          "causal", "num_splits", "check_indices")}
+    a = {**good(), **change}
+    a["q_nope"] = change.get("q_nope", torch.zeros(5, 4, 32, dtype=torch.float16))
+    a["q_pe"] = change.get("q_pe", torch.zeros(5, 4, 16, dtype=torch.float16))
+    return mla.mla_paged_prefill(a["q_nope"], a["q_pe"], a["qo_indptr"], a["ckv_cache"], a["kpe_cache"],
+                                 a["kv_page_indptr"], a["kv_page_indices"], a["kv_last_page_len"], **kw)
+
+
+BAD_DECODE = [
+    (dict(q_nope=torch.zeros(2, 4, 32, dtype=torch.int32)), TypeError, "q_nope must have dtype"),
+    (dict(q_nope=torch.zeros(2, 4, 32, 1, dtype=torch.float16)), ValueError, "q_nope must have rank 3"),
+    (dict(q_nope=torch.zeros(2, 4, 24, dtype=torch.float16), ckv_cache=torch.zeros(5, 4, 24, dtype=torch.float16)),
+     ValueError, "q_nope must be a multiple of 16"),
+    (dict(q_nope=torch.zeros(2, 4, 1024, dtype=torch.float16)), ValueError, "q_nope must be a multiple of 16"),
+    (dict(q_pe=torch.zeros(2, 4, 16, dtype=torch.bfloat16)), TypeError, "q_pe must have dtype"),
+    (dict(q_pe=torch.zeros(2, 3, 16, dtype=torch.float16)), ValueError, "q_pe must have shape"),
+    (dict(q_pe=torch.zeros(2, 4, 8, dtype=torch.float16), kpe_cache=torch.zeros(5, 4, 8, dtype=torch.float16)),
+     ValueError, "q_pe must be a multiple of 16"),
+    (dict(ckv_cache=torch.zeros(5, 4, 32, dtype=torch.float32)), TypeError, "ckv_cache must have dtype"),
+    (dict(ckv_cache=torch.zeros(5, 4, 48, dtype=torch.float16)), ValueError, "ckv_cache must have shape"),
+    (dict(ckv_cache=torch.zeros(5, 4, 64, dtype=torch.float16)[..., ::2]), ValueError,
+     "ckv_cache must be contiguous in its last dimension"),
+    (dict(kpe_cache=torch.zeros(5, 4, 16, dtype=FP8)), TypeError, "kpe_cache must have dtype"),
+    (dict(kpe_cache=torch.zeros(6, 4, 16, dtype=torch.float16)), ValueError, "kpe_cache must have shape"),
+    (dict(kv_page_indptr=torch.tensor([0, 2, 3])), TypeError, "kv_page_indptr must be int32"),
+    (dict(kv_page_indptr=i32(0, 2)), ValueError, "kv_page_indptr must have shape"),
+    (dict(kv_page_indices=i32(3, 1, 5)), ValueError, "kv_page_indices page ids must be in"),
+    (dict(kv_page_indices=i32(3, 1)), ValueError, "kv_page_indices must have shape"),
+    (dict(kv_last_page_len=i32(0, 3)), ValueError, "kv_last_page_len"),
+    (dict(kv_last_page_len=i32(2, 5)), ValueError, "kv_last_page_len"),
+    (dict(kv_page_indptr=i32(0, 3, 3), kv_last_page_len=i32(2, 1)), ValueError, "kv_last_page_len"),
+    (dict(scale=float("nan")), ValueError, "scale must be finite"),
+    (dict(scale="0.1"), TypeError, "scale must be a real number"),
+    (dict(k_scale=0.0), ValueError, "k_scale must be finite and > 0"),
+    (dict(v_scale=float("inf")), ValueError, "v_scale must be finite and > 0"),
+    (dict(k_scale=None), TypeError, "k_scale must be a real number"),
+    (dict(return_lse=1), TypeError, "return_lse must be a bool"),
+    (dict(out=torch.zeros(2, 4, 16, dtype=torch.float16)), ValueError, "out must have shape"),
+    (dict(out=torch.zeros(2, 4, 32, dtype=torch.float32)), TypeError, "out must have dtype"),
+    (dict(lse=torch.zeros(2, 4)), ValueError, "lse buffer given but return_lse=False"),
+    (dict(return_lse=True, lse=torch.zeros(2, 4, dtype=torch.float16)), TypeError, "lse must have dtype"),
+    (dict(num_splits=0), ValueError, "num_splits must be in"),
+]
+
+
+@pytest.mark.parametrize("change,exc,message", BAD_DECODE, ids=[m for _, _, m in BAD_DECODE])
+def test_decode_bad_input_names_the_argument_before_any_launch(no_launch, change, exc, message):
+    with pytest.raises(exc, match=message.replace("(", r"\(").replace("[", r"\[")):
+        decode(**change)
+
+
+BAD_PREFILL = [
+    (dict(qo_indptr=torch.tensor([0, 2, 5])), TypeError, "qo_indptr must be int32"),
+    (dict(qo_indptr=i32(0, 2, 4)), ValueError, r"qo_indptr\[B\] must equal q_nope.shape\[0\] = 5"),
+    (dict(qo_indptr=i32(1, 2, 5)), ValueError, r"qo_indptr\[0\] must be 0"),
+    (dict(qo_indptr=i32(0, 3, 2, 5), kv_page_indptr=i32(0, 2, 3, 3), kv_last_page_len=i32(2, 3, 0)), ValueError,
+     "qo_indptr must be non-decreasing"),
+    # Sequence 1 has 3 cached tokens and 4 queries: causal prefill needs n <= m.
+    (dict(qo_indptr=i32(0, 1, 5)), ValueError, "sequence 1 4 queries but it has only 3 cached tokens"),
+    (dict(qo_indptr=i32(0, 2, 3, 5)), ValueError, "kv_page_indptr must have shape"),
+    (dict(causal=1), TypeError, "causal must be a bool"),
+    (dict(q_nope=torch.zeros(5, 4, 32, dtype=torch.float16), q_pe=torch.zeros(4, 4, 16, dtype=torch.float16)),
+     ValueError, "q_pe must have shape"),
+]
+
+
+@pytest.mark.parametrize("change,exc,message", BAD_PREFILL, ids=[m for _, _, m in BAD_PREFILL])
+def test_prefill_bad_input_names_the_argument_before_any_launch(no_launch, change, exc, message):
+    with pytest.raises(exc, match=message):
+        prefill(**change)
+
+
+def test_non_causal_prefill_may_have_more_queries_than_cached_tokens():
+    with capture_launches() as plans:
+        prefill(qo_indptr=i32(0, 1, 5), causal=False)
+    assert plans
+
+
+def test_out_and_lse_must_not_alias_an_input(no_launch):
+    a = good()
+    with pytest.raises(ValueError, match="out must not share memory with q_nope"):
+        decode(out=a["q_nope"], q_nope=a["q_nope"])
+    fused = torch.zeros(5, 4, 64, dtype=torch.float16)
+    out = fused.view(-1)[:2 * 4 * 32].view(2, 4, 32)
+    with pytest.raises(ValueError, match="out must not share memory with ckv_cache"):
+        decode(out=out, ckv_cache=fused[..., :32], kpe_cache=fused[..., 32:48])
+    kpe = torch.zeros(5, 4, 16, dtype=torch.float16)
+    with pytest.raises(ValueError, match="lse must not share memory with kpe_cache"):
+        decode(kpe_cache=kpe, return_lse=True, lse=kpe.view(-1).view(torch.float32)[:8].view(2, 4))
+    pages = i32(3, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0)
+    with pytest.raises(ValueError, match="lse must not share memory with kv_page_indices"):
+        decode(kv_page_indices=pages[:3], return_lse=True, lse=pages.view(torch.float32)[3:11].view(2, 4))
+
+
+def test_the_fused_buffer_views_reach_the_kernel_uncopied():
+    buf = torch.zeros(5, 4, 48, dtype=torch.float16)
+    q = torch.zeros(2, 4, 48, dtype=torch.float16)
+    a = good()
+    with capture_launches() as plans:
+        mla.mla_paged_decode(q[..., :32], q[..., 32:], buf[..., :32], buf[..., 32:], a["kv_page_indptr"],
+                             a["kv_page_indices"], a["kv_last_page_len"])
+    args = plans[0].args
+    assert args[0].data_ptr() == q.data_ptr() and args[1].data_ptr() == q.data_ptr() + 32 * 2
+    assert args[2].data_ptr() == buf.data_ptr() and args[3].data_ptr() == buf.data_ptr() + 32 * 2
+    assert args[2].stride() == (4 * 48, 48, 1)
+
+
+def test_ascend_tiles_fit_a_512_wide_row():
+    """The planner's Ascend tiles for the bench shape: 16 heads x 16 slots, full Dc, and a
+    persistent grid no larger than the AI cores (the compile tier measures the UB itself)."""
+    cfg = mla.mla_config(rows=128, H=16, Dc=512, Dr=64, page_size=64, max_pages=128, cache_dtype=torch.bfloat16,
+                         interpret=False, cores=24)
+    assert (cfg["BLOCK_H"], cfg["BLOCK_N"], cfg["BLOCK_DC"], cfg["num_stages"]) == (16, 16, 512, 1)
+
+
+def test_the_kernels_e4m3_decoder_is_exact_on_every_byte():
+    """Every finite float8_e4m3fn encoding (subnormals, +-448, both zeros) decodes to the value
+    torch gives it; the NaN encodings are never decoded from an owned slot."""
+    import triton
+    import triton.language as tl
+
+    @triton.jit
+    def decode(X, Y):
+        offs = tl.arange(0, 256)
+        tl.store(Y + offs, mla._e4m3_bits(tl.load(X + offs)).to(tl.float32))
+
+    bits = torch.arange(256, dtype=torch.int32).to(torch.uint8)
+    got = torch.empty(256, dtype=torch.float32)
+    decode[(1,)](bits, got)
+    want = bits.view(FP8).to(torch.float32)
+    finite = torch.isfinite(want)
+    assert int(finite.sum()) == 254
+    assert torch.equal(got[finite], want[finite])
