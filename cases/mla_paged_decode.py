@@ -12,7 +12,7 @@ from references.mla import mla_paged_decode_reference
 
 from . import _mla
 from ._attention import attention_outputs, lse_if
-from ._dims import (CONTIG, EXTREMES, RANDN, VALUES, case_scale, dims_label, draw_length, draw_vals, draw_view,
+from ._dims import (CONTIG, EXTREMES, RANDN, SIGNED_SCALES, VALUES, case_scale, dims_label, draw_length, draw_vals, draw_view,
                     effective_scale)
 from ._paged import PLACEMENTS
 
@@ -66,6 +66,9 @@ QUICK = (
     + [case(P=64, H=4, lengths=(100, 37), vals=vl) for vl in ("neg100", "zeros")]
     + [case(P=64, H=4, lengths=(100, 37), vals=vl, scale=sc) for sc, vl in (("hot", "late"), ("one", "pm80"),
                                                                              ("mla", "large"))]
+    # Negative and zero softmax scales (a row max taken before scaling, a zero scale read as "not
+    # given"), each with the distribution it is meant to meet.
+    + [case(P=64, H=4, lengths=(100, 37), vals=vl, scale=sc) for sc, vl in SIGNED_SCALES]
     # A long reduction in fp16: one row over 2000 tokens whose running sum climbs far from the
     # output before it cancels (an accumulator kept in the input dtype shows).
     + [case(P=64, H=2, lengths=(2000,), vals="cancel")]

@@ -15,7 +15,7 @@ from references.mla import mla_paged_prefill_reference
 
 from . import _mla
 from ._attention import attention_outputs, lse_if
-from ._dims import CONTIG, EXTREMES, RANDN, VALUES, case_scale, dims_label, draw_length, draw_vals, draw_view, effective_scale
+from ._dims import CONTIG, EXTREMES, RANDN, SIGNED_SCALES, VALUES, case_scale, dims_label, draw_length, draw_vals, draw_view, effective_scale
 from ._paged import PLACEMENTS
 from .mla_paged_decode import (DEEPSEEK_SCALE, KEYWORDS, MLA_NOTE, cache_label, extra_baselines, fuzz_classes,
                                lengths_label, work)
@@ -52,6 +52,8 @@ QUICK = (
     + [case(lengths=(60,), queries=(2,), vals=vl) for vl in ("neg100", "zeros")]
     + [case(lengths=(200 if vl == "late" else 60,), queries=(2,), vals=vl, scale=sc)
        for sc, vl in (("hot", "late"), ("one", "pm80"), ("mla", "large"))]
+    # Negative and zero softmax scales, each with the distribution it is meant to meet.
+    + [case(lengths=(60,), queries=(2,), vals=vl, scale=sc) for sc, vl in SIGNED_SCALES]
     # FP8 caches.
     + [case(cache=c, P=16, lengths=(0, 40, 17), queries=(0, 2, 2)) for c in ("fp8_scaled", "fp8_edge")]
 )
