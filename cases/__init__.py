@@ -16,5 +16,7 @@ FAMILIES = (
     "magicpig_decode",
     "block_sparse",
     "mustafar",
+    "dsa_sparse_attention",
+    "dsa_topk_indexer",
     "probes",
 )
