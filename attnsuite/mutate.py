@@ -46,7 +46,8 @@ ROOT = Path(__file__).resolve().parent.parent
 #: Seconds a new worker may take to import the kernels and report ready.
 STARTUP_TIMEOUT = 300.0
 FAMILIES = ("prefill", "prefill_varlen", "decode", "paged_decode", "sparse_decode",
-            "sparse_paged_decode", "magicpig_decode", "block_sparse", "mustafar")
+            "sparse_paged_decode", "magicpig_decode", "block_sparse", "mustafar", "dsa_sparse_attention",
+            "dsa_topk_indexer")
 
 
 @dataclass
