@@ -31,12 +31,17 @@ from kernels.dsa_sparse_attention import dsa_sparse_attention
 from references.dsa import dsa_sparse_attention_reference
 
 from ._attention import lse_if, randn, score_bound
-from ._dims import (EXTREMES, RANDN, SCALES, SHIFTS, ZERO_EVERY, ZERO_FIRST, case_scale, dims_label, large_queries,
-                    offset_values, shift_scores, zero_query)
+from ._dims import (CONTIG, EXTREMES, RANDN, SCALES, SHIFTS, VALUES, ZERO_EVERY, ZERO_FIRST, case_scale, cancel_values,
+                    dims_label, index_view, large_queries, late_last, late_mask, offset_values, scale_late,
+                    second_half, shift_scores, zero_query)
 
-#: Value distributions this family draws (cases/_dims.py): the latent rows are keys and values at once.
-DSA_VALUES = ("offset", "large", *EXTREMES)
+#: Value distributions this family draws (cases/_dims.py): the latent rows are keys and values at
+#: once, so ``offset`` and ``cancel`` move the scores too.
+DSA_VALUES = (*VALUES, *EXTREMES)
 CACHES = ("fused", "separate", "slotpad")
+#: fusedq: q_nope and q_pe as the two parts of one fused [T, H, Dc + Dr] projection, and the index
+#: rows as the first topk entries of longer rows holding stale valid ids.
+VIEWS = ("fusedq",)
 
 
 def label(p) -> str:
@@ -50,10 +55,10 @@ def label(p) -> str:
 
 
 def case(dtype="fp16", mode="decode", nq=1, H=16, Dc=64, Dr=16, P=16, ctx=(90, 200), topk=40, cache="fused",
-         holes=0.0, empty=False, dup=False, lse=True, vals=RANDN, scale="mla", pool=None, pair=0):
+         holes=0.0, empty=False, dup=False, lse=True, vals=RANDN, scale="mla", pool=None, pair=0, view=CONTIG):
     return dict(dtype=dtype, mode=mode, nq=nq if mode == "prefill" else 1, H=H, Dc=Dc, Dr=Dr, P=P,
                 ctx=tuple(ctx), topk=topk, cache=cache, holes=holes, empty=empty, dup=dup, lse=lse, vals=vals,
-                scale=scale, pool=pool, pair=pair)
+                scale=scale, pool=pool, pair=pair, view=view)
 
 
 QUICK = (
@@ -76,6 +81,7 @@ QUICK = (
        case(Dc=512, Dr=64, H=2, ctx=(100,), topk=40, P=12, cache="slotpad", lse=False)]
     # Value distributions, scales (the default 1/sqrt(Dc + Dr) too), dtypes.
     + [case(vals=v, H=4) for v in DSA_VALUES]
+    + [case(view=v, H=4, holes=0.2, mode="prefill", nq=2, cache=c) for v in VIEWS for c in ("fused", "slotpad")]
     + [case(scale=s, H=4, vals=v) for s, v in ((None, RANDN), ("hot", "offset"), ("one", "pm80"))]
     + [case(dtype="fp32", H=4), case(dtype="bf16", H=4)]
     # The pair: indexer -> flat ids -> sparse attention (quality: dense MLA over the reference top-k).
@@ -151,12 +157,29 @@ def select_ids(gen, case, slots) -> torch.Tensor:
     return ids.to(torch.int32)
 
 
-def latent_values(case, gen, q_nope, q_pe, rows, owned, scale):
-    """(q_nope, q_pe, rows [.., Dc + Dr]) moved to the case's value distribution."""
+def slot_positions(slots, ctx, shape):
+    """(position, sequence length) of every cache slot, shaped [pages, P] (-1 / 0: no token)."""
+    pos = torch.full((shape[0] * shape[1],), -1, dtype=torch.int64)
+    length = torch.zeros_like(pos)
+    for s, n in enumerate(ctx):  # a handful of sequences
+        pos[slots[s, :n]] = torch.arange(n)
+        length[slots[s, :n]] = n
+    return pos.view(shape), length.view(shape)
+
+
+def latent_values(case, gen, q_nope, q_pe, rows, owned, scale, positions=None):
+    """(q_nope, q_pe, rows [.., Dc + Dr]) moved to the case's value distribution; ``positions``
+    (each slot's position and sequence length) for ``late`` and ``cancel``."""
     vals = case["vals"]
     Dc = q_nope.shape[-1]
     if vals == RANDN:
         return q_nope, q_pe, rows
+    if vals == "late":
+        pos, length = positions
+        return q_nope, q_pe, scale_late(rows, owned & late_mask(pos, length))
+    if vals == "cancel":
+        pos, length = positions
+        return q_nope, q_pe, cancel_values(rows, owned & second_half(pos, length))
     if vals == "large":
         return large_queries(q_nope), large_queries(q_pe), rows
     if vals == "offset":
@@ -197,7 +220,8 @@ def make_dsa_inputs(case, gen) -> dict:
     q_nope = randn(gen, (T, H, Dc), case.dtype)
     q_pe = randn(gen, (T, H, Dr), case.dtype)
     scale = _scale(case, Dc, Dr) or 1.0 / math.sqrt(Dc + Dr)
-    q_nope, q_pe, rows = latent_values(case, gen, q_nope, q_pe, rows, owned, scale)
+    positions = slot_positions(slots, case["ctx"], (num_pages, P))
+    q_nope, q_pe, rows = latent_values(case, gen, q_nope, q_pe, rows, owned, scale, positions)
     rows = rows.masked_fill(~owned[..., None], float("nan"))  # slots no token owns
     ckv, kpe = cache_views(case, rows)
     inputs = {"q_nope": q_nope, "q_pe": q_pe, "ckv_cache": ckv, "kpe_cache": kpe}
@@ -206,9 +230,30 @@ def make_dsa_inputs(case, gen) -> dict:
 
         inputs.update(indexer.pair_inputs(gen, case, slots, P, num_pages))
         inputs["slots"] = slots.to(torch.int32)
-    else:
-        inputs["sparse_indices"] = select_ids(gen, case, slots)
-    return inputs
+        return inputs
+    ids = select_ids(gen, case, slots)
+    if case["vals"] in ("late", "cancel"):
+        # The marked slots listed last, so a row meets them after the others (cases/_dims.py).
+        pos, length = positions
+        marked = late_mask(pos, length) if case["vals"] == "late" else second_half(pos, length)
+        flat = (marked & owned).reshape(-1)
+        late = torch.where(ids >= 0, flat[ids.clamp(min=0).long()], False)
+        ids = late_last(ids, torch.full(ids.shape[:1], ids.shape[1]), late)
+    inputs["sparse_indices"] = ids
+    return apply_view(case, inputs)
+
+
+def apply_view(case, inputs: dict) -> dict:
+    """The case's view of q and the index rows (``VIEWS``)."""
+    if case.params.get("view", CONTIG) == CONTIG:
+        return inputs
+    q_nope, q_pe, ids = inputs["q_nope"], inputs["q_pe"], inputs["sparse_indices"]
+    T, H, Dc = q_nope.shape
+    fused = torch.full((T, H, Dc + q_pe.shape[-1]), float("nan"), dtype=q_nope.dtype)
+    fused[..., :Dc], fused[..., Dc:] = q_nope, q_pe
+    valid = ids[ids >= 0]
+    stale = int(valid[0]) if valid.numel() else -1
+    return {**inputs, "q_nope": fused[..., :Dc], "q_pe": fused[..., Dc:], "sparse_indices": index_view(ids, stale)}
 
 
 def args(inputs) -> tuple:
@@ -227,8 +272,8 @@ def draw_case(rng) -> dict:
                 P=P, ctx=ctx, topk=rng.choice((1, 16, 63, 64, 65, 130, 300, 600)),
                 cache=rng.choice(CACHES), holes=rng.choice((0.0, 0.0, 0.1, 0.5)), empty=rng.random() < 0.2,
                 dup=rng.random() < 0.3, lse=rng.random() < 0.7,
-                vals=RANDN if rng.random() < 0.5 else rng.choice(DSA_VALUES),
-                scale=rng.choice((None, *SCALES)))
+                vals=RANDN if rng.random() < 0.4 else rng.choice(DSA_VALUES),
+                scale=rng.choice((None, *SCALES)), view=CONTIG if rng.random() < 0.5 else rng.choice(VIEWS))
 
 
 class DsaSparseAttention(Family):

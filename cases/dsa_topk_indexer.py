@@ -28,6 +28,7 @@ from attnsuite.family import Family
 from attnsuite.interfaces import Interface
 from attnsuite.tolerance import FACTOR, UNIT_ROUNDOFF
 from kernels.dsa_topk_indexer import dsa_topk_indexer
+from cases._dims import CONTIG, SLACK, embed, index_view, view_label
 from references.dsa import (PACKED_DIM, PACKED_ROW, dsa_indexer_logits_reference, dsa_topk_reference,
                             indexer_error_bound)
 
@@ -41,18 +42,23 @@ KSCALES = ("unit", "far")
 SHOWN = 6
 
 
+#: pool: the index-key cache (and its scales) pages SLACK.. of a larger pool, q_idx heads of a
+#: wider projection, weights and block-table rows longer than needed (stale in-range pages).
+VIEWS = ("pool",)
+
+
 def label(p) -> str:
     lens = "_".join(map(str, p["lengths"]))
-    return (f"{p['layout']}-Hi{p['Hi']}-Di{p['Di']}-P{p['P']}-L{lens}-topk{p['topk']}-{p['vals']}"
-            f"{'-kscale_far' if p['kscale'] == 'far' else ''}{'-logits' if p['logits'] else ''}")
+    return (f"{p['layout']}-Hi{p['Hi']}-Di{p['Di']}-P{p['P']}-L{lens}-topk{p['topk']}-{p.get('vals', 'randn')}"
+            f"{'-kscale_far' if p['kscale'] == 'far' else ''}{'-logits' if p['logits'] else ''}{view_label(p)}")
 
 
 def case(layout="plain", Hi=8, Di=128, P=16, lengths=(100, 37), topk=24, vals="randn", kscale="unit",
-         logits=True, extra_pages=1):
+         logits=True, extra_pages=1, view=CONTIG):
     if layout == "packed" and Di != PACKED_DIM:
         raise ValueError("the packed layout holds Di = 128")
     return dict(dtype="fp32", layout=layout, Hi=Hi, Di=Di, P=P, lengths=tuple(lengths), topk=topk, vals=vals,
-                kscale=kscale, logits=logits, extra_pages=extra_pages)
+                kscale=kscale, logits=logits, extra_pages=extra_pages, view=view)
 
 
 QUICK = (
@@ -63,6 +69,7 @@ QUICK = (
     + [case(vals=v, layout=lay) for v in ("ties", "winner", "edges") for lay in ("plain", "packed")]
     + [case(kscale="far", vals="edges"), case(Hi=64, Di=128, lengths=(150,), topk=64, P=64),
        case(Hi=4, Di=32, lengths=(70, 3), topk=5), case(vals="winner", lengths=(65,), topk=1, logits=False)]
+    + [case(layout=lay, view=v) for v in VIEWS for lay in ("plain", "packed")]
 )
 
 FULL = (
@@ -165,7 +172,30 @@ def make_indexer_inputs(case, gen) -> dict:
     owned = owned_slots(table, lengths, P, num_pages)
     inputs = index_inputs(gen, case, table, num_pages, owned, len(lengths))
     inputs.update(seq_lens=torch.tensor(lengths, dtype=torch.int32), block_table=table)
-    return inputs
+    return apply_view(case, inputs, num_pages)
+
+
+def apply_view(case, inputs: dict, num_pages: int) -> dict:
+    """The case's legal views (``VIEWS``)."""
+    if case.params.get("view", CONTIG) == CONTIG:
+        return inputs
+    out = dict(inputs)
+    cache = inputs["k_cache"]
+    pool = (num_pages + 2 * SLACK, *cache.shape[1:])
+    pages = (slice(SLACK, SLACK + num_pages),)
+    if cache.dtype == torch.uint8:
+        out["k_cache"] = embed(cache, pool, pages, FP8_NAN)
+    else:
+        out["k_cache"] = embed(cache.view(torch.uint8), pool, pages, FP8_NAN).view(FP8)
+        out["k_scale"] = embed(inputs["k_scale"], (pool[0], cache.shape[1] + 1), pages + (slice(0, cache.shape[1]),),
+                               float("nan"))
+    q = inputs["q_idx"]
+    wide = (q.shape[0], q.shape[1] + 2, q.shape[2])
+    out["q_idx"] = embed(q.view(torch.uint8), wide, (slice(None), slice(1, 1 + q.shape[1])), FP8_NAN).view(FP8)
+    w = inputs["weights"]
+    out["weights"] = embed(w, (w.shape[0], w.shape[1] + 3), (slice(None), slice(0, w.shape[1])), float("nan"))
+    out["block_table"] = index_view(inputs["block_table"], 0)
+    return out
 
 
 # --- the pair (cases/dsa_sparse_attention.py): indexer inputs over the latent cache's pages ------
@@ -292,7 +322,8 @@ class DsaTopkIndexer(Family):
         return case(layout=layout, Hi=rng.choice((4, 8, 16, 64)),
                     Di=128 if layout == "packed" else rng.choice((32, 64, 128)), P=P, lengths=lengths,
                     topk=rng.choice((1, 7, 64, 100, 256, 2048)), vals=rng.choice(VALS),
-                    kscale=rng.choice(KSCALES), logits=rng.random() < 0.7, extra_pages=rng.choice((0, 1, 3)))
+                    kscale=rng.choice(KSCALES), logits=rng.random() < 0.7, extra_pages=rng.choice((0, 1, 3)),
+                    view=CONTIG if rng.random() < 0.5 else rng.choice(VIEWS))
 
     def make_inputs(self, case, gen):
         return make_indexer_inputs(case, gen)

@@ -136,12 +136,12 @@ def validate(fn: str, q_idx, k_cache, weights, seq_lens, block_table, topk, k_sc
         check_tensor(fn, "k_cache", k_cache, rank=3, dims="[num_pages, page_size, Di]", dtypes=(FP8, torch.uint8),
                      device=dev, like="q_idx", shape=(None, None, Di))
         check_tensor(fn, "k_scale", k_scale, rank=2, dims="[num_pages, page_size]", dtypes=(torch.float32,),
-                     device=dev, like="q_idx", shape=k_cache.shape[:2], last_dim_contiguous=False)
+                     device=dev, like="q_idx", shape=k_cache.shape[:2])
     pages, P = k_cache.shape[0], k_cache.shape[1]
     if P == 0:
         raise ValueError(f"{fn}: k_cache must have page_size >= 1, got {list(k_cache.shape)}")
     check_tensor(fn, "weights", weights, dims="[B, Hi]", dtypes=(torch.float32,), device=dev, like="q_idx",
-                 shape=(B, Hi), last_dim_contiguous=False)
+                 shape=(B, Hi))
     check_index_tensor(fn, "seq_lens", seq_lens, device=dev, rank=1, shape=(B,), dims="[B]", like="q_idx")
     check_index_tensor(fn, "block_table", block_table, device=dev, rank=2, shape=(B, None),
                        dims="[B, max_pages]", like="q_idx")
