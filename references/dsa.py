@@ -47,11 +47,12 @@ def dsa_sparse_attention_reference(q_nope: torch.Tensor, q_pe: torch.Tensor, ckv
     Dr = q_pe.shape[-1]
     scale = 1.0 / math.sqrt(Dc + Dr) if scale is None else float(scale)
     ids = sparse_indices.to(torch.int64)
+    K = ids.shape[1]
     valid = ids >= 0                                                          # [T, K]
     rows = torch.where(valid, ids, 0).reshape(-1)
     keep = valid.unsqueeze(-1)
-    ckv = latent_rows(ckv_cache).index_select(0, rows).view(T, -1, Dc).to(compute_dtype)
-    kpe = latent_rows(kpe_cache).index_select(0, rows).view(T, -1, Dr).to(compute_dtype)
+    ckv = latent_rows(ckv_cache).index_select(0, rows).view(T, K, Dc).to(compute_dtype)
+    kpe = latent_rows(kpe_cache).index_select(0, rows).view(T, K, Dr).to(compute_dtype)
     # Slots listing none are zeroed (an fp8 NaN or a stale row there must not leak in).
     ckv = ckv.masked_fill(~keep, 0)
     kpe = kpe.masked_fill(~keep, 0)
@@ -85,7 +86,7 @@ def dsa_indexer_logits_reference(q_idx: torch.Tensor, k_cache: torch.Tensor, k_s
     valid = pos[None, :] < seq_lens.to(torch.int64)[:, None]                        # [B, N]
     page = block_table.to(torch.int64)[:, pos // P]                                  # [B, N]
     row = torch.where(valid, page * P + pos % P, 0)
-    k = latent_rows(values).index_select(0, row.reshape(-1)).view(B, N, -1).to(compute_dtype)
+    k = latent_rows(values).index_select(0, row.reshape(-1)).view(B, N, values.shape[-1]).to(compute_dtype)
     ks = scales.reshape(-1).index_select(0, row.reshape(-1)).view(B, N).to(compute_dtype)
     k = k.masked_fill(~valid.unsqueeze(-1), 0)                 # slots past the sequence may hold NaN
     ks = ks.masked_fill(~valid, 0)
