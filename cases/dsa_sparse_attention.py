@@ -64,14 +64,14 @@ def case(dtype="fp16", mode="decode", nq=1, H=16, Dc=64, Dr=16, P=16, ctx=(90, 2
 QUICK = (
     # Decode and prefill, the cache as one fused buffer, separate tensors, padded pages.
     [case(cache=c) for c in CACHES]
-    + [case(mode="prefill", nq=3, ctx=(40, 75), topk=32, cache=c) for c in ("fused", "slotpad")]
+    + [case(mode="prefill", nq=2, ctx=(40, 75), topk=32, cache=c) for c in ("fused", "slotpad")]
     # -1 anywhere in a row, rows listing none, repeated ids, lists longer than the context.
-    + [case(holes=0.3), case(empty=True, holes=0.2), case(dup=True), case(dup=True, holes=0.2, cache="separate"),
+    + [case(holes=0.3), case(empty=True, holes=0.2), case(dup=True, holes=0.2, cache="separate"),
        case(ctx=(5, 30), topk=40), case(ctx=(0, 20), topk=16)]
     # topk not a multiple of the tile, and past one split of the list.
-    + [case(ctx=(300,), topk=k, H=4) for k in (63, 65, 130)]
+    + [case(ctx=(300,), topk=k, H=4) for k in (65, 130)]
     # Head counts (DeepSeek-V3 at 8-way TP: 16; 22 not a power of two; 64, 128 several head groups).
-    + [case(H=h, ctx=(70,), topk=24) for h in (1, 22, 64, 128)]
+    + [case(H=h, ctx=(70,), topk=24) for h in (1, 22, 128)]
     # Page sizes 1 and 64, and non-powers of two (with padded pages: flat id -> page, slot).
     + [case(P=1, ctx=(30, 50)), case(P=64, ctx=(64, 130)), case(P=12, cache="slotpad", holes=0.1),
        case(P=48, cache="slotpad", mode="prefill", nq=2, ctx=(100,), topk=48)]

@@ -137,7 +137,8 @@ def dsa_config(T: int, H: int, topk: int, Dc: int, Dr: int, dtype: torch.dtype, 
     Ascend; at least 64 slots a split."""
     block_dc, block_dr = max(16, next_pow2(Dc)), max(16, next_pow2(Dr))
     if interpret:
-        block_h, block_n, target = max(16, min(64, next_pow2(H))), 64, 1
+        # Lists past 128 slots split (and merge) under the interpreter too.
+        block_h, block_n, target = max(16, min(64, next_pow2(H))), 64, T * cdiv(H, 64) * min(4, cdiv(topk, 128))
     elif ascend:
         block_h, block_n, target = 16, 16, 48
     else:
