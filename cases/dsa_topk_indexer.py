@@ -11,8 +11,8 @@ where L are the reference's float64 logits, L_k the k-th largest, R the referenc
 logits, where an implementation returns them, must be within ``e`` of the reference, -inf past
 seq_len. A failing row lists the positions missed and extra with their reference logits.
 
-Cases: both layouts of the index-key cache (plain fp8 + fp32 scales; FlashInfer's packed
-132-byte rows), page sizes 1, 12, 64, seq_len < topk, seq_len = 0, topk not a power of two,
+Cases: both layouts of the index-key cache (plain fp8 + fp32 scales; FlashInfer's packed pages,
+``[num_pages, page_size, 1, 132]`` bytes holding each page's fp8 rows then its fp32 scales), page sizes 1, 12, 64, seq_len < topk, seq_len = 0, topk not a power of two,
 exact and near ties at the k-th logit (``ties``: any choice among them is right), a clear winner
 at the first or last position (``winner``), fp8 edge values (448, subnormals) with NaN codes in
 the slots no token owns (``edges``), key scales far from 1 (``kscale``), negative weights.
@@ -159,10 +159,11 @@ def index_inputs(gen, case, table, num_pages, owned, batch: int):
     k8 = k8.view(torch.uint8).masked_fill(~owned[..., None], FP8_NAN).view(FP8)
     scales = scales.masked_fill(~owned, float("nan"))
     if case["layout"] == "packed":
-        packed = torch.empty((num_pages, P, 1, PACKED_ROW), dtype=torch.uint8)
-        packed[:, :, 0, :PACKED_DIM] = k8.view(torch.uint8)
-        packed[:, :, 0, PACKED_DIM:] = scales.contiguous().view(torch.uint8).view(num_pages, P, 4)
-        return {"q_idx": q8, "k_cache": packed, "weights": weights}
+        # Per page: its P rows of fp8 values, then its P fp32 scales (DeepGEMM's layout).
+        packed = torch.empty((num_pages, P * PACKED_ROW), dtype=torch.uint8)
+        packed[:, :P * PACKED_DIM] = k8.view(torch.uint8).reshape(num_pages, P * PACKED_DIM)
+        packed[:, P * PACKED_DIM:] = scales.contiguous().view(torch.uint8).reshape(num_pages, 4 * P)
+        return {"q_idx": q8, "k_cache": packed.view(num_pages, P, 1, PACKED_ROW), "weights": weights}
     return {"q_idx": q8, "k_cache": k8, "k_scale": scales, "weights": weights}
 
 
@@ -302,7 +303,8 @@ class DsaTopkIndexer(Family):
         "(topk_indices [B, topk] int32, logits [B, max_pages * page_size] fp32 or None)",
         arguments=("q_idx [B, Hi, Di] fp8 e4m3fn; weights [B, Hi] fp32",
                    "k_cache fp8 [num_pages, page_size, Di] with k_scale fp32 [num_pages, page_size], or "
-                   "FlashInfer's packed uint8 [num_pages, page_size, 1, 132] (128 fp8 values, the fp32 scale)",
+                   "FlashInfer's packed uint8 [num_pages, page_size, 1, 132] (per page: page_size rows of 128 "
+                   "fp8 values, then page_size fp32 scales)",
                    "seq_lens [B] int32, block_table [B, max_pages] int32; topk int",
                    "topk_indices: logical positions < seq_lens[b], any order, -1 past min(topk, seq_len)"),
         notes="judged as a set: right count, no duplicates, in range, every chosen logit >= the k-th "

@@ -11,8 +11,9 @@ tolerance from that).
 The page lookup is done on the host, once per call (``token_offsets``: vectorized torch), into
 element offsets of each token's key row and scale; the kernel then gathers whole rows
 (``off[:, None] + arange(Di)[None, :]``), with no division by the page size. The plain layout
-(fp8 [pages, P, Di] + fp32 scales [pages, P]) and FlashInfer's packed rows (uint8 [pages, P, 1,
-132]: 128 fp8 values, then the fp32 scale) are two sets of strides over the same kernel.
+(fp8 [pages, P, Di] + fp32 scales [pages, P]) and FlashInfer's packed pages (uint8 [pages, P, 1,
+132]: per page, its P rows of 128 fp8 values, then its P fp32 scales; DeepGEMM's layout) are two
+sets of strides over the same kernel.
 
 The top-k of the logits is ``torch.topk`` in the wrapper; positions past min(topk, seq_len)
 are -1.
@@ -93,11 +94,21 @@ def _indexer_fwd(Q, W, K, KS, KOFF, SOFF, SEQ, LOGITS,
                       BLOCK_H, BLOCK_N, BLOCK_D, DOT_PRECISION)
 
 
+PACKED_DTYPES = (torch.uint8, torch.int8)
+
+
 def split_index_cache(k_cache: torch.Tensor, k_scale: Optional[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
-    """(key bytes uint8 [pages, P, Di], scales fp32 [pages, P]) as views of either layout."""
-    if k_cache.dtype == torch.uint8:
-        rows = k_cache[:, :, 0]
-        return rows[..., :PACKED_DIM], rows[..., PACKED_DIM:].view(torch.float32)[..., 0]
+    """(key bytes uint8 [pages, P, Di], scales fp32 [pages, P]) as views of either layout. A
+    packed page is page_size rows of 128 fp8 bytes, then page_size fp32 scales (DeepGEMM's
+    layout, seen as [pages, P, 1, 132]); both views keep the pool's page stride."""
+    if k_cache.dtype in PACKED_DTYPES:
+        pages, P = k_cache.shape[0], k_cache.shape[1]
+        raw = k_cache.view(torch.uint8)
+        page = raw.stride(0)
+        keys = raw.as_strided((pages, P, PACKED_DIM), (page, PACKED_DIM, 1))
+        words = raw.view(torch.float32)  # [pages, P, 1, 33]: same storage, 4-byte units
+        scales = words.as_strided((pages, P), (page // 4, 1), words.storage_offset() + P * PACKED_DIM // 4)
+        return keys, scales
     return k_cache.view(torch.uint8), k_scale
 
 
@@ -122,19 +133,23 @@ def validate(fn: str, q_idx, k_cache, weights, seq_lens, block_table, topk, k_sc
     dev = q_idx.device
     if not isinstance(k_cache, torch.Tensor):
         raise TypeError(f"{fn}: k_cache must be a torch.Tensor, got {type(k_cache).__name__}")
-    if k_cache.dtype == torch.uint8:
+    if k_cache.dtype in PACKED_DTYPES and k_cache.dim() == 4:
         check_tensor(fn, "k_cache", k_cache, rank=4, dims="[num_pages, page_size, 1, 132]", device=dev,
                      like="q_idx", shape=(None, None, 1, PACKED_ROW))
         if Di != PACKED_DIM:
             raise ValueError(f"{fn}: the packed k_cache holds {PACKED_DIM} values a row, but q_idx has Di={Di}")
         if k_scale is not None:
-            raise ValueError(f"{fn}: k_scale must be None with the packed k_cache (its rows carry the scale)")
-        if k_cache.stride(1) % 4 or k_cache.stride(0) % 4 or k_cache.storage_offset() % 4:
-            raise ValueError(f"{fn}: k_cache rows must start on 4-byte boundaries (their fp32 scale is read "
-                             f"in place), got strides {tuple(k_cache.stride())}")
+            raise ValueError(f"{fn}: k_scale must be None with the packed k_cache (its pages carry the scales)")
+        if k_cache.shape[1] > 1 and k_cache.stride(1) != PACKED_ROW:
+            raise ValueError(f"{fn}: each page of the packed k_cache must be one contiguous block of "
+                             f"page_size * 132 bytes (slot stride 132), got strides {tuple(k_cache.stride())}")
+        if k_cache.stride(0) % 4 or k_cache.storage_offset() % 4:
+            raise ValueError(f"{fn}: the packed k_cache's pages must start on 4-byte boundaries (their fp32 "
+                             f"scales are read in place), got strides {tuple(k_cache.stride())}")
     else:
-        check_tensor(fn, "k_cache", k_cache, rank=3, dims="[num_pages, page_size, Di]", dtypes=(FP8, torch.uint8),
-                     device=dev, like="q_idx", shape=(None, None, Di))
+        check_tensor(fn, "k_cache", k_cache, rank=3, dims="[num_pages, page_size, Di] (or the packed "
+                     "[num_pages, page_size, 1, 132])", dtypes=(FP8, torch.uint8), device=dev, like="q_idx",
+                     shape=(None, None, Di))
         check_tensor(fn, "k_scale", k_scale, rank=2, dims="[num_pages, page_size]", dtypes=(torch.float32,),
                      device=dev, like="q_idx", shape=k_cache.shape[:2])
     pages, P = k_cache.shape[0], k_cache.shape[1]
@@ -213,8 +228,9 @@ def dsa_topk_indexer(q_idx: torch.Tensor, k_cache: torch.Tensor, weights: torch.
     """The top ``topk`` cached tokens of each sequence by the lightning indexer's logit.
 
     q_idx [B, Hi, Di] fp8 e4m3fn; k_cache either fp8 (or its uint8 bytes) [num_pages, page_size,
-    Di] with ``k_scale`` fp32 [num_pages, page_size], or FlashInfer's packed uint8 [num_pages,
-    page_size, 1, 132] rows (Di = 128; ``k_scale`` None); weights [B, Hi] fp32; seq_lens [B]
+    Di] with ``k_scale`` fp32 [num_pages, page_size], or FlashInfer's packed uint8/int8 [num_pages,
+    page_size, 1, 132] pages (per page: page_size rows of 128 fp8 values, then page_size fp32
+    scales; Di = 128; ``k_scale`` None); weights [B, Hi] fp32; seq_lens [B]
     int32; block_table [B, max_pages] int32 (entries past a sequence's pages are ignored); topk
     >= 1. Returns (topk_indices [B, topk] int32: logical positions < seq_lens[b], order
     unspecified, -1 past min(topk, seq_len); logits [B, max_pages * page_size] fp32 (-inf from

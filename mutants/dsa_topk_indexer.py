@@ -17,22 +17,27 @@ FAMILY = "dsa_topk_indexer"
 FP8 = torch.float8_e4m3fn
 
 
-def _cache(k_cache, k_scale, *, scale_from_front=False):
-    """(values float64 [pages, P, Di], scales float64 [pages, P]) of either layout."""
-    if k_cache.dtype == torch.uint8:
-        rows = k_cache[:, :, 0]
-        at = slice(0, 4) if scale_from_front else slice(128, 132)
-        values = rows[..., :128].contiguous().view(FP8).double()
-        scales = rows[..., at].contiguous().view(torch.float32)[..., 0].double()
-        return values, scales
+def _cache(k_cache, k_scale, *, per_row=False):
+    """(values float64 [pages, P, Di], scales float64 [pages, P]) of either layout. A packed page
+    is P rows of 128 fp8 bytes, then P fp32 scales; ``per_row`` reads it as P rows of 132 bytes
+    (128 values, then that row's scale) instead."""
+    if k_cache.dtype in (torch.uint8, torch.int8):
+        pages, P = k_cache.shape[:2]
+        flat = k_cache.reshape(pages, P * 132).view(torch.uint8)
+        if per_row:
+            rows = flat.view(pages, P, 132)
+            return (rows[..., :128].contiguous().view(FP8).double(),
+                    rows[..., 128:].contiguous().view(torch.float32)[..., 0].double())
+        values = flat[:, :P * 128].reshape(pages, P, 128).view(FP8).double()
+        return values, flat[:, P * 128:].contiguous().view(torch.float32).double()
     return k_cache.view(FP8).double(), k_scale.double()
 
 
 def _indexer(q_idx, k_cache, weights, seq_lens, block_table, topk, *, k_scale=None, out=None, logits=None,
              return_logits=False, check_indices=True, no_relu=False, swap_heads=False, no_kscale=False,
              len_shift=0, pad_repeat=False, lose_winner=False, tie_noise=0.0, ignore_table=False,
-             scale_from_front=False):
-    values, scales = _cache(k_cache, k_scale, scale_from_front=scale_from_front)
+             per_row=False):
+    values, scales = _cache(k_cache, k_scale, per_row=per_row)
     B = q_idx.shape[0]
     P = values.shape[1]
     N = block_table.shape[1] * P
@@ -101,8 +106,8 @@ MUTANTS = {f.__name__: f for f in (
     _mutant("pads_with_duplicates", "Pads a short row with its first position instead of -1 (duplicates).",
             pad_repeat=True),
     _mutant("ignores_block_table", "Logical page j read from physical page j.", ignore_table=True),
-    _mutant("packed_scale_from_front", "Reads a packed row's scale from its first 4 bytes instead of its last.",
-            scale_from_front=True),
+    _mutant("packed_per_row", "Reads the packed cache as rows of 132 bytes (128 values, then the row's scale) "
+            "instead of each page's rows followed by the page's scales.", per_row=True),
 )}
 
 

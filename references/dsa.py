@@ -23,7 +23,9 @@ import torch
 
 from .sparse import attend_selected
 
-#: FlashInfer's packed index-key row: 128 fp8 values, then the fp32 scale (4 bytes).
+#: FlashInfer's (DeepGEMM's) packed index-key cache, uint8 [num_pages, page_size, 1, 132]: each
+#: page holds its page_size rows of 128 fp8 values, then their page_size fp32 scales (4 bytes
+#: each); the [.., 132] view is a size, not a row layout.
 PACKED_DIM = 128
 PACKED_ROW = PACKED_DIM + 4
 
@@ -64,11 +66,12 @@ def dsa_sparse_attention_reference(q_nope: torch.Tensor, q_pe: torch.Tensor, ckv
 
 def unpack_index_cache(k_cache: torch.Tensor, k_scale: Optional[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
     """(values fp8 [pages, P, Di], scales fp32 [pages, P]) of either layout: the plain one
-    (returned as given) or FlashInfer's packed uint8 [pages, P, 1, 132] rows."""
-    if k_cache.dtype == torch.uint8:
-        rows = k_cache.reshape(k_cache.shape[0], k_cache.shape[1], PACKED_ROW)
-        values = rows[..., :PACKED_DIM].contiguous().view(torch.float8_e4m3fn)
-        scales = rows[..., PACKED_DIM:].contiguous().view(torch.float32)[..., 0]
+    (returned as given) or FlashInfer's packed uint8/int8 [pages, P, 1, 132] pages."""
+    if k_cache.dtype in (torch.uint8, torch.int8):
+        pages, P = k_cache.shape[0], k_cache.shape[1]
+        flat = k_cache.reshape(pages, P * PACKED_ROW).view(torch.uint8)
+        values = flat[:, :P * PACKED_DIM].reshape(pages, P, PACKED_DIM).view(torch.float8_e4m3fn)
+        scales = flat[:, P * PACKED_DIM:].contiguous().view(torch.float32)
         return values, scales
     return k_cache, k_scale
 
