@@ -115,3 +115,58 @@ def test_indexer_refuses_a_packed_cache_with_a_separate_scale():
     packed = torch.zeros((inputs["k_cache"].shape[0], 16, 1, 132), dtype=torch.uint8)
     with pytest.raises(ValueError, match="Di=32"):
         dsa_topk_indexer(inputs["q_idx"], packed, inputs["weights"], inputs["seq_lens"], inputs["block_table"], 5)
+
+
+def _definition(name, axes, inputs, outputs):
+    return {"name": name, "op_type": "dsa_paged", "axes": axes, "reference": "def run():\n    pass\n",
+            "inputs": {k: {"shape": s, "dtype": d} for k, (s, d) in inputs.items()},
+            "outputs": {k: {"shape": s, "dtype": d} for k, (s, d) in outputs.items()}}
+
+
+def test_dsa_paged_workloads_become_cases_of_both_families(tmp_path):
+    import json
+
+    from attnsuite.flashinfer_trace.workloads import load
+
+    const = lambda v: {"type": "const", "value": v}  # noqa: E731
+    var = {"type": "var"}
+    indexer = _definition(
+        "dsa_topk_indexer_fp8_h8_d128_topk16_ps16",
+        {"batch_size": var, "max_num_pages": var, "num_pages": var, "num_index_heads": const(8),
+         "index_head_dim": const(128), "page_size": const(16), "topk": const(16), "kv_cache_num_heads": const(1),
+         "head_dim_with_scale": const(132)},
+        {"q_index_fp8": (["batch_size", "num_index_heads", "index_head_dim"], "float8_e4m3fn"),
+         "k_index_cache_fp8": (["num_pages", "page_size", "kv_cache_num_heads", "head_dim_with_scale"], "int8"),
+         "weights": (["batch_size", "num_index_heads"], "float32"), "seq_lens": (["batch_size"], "int32"),
+         "block_table": (["batch_size", "max_num_pages"], "int32")},
+        {"topk_indices": (["batch_size", "topk"], "int32")})
+    sparse = _definition(
+        "dsa_sparse_attention_h4_ckv64_kpe16_topk24_ps1",
+        {"num_tokens": var, "num_pages": var, "num_qo_heads": const(4), "head_dim_ckv": const(64),
+         "head_dim_kpe": const(16), "page_size": const(1), "topk": const(24)},
+        {"q_nope": (["num_tokens", "num_qo_heads", "head_dim_ckv"], "float16"),
+         "q_pe": (["num_tokens", "num_qo_heads", "head_dim_kpe"], "float16"),
+         "ckv_cache": (["num_pages", "page_size", "head_dim_ckv"], "float16"),
+         "kpe_cache": (["num_pages", "page_size", "head_dim_kpe"], "float16"),
+         "sparse_indices": (["num_tokens", "topk"], "int32")},
+        {"output": (["num_tokens", "num_qo_heads", "head_dim_ckv"], "float16"),
+         "lse": (["num_tokens", "num_qo_heads"], "float32")})
+    sparse["inputs"]["sm_scale"] = {"shape": None, "dtype": "float32"}
+    for d in (indexer, sparse):
+        (tmp_path / f"{d['name']}.json").write_text(json.dumps(d))
+    rows = {indexer["name"]: {"uuid": "ix-1", "axes": {"batch_size": 2, "max_num_pages": 3, "num_pages": 9},
+                              "inputs": {}},
+            sparse["name"]: {"uuid": "sa-1", "axes": {"num_tokens": 3, "num_pages": 90},
+                             "inputs": {"sm_scale": {"type": "scalar", "value": 0.1}}}}
+    for name, workload in rows.items():
+        (tmp_path / f"{name}.jsonl").write_text(json.dumps({"definition": name, "workload": workload}) + "\n")
+    loaded = load(str(tmp_path))
+    assert not loaded.problems, loaded.problems
+    assert set(loaded.cases) == {"dsa_topk_indexer", "dsa_sparse_attention"}
+    for family in (INDEXER, dsa_cases.FAMILY):
+        (case,) = loaded.cases[family.name]
+        assert not case.params.get("unmapped"), case.params.get("unmapped")
+        outcome = run_case(family, case, CpuDevice(), family.default_impl()[1])
+        assert outcome.status == "pass", (case.id, outcome.message)
+    sa = loaded.cases["dsa_sparse_attention"][0]
+    assert sa["scale"] == 0.1 and sa["ctx"] == (30, 30, 30) and sa["P"] == 1

@@ -40,12 +40,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..case import Case
-from . import schema
+from . import dsa, schema
 from .safetensors_index import SafetensorsError, read_tensor
 
 TAG = "workload"
 #: What this module maps, by op_type; other op types are listed as ignored.
-OP_TYPES = ("gqa_paged", "gqa_ragged")
+OP_TYPES = ("gqa_paged", "gqa_ragged", "dsa_paged")
 DTYPES = {"float16": "fp16", "bfloat16": "bf16", "float32": "fp32"}
 
 
@@ -151,8 +151,11 @@ def to_case(definition: dict, workload: dict, root: Path, definition_path: Path 
             "definition_file": str(definition_path) if definition_path else None}
     label = f"fi-{_safe(definition['name'])}-{_safe(workload['uuid'])}"
     try:
-        params = (paged_decode_params if family == "paged_decode" else ragged_prefill_params)(
-            definition, workload, root)
+        if definition["op_type"] == dsa.OP_TYPE:  # DeepSeek sparse attention: flashinfer_trace/dsa.py
+            params = dsa.params(definition, workload, root)
+        else:
+            params = (paged_decode_params if family == "paged_decode" else ragged_prefill_params)(
+                definition, workload, root)
     except Unmapped as exc:
         params = {"dtype": DTYPES.get(_dtype(definition, "q"), "fp16"), "unmapped": str(exc)}
     params["fi"] = meta
@@ -160,6 +163,8 @@ def to_case(definition: dict, workload: dict, root: Path, definition_path: Path 
 
 
 def target_family(definition: dict) -> str:
+    if definition["op_type"] == dsa.OP_TYPE:
+        return dsa.family(definition)
     if definition["op_type"] == "gqa_paged" and "qo_indptr" not in definition["inputs"]:
         return "paged_decode"
     return "prefill_varlen"  # gqa_ragged prefill, and gqa_paged prefill (the closest; unmapped)
