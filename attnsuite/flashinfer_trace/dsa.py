@@ -17,8 +17,6 @@ Only shapes (and stored lengths) are read, never tensor values: the same rule as
 """
 from __future__ import annotations
 
-from pathlib import Path
-
 OP_TYPE = "dsa_paged"
 FAMILIES = {"indexer": "dsa_topk_indexer", "sparse_attention": "dsa_sparse_attention"}
 
@@ -28,42 +26,30 @@ def family(definition: dict) -> str:
     return FAMILIES["indexer" if "q_index_fp8" in definition["inputs"] else "sparse_attention"]
 
 
-def params(definition: dict, workload: dict, root: Path) -> dict:
-    from . import workloads as w
-
-    axes = w.axis_values(definition, workload)
-    if family(definition) == "dsa_topk_indexer":
-        return indexer_params(definition, workload, root, axes)
-    return sparse_attention_params(definition, workload, axes)
-
-
-def indexer_params(definition: dict, workload: dict, root: Path, axes: dict) -> dict:
-    from . import workloads as w
-
-    Hi, Di, P, topk = (w._axis(axes, n) for n in ("num_index_heads", "index_head_dim", "page_size", "topk"))
-    if Di != 128 or w._axis(axes, "head_dim_with_scale") != 132:
-        raise w.Unmapped(f"index_head_dim {Di} with head_dim_with_scale {axes.get('head_dim_with_scale')}: "
-                         "the packed layout holds 128 fp8 values and a 4-byte scale a token")
-    lengths = w._given(workload, "seq_lens", root)
+def indexer_params(axis, lengths, split) -> dict:
+    """The case of an indexer workload. ``axis(name)`` reads an axis value, ``lengths`` the stored
+    seq_lens or None, ``split(total, parts)`` the workload's seeded split. ValueError: unmappable."""
+    Hi, Di, P, topk = (axis(n) for n in ("num_index_heads", "index_head_dim", "page_size", "topk"))
+    if Di != 128 or axis("head_dim_with_scale") != 132:
+        raise ValueError(f"index_head_dim {Di} with head_dim_with_scale {axis('head_dim_with_scale')}: the "
+                         "packed layout holds 128 fp8 values and a 4-byte scale a token")
     if lengths is None:
-        B, max_pages = w._axis(axes, "batch_size"), w._axis(axes, "max_num_pages")
-        lengths = [min(n, max_pages * P) for n in w.split(w._rng(workload), max_pages * P * B // 2 + B, B, 1)]
+        B, max_pages = axis("batch_size"), axis("max_num_pages")
+        lengths = [min(n, max_pages * P) for n in split(max_pages * P * B // 2 + B, B)]
     if not lengths or any(n < 0 for n in lengths):
-        raise w.Unmapped(f"seq_lens {lengths[:8]} are not a batch")
+        raise ValueError(f"seq_lens {list(lengths)[:8]} are not a batch")
     return dict(dtype="fp32", layout="packed", Hi=Hi, Di=Di, P=P, lengths=tuple(int(n) for n in lengths), topk=topk,
                 vals="randn", kscale="unit", logits=False, extra_pages=0, view="contig")
 
 
-def sparse_attention_params(definition: dict, workload: dict, axes: dict) -> dict:
-    from . import workloads as w
-
-    T, H, Dc, Dr, P, topk = (w._axis(axes, n) for n in ("num_tokens", "num_qo_heads", "head_dim_ckv",
-                                                       "head_dim_kpe", "page_size", "topk"))
-    pages = w._axis(axes, "num_pages")
-    dtype = w.case_dtype(definition, ("q_nope", "q_pe", "ckv_cache", "kpe_cache"))
+def sparse_attention_params(axis, dtype: str, scale, lse: bool) -> dict:
+    """The case of a sparse_attention workload (``axis`` as above; ``dtype`` our name of q's)."""
+    T, H, Dc, Dr, P, topk = (axis(n) for n in ("num_tokens", "num_qo_heads", "head_dim_ckv", "head_dim_kpe",
+                                                "page_size", "topk"))
+    pages = axis("num_pages")
     if T < 1:
-        raise w.Unmapped(f"num_tokens {T}")
-    per_row = max(pages // T, 1) * P  # each row's own sequence, the pool shared out
-    return dict(dtype=dtype, mode="decode", nq=1, H=H, Dc=Dc, Dr=Dr, P=P, ctx=(per_row,) * T, topk=topk,
-                cache="fused", holes=0.0, empty=False, dup=False, lse="lse" in definition["outputs"], vals="randn",
-                scale=w.sm_scale(workload), pool=max(pages, T * max(pages // T, 1)), pair=0, view="contig")
+        raise ValueError(f"num_tokens {T}")
+    per_row = max(pages // T, 1)  # pages of each row's own sequence: the pool shared out
+    return dict(dtype=dtype, mode="decode", nq=1, H=H, Dc=Dc, Dr=Dr, P=P, ctx=(per_row * P,) * T, topk=topk,
+                cache="fused", holes=0.0, empty=False, dup=False, lse=lse, vals="randn", scale=scale,
+                pool=max(pages, T * per_row), pair=0, view="contig")

@@ -18,6 +18,8 @@ Mapping (schema: docs/op-types/gqa-{paged,ragged}.mdx):
 - ``gqa_ragged`` prefill -> ``prefill_varlen``, packed layout, causal when the definition's
   name says so (their naming rule, ``gqa_ragged_prefill_causal_...``). Our family takes one
   length per sequence for q and kv, so a workload whose q and kv lengths differ is not mapped.
+- ``dsa_paged`` indexer / sparse_attention -> ``dsa_topk_indexer`` / ``dsa_sparse_attention``
+  (attnsuite/flashinfer_trace/dsa.py).
 - ``gqa_paged`` prefill -> not mapped: no family of ours runs a query block over a paged cache.
   Gathering the pages into a ragged case would drop the paging the workload is about.
 
@@ -152,7 +154,7 @@ def to_case(definition: dict, workload: dict, root: Path, definition_path: Path 
     label = f"fi-{_safe(definition['name'])}-{_safe(workload['uuid'])}"
     try:
         if definition["op_type"] == dsa.OP_TYPE:  # DeepSeek sparse attention: flashinfer_trace/dsa.py
-            params = dsa.params(definition, workload, root)
+            params = dsa_params(definition, workload, root)
         else:
             params = (paged_decode_params if family == "paged_decode" else ragged_prefill_params)(
                 definition, workload, root)
@@ -217,6 +219,19 @@ def paged_decode_params(definition: dict, workload: dict, root: Path) -> dict:
     return dict(dtype=dtype, layout="NHD", P=P, placement=placement, lengths=lengths, Hq=Hq, Hkv=Hkv, D=D,
                 lse="lse" in definition["outputs"], vs=None, pool=pool, view="contig", vals="randn",
                 scale=sm_scale(workload), pages=pages)
+
+
+def dsa_params(definition: dict, workload: dict, root: Path) -> dict:
+    axes = axis_values(definition, workload)
+    axis = functools.partial(_axis, axes)
+    try:
+        if dsa.family(definition) == "dsa_topk_indexer":
+            return dsa.indexer_params(axis, _given(workload, "seq_lens", root),
+                                      lambda total, parts: split(_rng(workload), total, parts, 1))
+        return dsa.sparse_attention_params(axis, case_dtype(definition, ("q_nope", "q_pe", "ckv_cache", "kpe_cache")),
+                                           sm_scale(workload), "lse" in definition["outputs"])
+    except ValueError as exc:
+        raise Unmapped(str(exc)) from None
 
 
 def ragged_prefill_params(definition: dict, workload: dict, root: Path) -> dict:
