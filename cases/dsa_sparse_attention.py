@@ -370,8 +370,8 @@ class DsaSparseAttention(Family):
             return {}
         try:
             from kernels.mla_paged import mla_paged_decode
-        except ImportError as exc:
-            return {"mla_paged_decode (absent)": (lambda: None, f"kernels.mla_paged not importable here: {exc}")}
+        except ImportError as exc:  # the MLA family's kernel not in this tree: reported unavailable
+            return {"mla_paged_decode": (None, f"kernels.mla_paged not importable here: {exc}")}
         q_nope, q_pe, ckv = inputs["q_nope"], inputs["q_pe"], inputs["ckv_cache"]
         T, P, k = q_nope.shape[0], case["P"], case["topk"]
         pages = math.ceil(k / P)
