@@ -277,8 +277,8 @@ def draw_case(rng) -> dict:
     if p["dtype"] == "bf16":
         # On cpu a bf16 tl.dot is the interpreter's known failure, a strict one: the draw makes sure
         # the scores matter (a row listing two distinct slots), so the failure shows where it exists.
-        p.update(holes=0.0, dup=False, topk=max(p["topk"], 16), mode="decode", nq=1,
-                 ctx=(max(p["ctx"][0], 40), *p["ctx"][1:]))
+        p.update(holes=0.0, dup=False, empty=False, topk=max(p["topk"], 16), mode="decode", nq=1,
+                 ctx=(max(p["ctx"][0], 40), *p["ctx"][1:]), vals=RANDN if p["vals"] == "zeros" else p["vals"])
     return p
 
 
