@@ -7,10 +7,10 @@ latent rows, so one program takes a group of BLOCK_H heads as the M dimension of
 the values). Rows are gathered whole (``off[:, None] + arange(D)[None, :]``, the portable gather
 form on Ascend). A flat id is a row number when a page is ``page_size`` slot strides long (a
 contiguous pool, and the fused ``[.., Dc + Dr]`` buffer's two views): the address is then
-``id * slot_stride`` and no division by the page size happens in the kernel. Other pools (a
-slice of a larger pool along the slot axis) take ``id // PAGE_SIZE`` in the kernel: correct
-everywhere, but the construct Ascend's adapter rejects ("cannot div 0"), so planning for Ascend
-refuses such a view with a clear error instead.
+``id * slot_stride`` and no division by the page size happens anywhere. Other pools (pages
+longer than ``page_size`` slots) get their row offsets from one vectorized host pass per call
+(``row_offsets``), which the kernel loads like the ids: the kernel never divides by the page
+size (the vector ``t // PAGE`` is the construct Ascend's adapter rejects, "cannot div 0").
 
 Long lists are split (``SPLIT_LEN`` slots a program) and merged by LSE (kernels/_split.py): a
 decode step (T = 1) would otherwise run one program per head group.
@@ -38,12 +38,12 @@ INT32_MAX = 2**31 - 1
 
 
 @triton.jit
-def _dsa_tile(Q_NOPE, Q_PE, CKV, KPE, IDS, O, LSE,
+def _dsa_tile(Q_NOPE, Q_PE, CKV, KPE, IDS, COFF, ROFF, O, LSE,
               stride_qt, stride_qh, stride_pt, stride_ph,
               ckv_page, ckv_slot, kpe_page, kpe_slot, stride_it,
               stride_ot, stride_oh, stride_os, stride_lt, stride_lh, stride_ls,
               H, DC, DR, TOPK, SPLIT_LEN, qk_scale, v_scale, t, hg, split,
-              RETURN_LSE: tl.constexpr, UNIFORM: tl.constexpr, PAGE_SIZE: tl.constexpr,
+              RETURN_LSE: tl.constexpr, UNIFORM: tl.constexpr,
               BLOCK_H: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_DC: tl.constexpr,
               BLOCK_DR: tl.constexpr, DOT_PRECISION: tl.constexpr):
     t = t.to(tl.int64)
@@ -69,15 +69,13 @@ def _dsa_tile(Q_NOPE, Q_PE, CKV, KPE, IDS, O, LSE,
         j = n + offs_n
         ids = tl.load(IDS + t * stride_it + j, mask=j < end, other=-1)
         ok = ids >= 0
-        row = tl.where(ok, ids, 0).to(tl.int64)
         if UNIFORM:
+            row = tl.where(ok, ids, 0).to(tl.int64)
             c_off = row * ckv_slot
             r_off = row * kpe_slot
-        else:
-            page = row // PAGE_SIZE
-            slot = row - page * PAGE_SIZE
-            c_off = page * ckv_page + slot * ckv_slot
-            r_off = page * kpe_page + slot * kpe_slot
+        else:  # element offsets made on the host (row_offsets): a page is not page_size slots long
+            c_off = tl.load(COFF + t * stride_it + j, mask=ok, other=0)
+            r_off = tl.load(ROFF + t * stride_it + j, mask=ok, other=0)
         ckv = tl.load(CKV + c_off[:, None] + offs_c[None, :], mask=ok[:, None] & c_ok[None, :], other=0.0)
         kpe = tl.load(KPE + r_off[:, None] + offs_r[None, :], mask=ok[:, None] & r_ok[None, :], other=0.0)
         s = tl.dot(q_nope, tl.trans(ckv), input_precision=DOT_PRECISION)
@@ -101,30 +99,30 @@ def _dsa_tile(Q_NOPE, Q_PE, CKV, KPE, IDS, O, LSE,
 
 
 @triton.jit(do_not_specialize=["H", "TOPK", "SPLIT_LEN", "n_groups", "n_splits", "n_work", "n_programs"])
-def _dsa_fwd(Q_NOPE, Q_PE, CKV, KPE, IDS, O, LSE,
+def _dsa_fwd(Q_NOPE, Q_PE, CKV, KPE, IDS, COFF, ROFF, O, LSE,
              stride_qt, stride_qh, stride_pt, stride_ph,
              ckv_page, ckv_slot, kpe_page, kpe_slot, stride_it,
              stride_ot, stride_oh, stride_os, stride_lt, stride_lh, stride_ls,
              H, DC, DR, TOPK, SPLIT_LEN, qk_scale, v_scale, n_groups, n_splits, n_work, n_programs,
-             RETURN_LSE: tl.constexpr, UNIFORM: tl.constexpr, PAGE_SIZE: tl.constexpr,
+             RETURN_LSE: tl.constexpr, UNIFORM: tl.constexpr,
              BLOCK_H: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_DC: tl.constexpr,
              BLOCK_DR: tl.constexpr, DOT_PRECISION: tl.constexpr, PERSISTENT: tl.constexpr):
     if PERSISTENT:  # kernels/_grid.py: about one program per core, looping over (token, group, split)
         for work in range(tl.program_id(0), n_work, n_programs):
             row = work // n_splits
-            _dsa_tile(Q_NOPE, Q_PE, CKV, KPE, IDS, O, LSE, stride_qt, stride_qh, stride_pt, stride_ph,
+            _dsa_tile(Q_NOPE, Q_PE, CKV, KPE, IDS, COFF, ROFF, O, LSE, stride_qt, stride_qh, stride_pt, stride_ph,
                       ckv_page, ckv_slot, kpe_page, kpe_slot, stride_it,
                       stride_ot, stride_oh, stride_os, stride_lt, stride_lh, stride_ls,
                       H, DC, DR, TOPK, SPLIT_LEN, qk_scale, v_scale, row // n_groups, row % n_groups,
-                      work % n_splits, RETURN_LSE, UNIFORM, PAGE_SIZE, BLOCK_H, BLOCK_N, BLOCK_DC,
+                      work % n_splits, RETURN_LSE, UNIFORM, BLOCK_H, BLOCK_N, BLOCK_DC,
                       BLOCK_DR, DOT_PRECISION)
     else:
         row = tl.program_id(0)
-        _dsa_tile(Q_NOPE, Q_PE, CKV, KPE, IDS, O, LSE, stride_qt, stride_qh, stride_pt, stride_ph,
+        _dsa_tile(Q_NOPE, Q_PE, CKV, KPE, IDS, COFF, ROFF, O, LSE, stride_qt, stride_qh, stride_pt, stride_ph,
                   ckv_page, ckv_slot, kpe_page, kpe_slot, stride_it,
                   stride_ot, stride_oh, stride_os, stride_lt, stride_lh, stride_ls,
                   H, DC, DR, TOPK, SPLIT_LEN, qk_scale, v_scale, row // n_groups, row % n_groups,
-                  tl.program_id(1), RETURN_LSE, UNIFORM, PAGE_SIZE, BLOCK_H, BLOCK_N, BLOCK_DC,
+                  tl.program_id(1), RETURN_LSE, UNIFORM, BLOCK_H, BLOCK_N, BLOCK_DC,
                   BLOCK_DR, DOT_PRECISION)
 
 
@@ -199,14 +197,17 @@ def validate(fn: str, q_nope, q_pe, ckv_cache, kpe_cache, sparse_indices, scale,
               "sparse_indices": sparse_indices}
     check_out_lse(fn, out, lse, return_lse, o_shape=(T, H, Dc), o_dims="[T, H, Dc]", lse_shape=(T, H),
                   lse_dims="[T, H]", like=q_nope, inputs=inputs)
-    if on_ascend(q_nope):
-        for name, cache in (("ckv_cache", ckv_cache), ("kpe_cache", kpe_cache)):
-            if not _uniform(cache):
-                raise ValueError(f"{fn}: {name} must have page stride == page_size * slot stride on Ascend "
-                                 f"(flat ids are then row numbers; the page division is not portable), "
-                                 f"got strides {tuple(cache.stride())}")
     check_launchable(fn, "q_nope", q_nope)
     return scale, P
+
+
+def row_offsets(cache: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
+    """Element offsets (int64) of the rows flat ids name in ``cache`` (0 for -1), laid out with
+    the strides of ``ids`` (the kernel reads both with one row stride)."""
+    P = cache.shape[1]
+    flat = ids.clamp(min=0).to(torch.int64)
+    out = torch.empty_strided(ids.shape, ids.stride(), dtype=torch.int64, device=ids.device)
+    return out.copy_((flat // P) * cache.stride(0) + (flat % P) * cache.stride(1))
 
 
 def dsa_sparse_attention_plan(q_nope, q_pe, ckv_cache, kpe_cache, sparse_indices, out, lse, *, scale: float,
@@ -221,13 +222,17 @@ def dsa_sparse_attention_plan(q_nope, q_pe, ckv_cache, kpe_cache, sparse_indices
     splits, split_len, groups = cfg.pop("NUM_SPLITS"), cfg.pop("SPLIT_LEN"), cfg.pop("GROUPS")
     o_dst, l_dst, write_lse, o_strides, l_strides = split_outputs(out, lse, splits, T, H, Dc)
     uniform = _uniform(ckv_cache) and _uniform(kpe_cache)
-    args = (q_nope, q_pe, ckv_cache, kpe_cache, sparse_indices, o_dst, l_dst,
+    if uniform:
+        c_off = r_off = sparse_indices  # never read
+    else:
+        c_off, r_off = row_offsets(ckv_cache, sparse_indices), row_offsets(kpe_cache, sparse_indices)
+    args = (q_nope, q_pe, ckv_cache, kpe_cache, sparse_indices, c_off, r_off, o_dst, l_dst,
             q_nope.stride(0), q_nope.stride(1), q_pe.stride(0), q_pe.stride(1),
             ckv_cache.stride(0), ckv_cache.stride(1), kpe_cache.stride(0), kpe_cache.stride(1),
             sparse_indices.stride(0), *o_strides, *l_strides,
             H, Dc, Dr, topk, split_len, float(scale) * float(k_scale) * LOG2E, float(v_scale), groups, splits)
     g = plan_grid((T * groups, splits), q_nope, vector=False)
-    meta = dict(RETURN_LSE=write_lse, UNIFORM=uniform, PAGE_SIZE=ckv_cache.shape[1],
+    meta = dict(RETURN_LSE=write_lse, UNIFORM=uniform,
                 DOT_PRECISION=DOT_INPUT_PRECISION, PERSISTENT=g.persistent, **cfg)
     plan = LaunchPlan(kernel=_dsa_fwd, grid=g.grid, args=args + (g.n_work, g.n_programs), meta=meta,
                       workspace=scratch_of(out, o_dst, l_dst))

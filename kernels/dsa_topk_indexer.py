@@ -40,14 +40,13 @@ MAX_DI = 256
 
 @triton.jit
 def _e4m3(x):
-    """fp8 e4m3fn bytes -> fp32 values (NaN for the two NaN codes; e4m3fn has no infinities)."""
-    b = x.to(tl.int32)
-    e = (b >> 3) & 15
-    m = b & 7
-    normal = (((e + 120) << 23) | (m << 20)).to(tl.float32, bitcast=True)   # (1 + m/8) 2^(e-7)
-    mag = tl.where(e == 0, m.to(tl.float32) * 0.001953125, normal)         # subnormal: m 2^-9
-    mag = tl.where((e == 15) & (m == 7), float("nan"), mag)
-    return tl.where((b & 128) != 0, -mag, mag)
+    """fp8 e4m3fn bytes -> fp16 values, exact (NaN for the two NaN codes; e4m3fn has no
+    infinities). e4m3's exponent and mantissa fields moved into fp16's read as value * 2^-8,
+    subnormals included; one exact multiplication by 256 restores it. Few, 16-bit temporaries:
+    a wider decode overflowed Ascend's unified buffer at 32 x 128 tiles."""
+    b = x.to(tl.int16) & 255
+    h = (((b & 127) << 7) | ((b & 128) << 8)).to(tl.float16, bitcast=True)
+    return tl.where((b & 127) == 127, float("nan"), h * 256.0)
 
 
 @triton.jit
@@ -62,7 +61,7 @@ def _indexer_tile(Q, W, K, KS, KOFF, SOFF, SEQ, LOGITS,
     h_ok = heads < HI
     d_ok = offs_d < DI
     q = _e4m3(tl.load(Q + b * stride_qb + heads[:, None] * stride_qh + offs_d[None, :],
-                      mask=h_ok[:, None] & d_ok[None, :], other=0)).to(tl.float16)
+                      mask=h_ok[:, None] & d_ok[None, :], other=0))
     w = tl.load(W + b * stride_wb + heads * stride_wh, mask=h_ok, other=0.0)
     seq_len = tl.load(SEQ + b)
     j = n * BLOCK_N + tl.arange(0, BLOCK_N)
@@ -71,7 +70,7 @@ def _indexer_tile(Q, W, K, KS, KOFF, SOFF, SEQ, LOGITS,
     s_off = tl.load(SOFF + b * stride_ob + j, mask=ok, other=0)
     k = _e4m3(tl.load(K + k_off[:, None] + offs_d[None, :], mask=ok[:, None] & d_ok[None, :], other=0))
     ks = tl.load(KS + s_off, mask=ok, other=0.0)
-    s = tl.dot(q, tl.trans(k.to(tl.float16)), input_precision=DOT_PRECISION)      # [BLOCK_H, BLOCK_N]
+    s = tl.dot(q, tl.trans(k), input_precision=DOT_PRECISION)      # [BLOCK_H, BLOCK_N], fp32 sums
     s = tl.maximum(s * ks[None, :], 0.0) * w[:, None]
     logit = tl.where(ok, tl.sum(s, 0), float("-inf"))
     tl.store(LOGITS + b * stride_lb + j, logit, mask=j < N)
@@ -184,7 +183,7 @@ def indexer_config(Hi: int, Di: int, *, interpret: bool, ascend: bool) -> dict:
     if interpret:
         block_n = 64
     elif ascend:
-        block_n = 32
+        block_n = 16
     else:
         block_n = 64
     return dict(BLOCK_H=block_h, BLOCK_N=block_n, BLOCK_D=block_d, num_warps=4,
