@@ -218,9 +218,12 @@ def pair_inputs(gen, case, slots, P: int, num_pages: int) -> dict:
 
 
 def _flat(inputs, positions: torch.Tensor) -> torch.Tensor:
+    """Logical positions -> flat slot ids of the latent cache (-1 stays; so does anything outside
+    the sequences, e.g. the unwritten output of a compile-only call)."""
     slots = inputs["slots"].to(torch.int64)
-    flat = torch.gather(slots, 1, positions.clamp(min=0).to(torch.int64))
-    return torch.where(positions >= 0, flat, -1).to(torch.int32)
+    inside = (positions >= 0) & (positions < slots.shape[1])
+    flat = torch.gather(slots, 1, torch.where(inside, positions, 0).to(torch.int64))
+    return torch.where(inside, flat, -1).to(torch.int32)
 
 
 def pair_ids(case, inputs) -> torch.Tensor:

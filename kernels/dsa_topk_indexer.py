@@ -54,15 +54,10 @@ def _indexer_tile(Q, W, K, KS, KOFF, SOFF, SEQ, LOGITS,
                   stride_qb, stride_qh, stride_wb, stride_wh, stride_ob, stride_lb,
                   HI, DI, N, b, n,
                   BLOCK_H: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
-                  DOT_PRECISION: tl.constexpr):
+                  CHUNK_H: tl.constexpr, DOT_PRECISION: tl.constexpr):
     b = b.to(tl.int64)
-    heads = tl.arange(0, BLOCK_H)
     offs_d = tl.arange(0, BLOCK_D)
-    h_ok = heads < HI
     d_ok = offs_d < DI
-    q = _e4m3(tl.load(Q + b * stride_qb + heads[:, None] * stride_qh + offs_d[None, :],
-                      mask=h_ok[:, None] & d_ok[None, :], other=0))
-    w = tl.load(W + b * stride_wb + heads * stride_wh, mask=h_ok, other=0.0)
     seq_len = tl.load(SEQ + b)
     j = n * BLOCK_N + tl.arange(0, BLOCK_N)
     ok = j < seq_len
@@ -70,9 +65,18 @@ def _indexer_tile(Q, W, K, KS, KOFF, SOFF, SEQ, LOGITS,
     s_off = tl.load(SOFF + b * stride_ob + j, mask=ok, other=0)
     k = _e4m3(tl.load(K + k_off[:, None] + offs_d[None, :], mask=ok[:, None] & d_ok[None, :], other=0))
     ks = tl.load(KS + s_off, mask=ok, other=0.0)
-    s = tl.dot(q, tl.trans(k), input_precision=DOT_PRECISION)      # [BLOCK_H, BLOCK_N], fp32 sums
-    s = tl.maximum(s * ks[None, :], 0.0) * w[:, None]
-    logit = tl.where(ok, tl.sum(s, 0), float("-inf"))
+    logit = tl.zeros([BLOCK_N], dtype=tl.float32)
+    # Heads in chunks of CHUNK_H (all of them at once on a GPU; 16 on Ascend, where 64 decoded
+    # query rows and their scores at once took 99.5% of the unified buffer).
+    for h0 in tl.static_range(0, BLOCK_H, CHUNK_H):
+        heads = h0 + tl.arange(0, CHUNK_H)
+        h_ok = heads < HI
+        q = _e4m3(tl.load(Q + b * stride_qb + heads[:, None] * stride_qh + offs_d[None, :],
+                          mask=h_ok[:, None] & d_ok[None, :], other=0))
+        w = tl.load(W + b * stride_wb + heads * stride_wh, mask=h_ok, other=0.0)
+        s = tl.dot(q, tl.trans(k), input_precision=DOT_PRECISION)      # [CHUNK_H, BLOCK_N], fp32 sums
+        logit += tl.sum(tl.maximum(s * ks[None, :], 0.0) * w[:, None], 0)
+    logit = tl.where(ok, logit, float("-inf"))
     tl.store(LOGITS + b * stride_lb + j, logit, mask=j < N)
 
 
@@ -81,16 +85,16 @@ def _indexer_fwd(Q, W, K, KS, KOFF, SOFF, SEQ, LOGITS,
                  stride_qb, stride_qh, stride_wb, stride_wh, stride_ob, stride_lb,
                  HI, DI, N, n_tiles, n_work, n_programs,
                  BLOCK_H: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
-                 DOT_PRECISION: tl.constexpr, PERSISTENT: tl.constexpr):
+                 CHUNK_H: tl.constexpr, DOT_PRECISION: tl.constexpr, PERSISTENT: tl.constexpr):
     if PERSISTENT:  # kernels/_grid.py
         for work in range(tl.program_id(0), n_work, n_programs):
             _indexer_tile(Q, W, K, KS, KOFF, SOFF, SEQ, LOGITS, stride_qb, stride_qh, stride_wb, stride_wh,
                           stride_ob, stride_lb, HI, DI, N, work // n_tiles, work % n_tiles,
-                          BLOCK_H, BLOCK_N, BLOCK_D, DOT_PRECISION)
+                          BLOCK_H, BLOCK_N, BLOCK_D, CHUNK_H, DOT_PRECISION)
     else:
         _indexer_tile(Q, W, K, KS, KOFF, SOFF, SEQ, LOGITS, stride_qb, stride_qh, stride_wb, stride_wh,
                       stride_ob, stride_lb, HI, DI, N, tl.program_id(0), tl.program_id(1),
-                      BLOCK_H, BLOCK_N, BLOCK_D, DOT_PRECISION)
+                      BLOCK_H, BLOCK_N, BLOCK_D, CHUNK_H, DOT_PRECISION)
 
 
 PACKED_DTYPES = (torch.uint8, torch.int8)
@@ -186,8 +190,8 @@ def indexer_config(Hi: int, Di: int, *, interpret: bool, ascend: bool) -> dict:
         block_n = 16
     else:
         block_n = 64
-    return dict(BLOCK_H=block_h, BLOCK_N=block_n, BLOCK_D=block_d, num_warps=4,
-                num_stages=1 if interpret else 2)
+    return dict(BLOCK_H=block_h, BLOCK_N=block_n, BLOCK_D=block_d, CHUNK_H=16 if ascend else block_h,
+                num_warps=4, num_stages=1 if interpret else 2)
 
 
 def indexer_logits_plan(q_idx, keys, scales, k_off, s_off, weights, seq_lens, logits) -> LaunchPlan:
