@@ -71,6 +71,12 @@ class Family(ABC):
         the error fp32 scores of that size cost), or None when ``o`` is no softmax output."""
         return None
 
+    #: ``compare(case, inputs, produced, reference, result) -> [problem, ...]``, for a family
+    #: whose outputs are not judged element by element under attnsuite/tolerance.py (a top-k is
+    #: a set: cases/dsa_topk_indexer.py). It fills ``result.metrics`` / ``headroom`` /
+    #: ``tolerance`` as the runner's own comparison does. None: the runner's comparison.
+    compare: Callable | None = None
+
     def launches_kernel(self, case: Case) -> bool:
         """False for cases whose operation is plain PyTorch: compile-only skips them."""
         return True

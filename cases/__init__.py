@@ -21,5 +21,7 @@ FAMILIES = (
     "mustafar",
     "mla_paged_decode",
     "mla_paged_prefill",
+    "dsa_sparse_attention",
+    "dsa_topk_indexer",
     "probes",
 )

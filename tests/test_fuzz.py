@@ -36,7 +36,9 @@ def test_draws_cover_the_dimensions_and_stay_legal(name, drawn):
     cases = drawn[name]
     assert all(family.skip_reason(c) is None for c in cases), "the spec's skip rules are respected"
     assert {c.params.get("view", CONTIG) for c in cases} - {CONTIG}, "views are drawn"
-    assert {c.params.get("vals", RANDN) for c in cases} >= {RANDN, *VALUES}, "every value distribution"
+    # A top-k over fp8 logits has no softmax and value classes of its own (cases/dsa_topk_indexer.py).
+    want = {"randn", "ties", "winner", "edges"} if name == "dsa_topk_indexer" else {RANDN, *VALUES}
+    assert {c.params.get("vals", RANDN) for c in cases} >= want, "every value distribution"
     for c in cases:
         p = c.params
         if "Hkv" in p:

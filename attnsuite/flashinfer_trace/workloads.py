@@ -18,6 +18,8 @@ Mapping (schema: docs/op-types/gqa-{paged,ragged}.mdx):
 - ``gqa_ragged`` prefill -> ``prefill_varlen``, packed layout, causal when the definition's
   name says so (their naming rule, ``gqa_ragged_prefill_causal_...``). Our family takes one
   length per sequence for q and kv, so a workload whose q and kv lengths differ is not mapped.
+- ``dsa_paged`` indexer / sparse_attention -> ``dsa_topk_indexer`` / ``dsa_sparse_attention``
+  (attnsuite/flashinfer_trace/dsa.py).
 - ``gqa_paged`` prefill -> not mapped: no family of ours runs a query block over a paged cache.
   Gathering the pages into a ragged case would drop the paging the workload is about.
 
@@ -43,12 +45,12 @@ from pathlib import Path
 import torch
 
 from ..case import Case
-from . import schema
+from . import dsa, schema
 from .safetensors_index import SafetensorsError, read_tensor
 
 TAG = "workload"
 #: What this module maps, by op_type; other op types are listed as ignored.
-OP_TYPES = ("gqa_paged", "gqa_ragged", "mla_paged")
+OP_TYPES = ("gqa_paged", "gqa_ragged", "mla_paged", "dsa_paged")
 DTYPES = {"float16": "fp16", "bfloat16": "bf16", "float32": "fp32"}
 
 
@@ -157,6 +159,8 @@ def to_case(definition: dict, workload: dict, root: Path, definition_path: Path 
         if family.startswith("mla_"):  # mla_paged: attnsuite/flashinfer_trace/mla.py, given these helpers
             from .mla import params as mla_params
             params = mla_params(definition, workload, root, sys.modules[__name__])
+        elif definition["op_type"] == dsa.OP_TYPE:  # DeepSeek sparse attention: flashinfer_trace/dsa.py
+            params = dsa_params(definition, workload, root)
         else:
             params = (paged_decode_params if family == "paged_decode" else ragged_prefill_params)(
                 definition, workload, root)
@@ -171,6 +175,8 @@ def target_family(definition: dict) -> str:
     if definition["op_type"] == "mla_paged":
         from .mla import target_family as mla_family
         return mla_family(definition)
+    if definition["op_type"] == dsa.OP_TYPE:
+        return dsa.family(definition)
     if definition["op_type"] == "gqa_paged" and "qo_indptr" not in definition["inputs"]:
         return "paged_decode"
     return "prefill_varlen"  # gqa_ragged prefill, and gqa_paged prefill (the closest; unmapped)
@@ -223,6 +229,19 @@ def paged_decode_params(definition: dict, workload: dict, root: Path) -> dict:
     return dict(dtype=dtype, layout="NHD", P=P, placement=placement, lengths=lengths, Hq=Hq, Hkv=Hkv, D=D,
                 lse="lse" in definition["outputs"], vs=None, pool=pool, view="contig", vals="randn",
                 scale=sm_scale(workload), pages=pages)
+
+
+def dsa_params(definition: dict, workload: dict, root: Path) -> dict:
+    axes = axis_values(definition, workload)
+    axis = functools.partial(_axis, axes)
+    try:
+        if dsa.family(definition) == "dsa_topk_indexer":
+            return dsa.indexer_params(axis, _given(workload, "seq_lens", root),
+                                      lambda total, parts: split(_rng(workload), total, parts, 1))
+        return dsa.sparse_attention_params(axis, case_dtype(definition, ("q_nope", "q_pe", "ckv_cache", "kpe_cache")),
+                                           sm_scale(workload), "lse" in definition["outputs"])
+    except ValueError as exc:
+        raise Unmapped(str(exc)) from None
 
 
 def ragged_prefill_params(definition: dict, workload: dict, root: Path) -> dict:
