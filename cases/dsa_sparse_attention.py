@@ -31,7 +31,7 @@ from kernels.dsa_sparse_attention import dsa_sparse_attention
 from references.dsa import dsa_sparse_attention_reference
 
 from ._attention import lse_if, randn, score_bound
-from ._dims import (CONTIG, EXTREMES, RANDN, SCALES, SHIFTS, VALUES, ZERO_EVERY, ZERO_FIRST, case_scale, cancel_values,
+from ._dims import (CONTIG, EXTREMES, RANDN, SCALES, SHIFTS, SIGNED_SCALES, VALUES, ZERO_EVERY, ZERO_FIRST, case_scale, cancel_values,
                     dims_label, index_view, large_queries, late_last, late_mask, offset_values, scale_late,
                     second_half, shift_scores, zero_query)
 
@@ -83,6 +83,8 @@ QUICK = (
     + [case(vals=v, H=4) for v in DSA_VALUES]
     + [case(view=v, H=4, holes=0.2, mode="prefill", nq=2, cache=c) for v in VIEWS for c in ("fused", "slotpad")]
     + [case(scale=s, H=4, vals=v) for s, v in ((None, RANDN), ("hot", "offset"), ("one", "pm80"))]
+    # Negative and zero softmax scales, each with the distribution it is meant to meet.
+    + [case(scale=s, H=4, vals=v) for s, v in SIGNED_SCALES]
     + [case(dtype="fp32", H=4), case(dtype="bf16", H=4)]
     # The pair: indexer -> flat ids -> sparse attention (quality: dense MLA over the reference top-k).
     + [case(ctx=(150, 90), topk=32, pair=16, H=4, P=16)]
