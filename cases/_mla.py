@@ -146,6 +146,10 @@ def paged_latent_inputs(case, gen, lengths, H: int, rows: int, device=None) -> d
     buf, owned = latent_cache(gen, case, lengths, P, Dc, Dr, indptr, indices, num_pages, device)
     qn = randn(gen, (rows, H, Dc), case.dtype, device)
     qp = randn(gen, (rows, H, Dr), case.dtype, device)
+    # The helpers below combine queries and cache (concatenations, score shifts): where any of
+    # them was drawn on the device (a bulk tensor), the others follow it there, values unchanged.
+    if device is not None and any(t.device.type != "cpu" for t in (qn, qp, buf)):
+        qn, qp, buf = (t.to(device) for t in (qn, qp, buf))
     vals = case.params.get("vals", RANDN)
     if vals != RANDN:
         from ._dims import effective_scale

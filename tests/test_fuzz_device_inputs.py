@@ -12,6 +12,7 @@ build in milliseconds; a build that reaches an op reading values (nonzero, item:
 device) stops there."""
 from __future__ import annotations
 
+import inspect
 import os
 import random
 
@@ -26,6 +27,9 @@ from tests.strict_devices import MixedDevices, NeedsValues, StrictDevices
 
 META = torch.device("meta")
 FUZZED = [name for name in registry.names() if registry.family(name).fuzz(random.Random(0)) is not None]
+#: The fuzzed families that draw their bulk tensors on the run's device (``make_inputs`` takes
+#: ``device``); the others draw everything on the host and the harness copies it over whole.
+ON_DEVICE = [name for name in FUZZED if "device" in inspect.signature(registry.family(name).make_inputs).parameters]
 #: Draws per family (ATTNSUITE_DEVICE_DRAWS sets another count), and the fuzz seed they come
 #: from. A build costs 3-8 ms of CPU on meta, most of it torch's meta kernels (Python
 #: decompositions of each elementwise op) and the host-side page tables and token selections.
@@ -56,7 +60,24 @@ def _no_device_values(monkeypatch):
     monkeypatch.setattr(paged, "_SHARED", {})
 
 
-@pytest.mark.parametrize("name", FUZZED)
+def test_families_that_draw_on_the_host_have_their_inputs_placed_whole():
+    from attnsuite.family import inputs_on
+
+    class Meta:
+        torch_device = META
+
+        @staticmethod
+        def place(t):
+            return t.to(META) if isinstance(t, torch.Tensor) else t
+
+    for name in sorted(set(FUZZED) - set(ON_DEVICE)):
+        family = registry.family(name)
+        case = fuzz_cases(family, SEED, 1)[0]
+        placed = inputs_on(family, case, Meta())
+        assert all(t.device == META for t in placed.values() if isinstance(t, torch.Tensor)), name
+
+
+@pytest.mark.parametrize("name", ON_DEVICE)
 def test_fuzz_draws_build_on_a_device_without_mixing_it_with_the_host(name, monkeypatch):
     family = registry.family(name)
     mixed, built, on_device, stopped = [], 0, 0, 0
