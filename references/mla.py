@@ -29,6 +29,8 @@ from typing import Optional
 
 import torch
 
+#: Elements of gathered cache a decode reference pass holds at once (float64: 512 MB).
+GATHER_ELEMENTS = 1 << 26
 FP8_DTYPES = tuple(getattr(torch, n) for n in ("float8_e4m3fn",) if hasattr(torch, n))
 
 
@@ -91,12 +93,24 @@ def mla_paged_decode_reference(q_nope: torch.Tensor, q_pe: torch.Tensor, ckv_cac
     """q_nope [B, H, Dc], q_pe [B, H, Dr]; ckv_cache [pages, P, Dc], kpe_cache [pages, P, Dr]
     -> (o [B, H, Dc], lse [B, H]) in compute_dtype; ``scale=None``: 1/sqrt(Dc + Dr)."""
     B, H, Dc = q_nope.shape
-    scale = default_scale(Dc, q_pe.shape[-1], scale)
+    Dr = q_pe.shape[-1]
+    scale = default_scale(Dc, Dr, scale)
     lengths = sequence_lengths(kv_page_indptr, kv_last_page_len, ckv_cache.shape[1])
-    ckv, valid = gather_latent(ckv_cache, kv_page_indptr, kv_page_indices, lengths)
-    kpe, _ = gather_latent(kpe_cache, kv_page_indptr, kv_page_indices, lengths)
-    visible = valid[:, None, :].expand(B, H, valid.shape[1])
-    return _mla_attend(q_nope, q_pe, ckv, kpe, visible, scale, k_scale, v_scale, compute_dtype)
+    # Blocks of sequences bound the gathered cache's float64 copies (128 sequences of 8192 tokens
+    # would take 13 GB at once); each block is one vectorized pass.
+    longest = max(int(lengths.max()) if B else 0, 1)
+    step = max(1, GATHER_ELEMENTS // (longest * (Dc + Dr)))
+    o_parts, lse_parts = [], []
+    for b0 in range(0, max(B, 1), step):
+        rows = slice(b0, b0 + step)
+        indptr = kv_page_indptr[b0:b0 + step + 1]
+        ckv, valid = gather_latent(ckv_cache, indptr, kv_page_indices, lengths[rows])
+        kpe, _ = gather_latent(kpe_cache, indptr, kv_page_indices, lengths[rows])
+        visible = valid[:, None, :].expand(valid.shape[0], H, valid.shape[1])
+        o, lse = _mla_attend(q_nope[rows], q_pe[rows], ckv, kpe, visible, scale, k_scale, v_scale, compute_dtype)
+        o_parts.append(o)
+        lse_parts.append(lse)
+    return torch.cat(o_parts), torch.cat(lse_parts)
 
 
 def mla_paged_prefill_reference(q_nope: torch.Tensor, q_pe: torch.Tensor, qo_indptr: torch.Tensor,

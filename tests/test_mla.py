@@ -259,3 +259,16 @@ def test_the_kernels_e4m3_decoder_is_exact_on_every_byte():
     finite = torch.isfinite(want)
     assert int(finite.sum()) == 254
     assert torch.equal(got[finite], want[finite])
+
+
+def test_decode_reference_in_blocks_of_sequences_is_the_same(monkeypatch):
+    """Long caches are gathered a block of sequences at a time (bounded float64 copies): one
+    sequence per block gives the same numbers as the whole batch at once."""
+    import references.mla as ref
+    t = tiny()
+    args = (t["qn"], t["qp"], t["ckv"], t["kpe"], t["indptr"], t["indices"], t["last"])
+    whole = ref.mla_paged_decode_reference(*args, scale=0.3)
+    monkeypatch.setattr(ref, "GATHER_ELEMENTS", 1)
+    blocks = ref.mla_paged_decode_reference(*args, scale=0.3)
+    for a, b in zip(whole, blocks):
+        torch.testing.assert_close(a, b, rtol=0, atol=0)
