@@ -24,6 +24,8 @@ import torch
 import triton
 import triton.language as tl
 
+from ._checks import is_interpret
+
 FP8_DTYPE = torch.float8_e4m3fn
 #: How a kernel reads an fp8 cache (constexpr ``KV_FP8``): not fp8, Triton's cast, bit decode.
 NOT_FP8, NATIVE, BITS = 0, 1, 2
@@ -127,6 +129,17 @@ def kv_read_mode(cache: torch.Tensor, native_ok: bool) -> int:
     if not is_fp8(cache):
         return NOT_FP8
     return NATIVE if native_ok else BITS
+
+
+def fp8_mode(cache: torch.Tensor) -> int:
+    """How the kernels read this cache: Triton's own fp8 cast only where it is right and
+    compiles, i.e. compiled CUDA on sm_89+ (the interpreter decodes the NaN encodings as +-480;
+    sm_80 and Ascend have no fp8e4nv); the bit decode everywhere else."""
+    if not is_fp8(cache):
+        return NOT_FP8
+    native_ok = (cache.device.type == "cuda" and not is_interpret()
+                 and torch.cuda.get_device_capability(cache.device) >= (8, 9))
+    return kv_read_mode(cache, native_ok)
 
 
 def kernel_view(cache: torch.Tensor, mode: int) -> torch.Tensor:

@@ -14,11 +14,12 @@ page-id load per page (a vector ``t // PAGE_SIZE`` lookup does not compile on tr
 3.2.0rc2) and each page in BLOCK_N-slot chunks; the valid-slot mask is arithmetic. Long rows are
 split over pages and merged by ``_split.merge_plan`` (LSE-weighted).
 
-FP8 caches (``torch.float8_e4m3fn``): the kernel reads the cache's bytes (a uint8 view of the
-same memory) and decodes e4m3 with integer arithmetic (``_e4m3_bits``), then converts to q's
-dtype (every e4m3 value is exact in fp16 and bf16). Triton's own fp8e4nv type compiles only from
-sm_89 on (sm_80: "type fp8e4nv not supported in this architecture") and the Ascend 910B has no
-fp8 type at all; the bytes path runs on every tier, interpreter included. ``k_scale`` is folded
+FP8 caches (``torch.float8_e4m3fn``): compiled CUDA on sm_89+ loads them as fp8 and converts
+with Triton's own cast; everywhere else (the interpreter, which decodes the NaN encodings as
++-480; sm_80, where fp8e4nv does not compile; the Ascend 910B, which has no fp8 type) the kernel
+reads the cache's bytes (a uint8 view of the same memory) and decodes e4m3 with integer
+arithmetic (``_e4m3_bits``). Either way the tile is converted to q's dtype (every e4m3 value is
+exact in fp16 and bf16). ``k_scale`` is folded
 into the score scale and ``v_scale`` applied to the normalised output, which is exactly
 ``fp8.to(fp32) * scale`` on each side.
 
@@ -38,6 +39,7 @@ import triton.language as tl
 from ._checks import (DOT_INPUT_PRECISION, FLOAT_DTYPES, LaunchPlan, cdiv, check_flag, check_index_tensor,
                       check_int_range, check_launchable, check_nonempty, check_out_lse, check_scale,
                       check_tensor, is_interpret, launch, next_pow2, on_ascend)
+from ._fp8 import BITS, fp8_mode, kernel_view
 from ._grid import npu_cores, npu_splits, plan_grid
 from ._paged import check_index_values, check_page_table
 from ._split import merge_plan, split_outputs
@@ -241,9 +243,10 @@ def mla_plan(q_nope, q_pe, ckv_cache, kpe_cache, kv_page_indptr, kv_page_indices
     o_dst, l_dst, write_lse, o_strides, l_strides = split_outputs(out, lse, splits, R, H, Dc)
     has_rows = row_seq is not None
     n_hblk = cdiv(H, cfg["BLOCK_H"])
-    fp8 = ckv_cache.dtype in FP8_DTYPES
-    if fp8:  # the same memory as bytes (a view, strides kept): decoded in the kernel
-        ckv_cache, kpe_cache = ckv_cache.view(torch.uint8), kpe_cache.view(torch.uint8)
+    # fp8: compiled CUDA on sm_89+ converts with Triton's own cast; everywhere else the kernel
+    # reads the same memory as bytes (a view, strides kept) and decodes them (kernels/_fp8.py).
+    fp8 = fp8_mode(ckv_cache) == BITS
+    ckv_cache, kpe_cache = kernel_view(ckv_cache, fp8_mode(ckv_cache)), kernel_view(kpe_cache, fp8_mode(kpe_cache))
     args = (q_nope, q_pe, ckv_cache, kpe_cache, kv_page_indptr, kv_page_indices, kv_last_page_len,
             row_seq if has_rows else kv_page_indptr, row_limit if has_rows else kv_page_indptr, o_dst, l_dst,
             q_nope.stride(0), q_nope.stride(1), q_pe.stride(0), q_pe.stride(1),

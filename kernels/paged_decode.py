@@ -30,7 +30,7 @@ from ._checks import (cdiv, DOT_INPUT_PRECISION, check_flag, check_gqa, check_in
 from ._tune import pick
 from ._grid import npu_cores, npu_splits, plan_grid
 from ._split import merge_in_last_program, merge_meta, merge_plan, NO_MERGE, scratch_of, split_outputs
-from ._fp8 import FP8_DTYPE, NOT_FP8, call_scales, check_kv_scales, kernel_view, kv_read_mode, load_kv
+from ._fp8 import FP8_DTYPE, NOT_FP8, call_scales, check_kv_scales, fp8_mode, kernel_view, load_kv
 from ._paged import (check_index_values, check_layout, check_outputs, check_page_table,
                      check_paged_kv, check_q, kv_dims, kv_strides)
 
@@ -382,17 +382,6 @@ def paged_decode_plan(q: torch.Tensor, kv_cache: torch.Tensor, kv_page_indptr: t
     pages_per_split = cfg.pop("PAGES_PER_SPLIT")
     return _plan(_paged_decode_fwd, q, kv_cache, kv_page_indptr, kv_page_indices, kv_last_page_len,
                  out, lse, layout, scale, splits, pages_per_split, cfg, "default", **fp8)
-
-
-def fp8_mode(kv_cache: torch.Tensor) -> int:
-    """How the kernels read this cache (kernels/_fp8.py): Triton's own fp8 cast only where it is
-    right and compiles, i.e. compiled CUDA on sm_89+ (the interpreter decodes the NaN encodings
-    as +-480; sm_80 and Ascend have no fp8e4nv); the bit decode everywhere else."""
-    if kv_cache.dtype != FP8_DTYPE:
-        return NOT_FP8
-    native_ok = (kv_cache.device.type == "cuda" and not is_interpret()
-                 and torch.cuda.get_device_capability(kv_cache.device) >= (8, 9))
-    return kv_read_mode(kv_cache, native_ok)
 
 
 def _flat_plan(q, kv_cache, kv_page_indptr, kv_page_indices, kv_last_page_len, out, lse, *, layout,
