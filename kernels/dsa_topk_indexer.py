@@ -27,9 +27,9 @@ import torch
 import triton
 import triton.language as tl
 
-from ._checks import (DOT_INPUT_PRECISION, INT32_MAX, LaunchPlan, cdiv, check_flag, check_index_tensor, check_launchable,
-                      check_nonempty, check_output, check_tensor, check_values_in_range, is_interpret,
-                      launch, next_pow2, on_ascend)
+from ._checks import (DOT_INPUT_PRECISION, INT32_MAX, LaunchPlan, cdiv, check_flag, check_index_tensor,
+                      check_launchable, check_nonempty, check_output, check_tensor, check_values_in_range,
+                      is_interpret, launch, next_pow2, on_ascend)
 from ._grid import plan_grid
 
 FP8 = torch.float8_e4m3fn
