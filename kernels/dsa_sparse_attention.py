@@ -209,12 +209,16 @@ def validate(fn: str, q_nope, q_pe, ckv_cache, kpe_cache, sparse_indices, scale,
                        dims="[T, topk]", like="q_nope")
     check_tensor(fn, "sparse_indices", sparse_indices, shape=(T, None), dims="[T, topk]")
     for name, value in (("k_scale", k_scale), ("v_scale", v_scale)):
+        if value is None:  # check_scale reads None as "the default softmax scale"
+            raise TypeError(f"{fn}: {name} must be a real number, got NoneType")
         if check_scale(fn, value, 1, name) <= 0:
             raise ValueError(f"{fn}: {name} must be > 0, got {value}")
     check_flag(fn, "return_lse", return_lse)
     if num_splits is not None:
         check_int_range(fn, "num_splits", num_splits, 1, 2**31 - 1)
     scale = check_scale(fn, scale, Dc + Dr)
+    # The kernel receives float32(scale * k_scale * log2(e)): each factor may fit and the product not.
+    check_scale(fn, scale * float(k_scale), 1, "scale * k_scale")
     inputs = {"q_nope": q_nope, "q_pe": q_pe, "ckv_cache": ckv_cache, "kpe_cache": kpe_cache,
               "sparse_indices": sparse_indices}
     check_out_lse(fn, out, lse, return_lse, o_shape=(T, H, Dc), o_dims="[T, H, Dc]", lse_shape=(T, H),

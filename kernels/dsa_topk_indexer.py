@@ -27,9 +27,9 @@ import torch
 import triton
 import triton.language as tl
 
-from ._checks import (DOT_INPUT_PRECISION, LaunchPlan, cdiv, check_flag, check_index_tensor, check_launchable,
-                      check_nonempty, check_output, check_tensor, check_values_in_range, is_interpret,
-                      launch, next_pow2, on_ascend)
+from ._checks import (DOT_INPUT_PRECISION, INT32_MAX, LaunchPlan, cdiv, check_flag, check_index_tensor,
+                      check_launchable, check_nonempty, check_output, check_tensor, check_values_in_range,
+                      is_interpret, launch, next_pow2, on_ascend)
 from ._grid import plan_grid
 
 FP8 = torch.float8_e4m3fn
@@ -163,10 +163,15 @@ def validate(fn: str, q_idx, k_cache, weights, seq_lens, block_table, topk, k_sc
     check_index_tensor(fn, "seq_lens", seq_lens, device=dev, rank=1, shape=(B,), dims="[B]", like="q_idx")
     check_index_tensor(fn, "block_table", block_table, device=dev, rank=2, shape=(B, None),
                        dims="[B, max_pages]", like="q_idx")
-    if isinstance(topk, bool) or not isinstance(topk, numbers.Integral) or topk < 1:
+    if isinstance(topk, bool) or not isinstance(topk, numbers.Integral):
+        raise TypeError(f"{fn}: topk must be an int, got {type(topk).__name__} {topk!r}")
+    if topk < 1:
         raise ValueError(f"{fn}: topk must be an int >= 1, got {topk!r}")
     check_flag(fn, "return_logits", return_logits)
     N = block_table.shape[1] * P
+    if N > INT32_MAX:  # the kernel counts positions in int32: past it they wrap negative
+        raise ValueError(f"{fn}: block_table [B, max_pages] with page_size {P} gives {N} positions, more than "
+                         f"int32 positions reach (2**31 - 1)")
     inputs = {"q_idx": q_idx, "k_cache": k_cache, "weights": weights, "seq_lens": seq_lens,
               "block_table": block_table, "k_scale": k_scale}
     if out is not None:

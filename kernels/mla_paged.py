@@ -266,12 +266,20 @@ def mla_plan(q_nope, q_pe, ckv_cache, kpe_cache, kv_page_indptr, kv_page_indices
 # ----------------------------------------------------------------------------- validation
 
 def check_cache_scale(fn: str, name: str, value) -> float:
-    """k_scale / v_scale: a finite positive real (per-tensor dequantisation factor)."""
+    """k_scale / v_scale: a finite positive real (per-tensor dequantisation factor) that stays
+    finite as the kernel's float32, log2(e) factor included (k_scale is folded into the score
+    scale; v_scale is held to the same bound, within a factor 1.45 of float32's largest)."""
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
         raise TypeError(f"{fn}: {name} must be a real number, got {type(value).__name__}")
     if not (math.isfinite(float(value)) and float(value) > 0):
         raise ValueError(f"{fn}: {name} must be finite and > 0, got {value}")
-    return float(value)
+    return check_scale(fn, value, 1, name)
+
+
+def check_folded_scale(fn: str, scale: float, k_scale: float) -> None:
+    """The kernels receive float32(scale * k_scale * log2(e)): each factor may fit and the
+    product not."""
+    check_scale(fn, scale * k_scale, 1, "scale * k_scale")
 
 
 def check_mla_inputs(fn: str, q_nope, q_pe, ckv_cache, kpe_cache, rows_name: str, allow_no_rows: bool):
@@ -323,6 +331,7 @@ def _prepare(fn, q_nope, q_pe, ckv_cache, kpe_cache, kv_page_indptr, kv_page_ind
     scale = check_scale(fn, scale, Dc + Dr)
     k_scale = check_cache_scale(fn, "k_scale", k_scale)
     v_scale = check_cache_scale(fn, "v_scale", v_scale)
+    check_folded_scale(fn, scale, k_scale)
     if num_splits is not None:
         check_int_range(fn, "num_splits", num_splits, 1, 2**31 - 1)
     if prefill:
@@ -346,9 +355,11 @@ def _prepare(fn, q_nope, q_pe, ckv_cache, kpe_cache, kv_page_indptr, kv_page_ind
 
 
 def _qo_checks(fn, qo_indptr, T, page_size, kv_page_indptr, kv_last_page_len, causal):
-    """qo_indptr[0] == 0, non-decreasing, qo_indptr[B] == total_q, and (causal) n_b <= m_b."""
-    n = qo_indptr[1:] - qo_indptr[:-1]
-    pages = kv_page_indptr[1:] - kv_page_indptr[:-1]
+    """qo_indptr[0] == 0, non-decreasing, qo_indptr[B] == total_q, and (causal) n_b <= m_b.
+    Differences in int64: int32 ones wrap, and a qo_indptr whose entries pass 2**31 would then
+    look non-decreasing and end at total_q."""
+    n = qo_indptr[1:].to(torch.int64) - qo_indptr[:-1]
+    pages = kv_page_indptr[1:].to(torch.int64) - kv_page_indptr[:-1]
     m = torch.where(pages > 0, (pages - 1) * page_size + kv_last_page_len, 0)
     room = (m - n).min() if n.numel() else qo_indptr[0] * 0
     stats = [qo_indptr[0], qo_indptr[-1], n.min() if n.numel() else qo_indptr[0] * 0, room]

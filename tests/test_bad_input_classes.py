@@ -31,11 +31,14 @@ import kernels._callcache
 import kernels._checks
 import kernels.settings
 from attnsuite import registry
-from attnsuite.buffers import guarded_nan_buffer, guards_intact
+from attnsuite.buffers import guarded_nan_buffer, guards_intact, poison
 from kernels import mustafar_format
 from kernels.block_sparse import block_sparse
 from kernels.decode import decode
+from kernels.dsa_sparse_attention import dsa_sparse_attention
+from kernels.dsa_topk_indexer import dsa_topk_indexer
 from kernels.magicpig_decode import magicpig_decode
+from kernels.mla_paged import mla_paged_decode, mla_paged_prefill
 from kernels.mustafar import mustafar_decode, mustafar_keys, mustafar_values
 from kernels.paged_decode import paged_decode
 from kernels.prefill import prefill
@@ -45,7 +48,8 @@ from kernels.sparse_paged_decode import sparse_paged_decode
 
 KERNEL_MODULES = ("kernels.prefill", "kernels.prefill_varlen", "kernels.decode", "kernels.paged_decode",
                   "kernels.sparse_decode", "kernels.sparse_paged_decode", "kernels.magicpig_decode",
-                  "kernels.block_sparse", "kernels.mustafar", "kernels._paged")
+                  "kernels.block_sparse", "kernels.mustafar", "kernels._paged", "kernels.mla_paged",
+                  "kernels.dsa_sparse_attention", "kernels.dsa_topk_indexer")
 BIG = 2**31 - 1
 META = torch.device("meta")
 
@@ -66,13 +70,20 @@ def randn(*shape, dtype=torch.float16, seed=0):
 @dataclasses.dataclass
 class Entry:
     """One public entry point and a valid call of it: positional arguments by name, keywords,
-    and the shapes of its output buffers (``lse`` absent where the entry has none)."""
+    and the shapes of its output buffers (``lse`` absent where the entry has none; an entry whose
+    second output has another name, such as the indexer's fp32 ``logits``, names it in
+    ``second``). ``cached``: the wrapper keeps a call cache (``kernels._callcache``), so the
+    classes are also tried after a cached correct call; a wrapper without one validates every
+    call from scratch and has no cached mode to try (``test_uncached_entries_keep_no_call_cache``
+    holds that to be true)."""
     fn: Callable
     args: dict
     kwargs: dict
     out: tuple
     lse: tuple = None
     out_dtype: torch.dtype = torch.float16
+    second: str = "lse"
+    cached: bool = True
 
     @property
     def name(self) -> str:
@@ -103,7 +114,7 @@ class Entry:
     def outputs(self) -> dict:
         out = {"out": torch.empty(self.out, dtype=self.out_dtype)}
         if self.lse is not None:
-            out["lse"] = torch.empty(self.lse, dtype=torch.float32)
+            out[self.second] = torch.empty(self.lse, dtype=torch.float32)
         return out
 
 
@@ -117,6 +128,26 @@ def sparse_lists(B=3, Hq=2, L=3):
     return dict(sparse_ind=torch.tensor([[[0, 5, 2]] * Hq, [[2, 0, 1]] * Hq, [[0, 0, 0]] * Hq],
                                         dtype=torch.int32)[:B, :, :L],
                 sparse_nnz=torch.tensor([[3] * Hq, [2] * Hq, [0] * Hq], dtype=torch.int32)[:B])
+
+
+def mla_args(prefill: bool = False) -> dict:
+    """paged_args' table over a latent cache (Dc = Dr = 16): sequences of 6, 3 and 0 tokens;
+    prefill queries the last 2 and 1 of the first two."""
+    table = {n: t for n, t in paged_args().items() if n != "q" and n != "kv_cache"}
+    cache = dict(ckv_cache=randn(5, 4, 16, seed=1), kpe_cache=randn(5, 4, 16, seed=2))
+    rows = dict(qo_indptr=i32(0, 2, 3, 3)) if prefill else {}
+    return dict(q_nope=randn(3, 2, 16), q_pe=randn(3, 2, 16, seed=3), **rows, **cache, **table,
+                kv_last_page_len=i32(2, 3, 0))
+
+
+def dsa_indexer_args() -> dict:
+    """Two sequences of 6 and 3 tokens on pages [2, 0] and [1] of a pool of three 4-slot pages
+    (fp8 keys with fp32 per-token scales); the top 4."""
+    fp8 = torch.float8_e4m3fn
+    return dict(q_idx=randn(2, 2, 16, dtype=torch.float32).to(fp8),
+                k_cache=randn(3, 4, 16, dtype=torch.float32, seed=1).to(fp8),
+                weights=randn(2, 2, dtype=torch.float32, seed=2), seq_lens=i32(6, 3),
+                block_table=torch.tensor([[2, 0], [1, 0]], dtype=torch.int32), topk=4)
 
 
 def entries() -> dict:
@@ -151,6 +182,16 @@ def entries() -> dict:
         Entry(mustafar_values, dict(p=randn(1, 2, 64, dtype=torch.float32, seed=5), vc=vc), {}, (1, 2, 64),
               out_dtype=torch.float32),
         Entry(mustafar_decode, dict(q=randn(1, 2, 64, seed=4), kc=kc, vc=vc), {}, (1, 2, 64)),
+        Entry(mla_paged_decode, mla_args(), dict(num_splits=1, **lse_on), (3, 2, 16), (3, 2), cached=False),
+        Entry(mla_paged_prefill, mla_args(prefill=True), dict(causal=True, num_splits=1, **lse_on),
+              (3, 2, 16), (3, 2), cached=False),
+        Entry(dsa_sparse_attention, dict(q_nope=randn(2, 2, 16), q_pe=randn(2, 2, 16, seed=1),
+                                         ckv_cache=randn(4, 4, 16, seed=2), kpe_cache=randn(4, 4, 16, seed=3),
+                                         sparse_indices=torch.tensor([[0, 5, -1], [15, -1, 7]], dtype=torch.int32)),
+              dict(num_splits=1, **lse_on), (2, 2, 16), (2, 2), cached=False),
+        Entry(dsa_topk_indexer, dsa_indexer_args(),
+              dict(k_scale=torch.rand((3, 4), generator=torch.Generator().manual_seed(4)) + 0.5, return_logits=True),
+              (2, 4), (2, 8), out_dtype=torch.int32, second="logits", cached=False),
     ]}
 
 
@@ -162,13 +203,29 @@ FAMILY_ENTRIES = {
     "decode": ["decode"], "paged_decode": ["paged_decode"], "sparse_decode": ["sparse_decode"],
     "sparse_paged_decode": ["sparse_paged_decode"], "magicpig_decode": ["magicpig_decode"],
     "block_sparse": ["block_sparse"], "mustafar": ["mustafar_keys", "mustafar_values", "mustafar_decode"],
+    "mla_paged_decode": ["mla_paged_decode"], "mla_paged_prefill": ["mla_paged_prefill"],
+    "dsa_sparse_attention": ["dsa_sparse_attention"], "dsa_topk_indexer": ["dsa_topk_indexer"],
 }
-WITH_SCALE = [n for n in ENTRIES if n not in ("mustafar_keys", "mustafar_values")]
+WITH_SCALE = [n for n in ENTRIES if n not in ("mustafar_keys", "mustafar_values", "dsa_topk_indexer")]
+#: Entries with per-tensor dequantisation scales (floats): k_scale is folded into the score scale.
+WITH_CACHE_SCALES = ["mla_paged_decode", "mla_paged_prefill", "dsa_sparse_attention"]
 
 
 def test_every_family_is_covered():
     assert set(FAMILY_ENTRIES) == set(registry.names()) - {"probes"}
     assert sorted(n for names in FAMILY_ENTRIES.values() for n in names) == sorted(ENTRIES)
+
+
+def test_uncached_entries_keep_no_call_cache(launches):
+    """An entry marked ``cached=False`` is tried cold only: that is sound only while its module
+    keeps no call cache and its calls look none up (a cache added later must flip the mark)."""
+    for name, entry in ENTRIES.items():
+        module = importlib.import_module(entry.fn.__module__)
+        has_cache = any(isinstance(v, kernels._callcache.CallCache) for v in vars(module).values())
+        HITS.clear()
+        entry.call()
+        entry.call()
+        assert has_cache == entry.cached and bool(HITS) == entry.cached, (name, has_cache, HITS)
 
 
 # ----------------------------------------------------------------------------- harness
@@ -254,8 +311,9 @@ MODES = ("cold", "cached")
 
 def each_mode(entry: Entry, launches: list, check: Callable, **warm_change) -> None:
     """``check(mode)`` cold (empty caches), then after a correct call with ``warm_change``; after
-    the refused call the correct one still takes the lean path (nothing was left poisoned)."""
-    for mode in MODES:
+    the refused call the correct one still takes the lean path (nothing was left poisoned). An
+    entry without a call cache has the cold mode only."""
+    for mode in MODES if entry.cached else MODES[:1]:
         for cache in call_caches():
             cache.clear()
         launches.clear()
@@ -292,6 +350,33 @@ def test_legal_scales_reach_the_launch(launches, name, path):
     for scale in GOOD_SCALES:
         ENTRIES[name].call(scale=scale)
         assert launches, (name, scale)
+        launches.clear()
+
+
+#: Per-tensor dequantisation scales: real numbers (not None, a bool or a string), > 0 and finite
+#: in float32, and k_scale times the softmax scale, folded into one float32 with log2(e), must
+#: stay finite too.
+BAD_CACHE_SCALES = [(dict(k_scale=s), "k_scale") for s in (*BAD_SCALES[:3], 0.0, -0.5, None, True, "1.0")]
+BAD_CACHE_SCALES += [(dict(v_scale=s), "v_scale") for s in (*BAD_SCALES[:3], 0.0, -0.5, None, True, "1.0")]
+BAD_CACHE_SCALES += [(dict(scale=1e30, k_scale=1e10), "k_scale"), (dict(scale=-2e38, k_scale=1.5), "k_scale")]
+
+
+@pytest.mark.parametrize("name", WITH_CACHE_SCALES)
+def test_a_cache_scale_the_kernel_cannot_use_is_refused(launches, name):
+    entry = ENTRIES[name]
+    for change, argument in BAD_CACHE_SCALES:
+        def check(mode):
+            exc = ValueError if isinstance(change[argument], float) else TypeError
+            rejected(entry, launches, argument, exc=exc, lean=False, **change)
+        each_mode(entry, launches, check)
+
+
+@pytest.mark.parametrize("name", WITH_CACHE_SCALES)
+def test_legal_cache_scales_reach_the_launch(launches, name):
+    for change in (dict(k_scale=1 / 64, v_scale=8.0), dict(k_scale=2, v_scale=1),
+                   dict(scale=1e30, k_scale=1e-8), dict(scale=-1.0, k_scale=2.3e38, v_scale=2.3e38)):
+        ENTRIES[name].call(**change)
+        assert launches, (name, change)
         launches.clear()
 
 
@@ -345,11 +430,12 @@ def test_an_output_over_an_input_s_memory_is_refused(launches, name, path):
     entry = ENTRIES[name]
     outputs = entry.outputs()
     pairs = [(output, arg) for output in outputs for arg in entry.tensors()]
-    pairs += [("lse", "out")] if "lse" in outputs else []
+    second = entry.second
+    pairs += [(second, "out")] if second in outputs else []
     for output, arg in pairs:
-        if arg == "out":  # lse over out's memory
-            out, lse = second_storages(outputs["out"], tuple(outputs["lse"].shape), torch.float32)
-            base, bad = {"out": out, "lse": outputs["lse"]}, {"out": out, "lse": lse}
+        if arg == "out":  # lse (logits) over out's memory
+            out, lse = second_storages(outputs["out"], tuple(outputs[second].shape), torch.float32)
+            base, bad = {"out": out, second: outputs[second]}, {"out": out, second: lse}
         else:
             source, buffer = second_storages(entry.tensors()[arg], tuple(outputs[output].shape),
                                              outputs[output].dtype)
@@ -379,7 +465,7 @@ def test_outputs_beside_an_input_in_one_buffer_are_accepted(launches, name, path
 #: entry -> [(argument, the correct value, an equal value of the wrong type)].
 TYPE_SWAPS = {name: [] for name in ENTRIES}
 for _n, _e in ENTRIES.items():
-    for _flag in ("return_lse", "causal"):
+    for _flag in ("return_lse", "causal", "return_logits"):
         if _flag in _e.kwargs:
             TYPE_SWAPS[_n].append((_flag, _e.kwargs[_flag], int(_e.kwargs[_flag])))
     if _n not in ("prefill", "decode"):
@@ -390,6 +476,7 @@ TYPE_SWAPS["prefill_packed"].append(("max_seqlen", 4, 4.0))
 TYPE_SWAPS["block_sparse"] += [("block_shape", (128, 128), (128.0, 128)),
                                ("block_shape", (128, 128), [128, 128.0])]
 TYPE_SWAPS["paged_decode"].append(("layout", "HND", b"HND"))
+TYPE_SWAPS["dsa_topk_indexer"].append(("topk", 4, 4.0))
 #: A compressed cache's fields: entry -> [(cache, field, an equal value of the wrong type)].
 CACHE_SWAPS = {n: [(c, field, bad) for c in caches
                    for field, bad in (("bits", 16.0), ("shape", (1, 1, 64.0, 64)), ("shape", [1, 1, 64, 64.0]))]
@@ -415,7 +502,7 @@ def test_an_equal_value_of_the_wrong_type_is_refused(launches, name):
 
 # ----------------------------------------------------------------------------- index overflow
 
-PAGED = ("paged_decode", "sparse_paged_decode", "magicpig_decode")
+PAGED = ("paged_decode", "sparse_paged_decode", "magicpig_decode", "mla_paged_decode", "mla_paged_prefill")
 SPARSE = ("sparse_decode", "sparse_paged_decode", "magicpig_decode")
 
 
@@ -440,6 +527,17 @@ def overflows(name: str) -> list:
     if name in SPARSE:
         out += [(dict(sparse_ind=torch.full((3, 2, 3), BIG, dtype=torch.int32)), "sparse_ind"),
                 (dict(sparse_nnz=torch.full((3, 2), BIG, dtype=torch.int32)), "sparse_nnz")]
+    if name == "mla_paged_prefill":
+        # Sequences of 2**31 - 1, 2**31 - 1 and 5 queries: wraps to T = 3 in int32 (non-causal:
+        # a causal call also needs n <= m, which these counts fail in int32 as well).
+        out += [(dict(qo_indptr=i32(0, BIG, -2, 3), causal=False), "qo_indptr"),
+                (dict(qo_indptr=i32(0, BIG, BIG, 3), causal=False), "qo_indptr"),
+                (dict(qo_indptr=i32(0, BIG, -2, 3)), "qo_indptr")]
+    if name == "dsa_sparse_attention":
+        out += [(dict(sparse_indices=torch.full((2, 3), BIG, dtype=torch.int32)), "sparse_indices")]
+    if name == "dsa_topk_indexer":
+        out += [(dict(seq_lens=i32(BIG, 3)), "seq_lens"),
+                (dict(block_table=torch.tensor([[2, BIG], [1, 0]], dtype=torch.int32)), "block_table")]
     if name == "prefill_packed":
         # Sequences of 2**31 - 1, 2**31 - 4 and 11 tokens, wrapping to T = 6 in int32.
         out += [(dict(cu_seqlens=i32(0, BIG, -5, 6)), "cu_seqlens"),
@@ -474,11 +572,26 @@ def test_a_sequence_longer_than_int32_positions_is_refused(launches, name, path)
     """2**15 pages of 2**16 slots: 2**31 tokens, one more than an int32 position reaches. The
     table is otherwise valid (every entry is page 0 of a one-page pool)."""
     pages, page = 2**15, 2**16
-    change = dict(kv_cache=torch.zeros(1, 2, 1, page, 16, dtype=torch.float16),
-                  kv_page_indptr=i32(0, pages, pages, pages),
+    if name.startswith("mla"):
+        cache = dict(ckv_cache=torch.zeros(1, page, 16, dtype=torch.float16),
+                     kpe_cache=torch.zeros(1, page, 16, dtype=torch.float16))
+    else:
+        cache = dict(kv_cache=torch.zeros(1, 2, 1, page, 16, dtype=torch.float16))
+    change = dict(**cache, kv_page_indptr=i32(0, pages, pages, pages),
                   kv_page_indices=torch.zeros(pages, dtype=torch.int32),
                   kv_last_page_len=i32(page, 0, 0))
     message = rejected(ENTRIES[name], launches, "kv_page_indptr", exc=ValueError, **change)
+    assert "int32" in message
+
+
+def test_indexer_positions_past_int32_are_refused(launches):
+    """2**16 pages of 2**15 slots in the table's width: 2**31 logical positions, one more than the
+    indexer's int32 positions reach (the pool itself is one page)."""
+    pages, page = 2**16, 2**15
+    change = dict(k_cache=torch.zeros(1, page, 16, dtype=torch.float8_e4m3fn),
+                  k_scale=torch.ones(1, page), block_table=torch.zeros(2, pages, dtype=torch.int32),
+                  return_logits=False)
+    message = rejected(ENTRIES["dsa_topk_indexer"], launches, "block_table", exc=ValueError, **change)
     assert "int32" in message
 
 
@@ -537,4 +650,5 @@ def test_a_run_with_a_negative_scale_writes_only_its_outputs(name):
     entry.call(**views, **({"scale": -0.5} if name in WITH_SCALE else {}))
     for n in views:
         assert guards_intact(storages[n]), (name, n)
-        assert not torch.isnan(views[n]).any(), (name, n)
+        assert not (views[n] != views[n]).any() if views[n].is_floating_point() \
+            else not (views[n] == poison(views[n].dtype)).any(), (name, n)
