@@ -17,7 +17,7 @@ from attnsuite.case import make_cases
 from attnsuite.family import Family
 from attnsuite.interfaces import Interface
 from kernels.probes import (block_ptr_order, cumsum, early_return, fp8_load, gather_inner_axis, gather_int32,
-                            gather_transposed, grid_limit, interp_bf16_dot, interp_bf16_round,
+                            gather_transposed, gathered_index_select, grid_limit, interp_bf16_dot, interp_bf16_round,
                             loop_carried_mask,
                             loop_const_trip, loop_if_mask, page_div_zero, ub_overflow,
                             while_block_index)
@@ -41,6 +41,10 @@ class Probe:
 
 def _ints(gen, high, shape):
     return torch.randint(0, high, shape, generator=gen, dtype=torch.int32)
+
+
+def _with_holes(ids):
+    return ids.masked_fill(torch.arange(ids.numel()) % 3 == 1, -1)
 
 
 def _page_sums(x, c, dt):
@@ -108,6 +112,12 @@ PROBE_SPECS = {
         inputs=lambda c, g: {"k": randn(g, (c["T"], c["D"]), c.dtype), "idx": _ints(g, c["T"], (c["N"],))},
         output=lambda c, x: ("kt", (c["D"], c["N"]), c.dtype),
         reference=lambda c, x, dt: x["k"].to(dt)[x["idx"].long()].T),
+    # rows = k[ids] with -1 ids giving zero rows (every third id is -1).
+    "gathered_index_select": Probe(
+        gathered_index_select,
+        inputs=lambda c, g: {"k": randn(g, (c["T"], c["D"]), c.dtype), "ids": _with_holes(_ints(g, c["T"], (c["N"],)))},
+        output=lambda c, x: ("rows", (c["N"], c["D"]), c.dtype),
+        reference=lambda c, x, dt: gathered_index_select.listed_rows(x["k"].to(dt), x["ids"])),
     # y = 2 x over n values, launched on more programs than have work.
     "early_return": Probe(
         early_return,
@@ -198,6 +208,7 @@ CASES = [
     *_each_variant("loop_carried_mask", L=29, page=16, pages=2),
     *_each_variant("gather_transposed", T=64, N=16, D=32),
     *_each_variant("gather_inner_axis", T=64, N=16, D=32),
+    *_each_variant("gathered_index_select", T=64, N=16, D=32),
     # 4 programs for 40 values: the last one has nothing to do.
     *_each_variant("early_return", n=40, programs=4),
     *_each_variant("gather_int32", N=32),

@@ -72,15 +72,21 @@ def _dsa_tile(Q_NOPE, Q_PE, CKV, KPE, IDS, COFF, ROFF, O, LSE,
     acc = tl.zeros([BLOCK_H, BLOCK_DV], dtype=tl.float32)
     for n in range(start, end, BLOCK_N):
         j = n + offs_n
-        ids = tl.load(IDS + t * stride_it + j, mask=j < end, other=-1)
+        listed = j < end
+        ids = tl.load(IDS + t * stride_it + j, mask=listed, other=-1)
         ok = ids >= 0
+        # Offsets come from the loaded ids (or host offsets) by casts and multiplies only, and
+        # their loads are masked by the slot range: a where/maximum on the loaded ids, or a load
+        # masked by them, on the way to an address crashes triton-ascend 3.2.0rc2's adapter
+        # (porting_notes.md#gathered_index_select). An id of -1 makes a negative offset that the
+        # row mask `ok` keeps from being read.
         if UNIFORM:
-            row = tl.where(ok, ids, 0).to(tl.int64)
+            row = ids.to(tl.int64)
             c_off = row * ckv_slot
             r_off = row * kpe_slot
-        else:  # element offsets made on the host (row_offsets): a page is not page_size slots long
-            c_off = tl.load(COFF + t * stride_it + j, mask=ok, other=0)
-            r_off = tl.load(ROFF + t * stride_it + j, mask=ok, other=0)
+        else:  # element offsets made on the host (row_offsets, 0 for -1): pages longer than page_size slots
+            c_off = tl.load(COFF + t * stride_it + j, mask=listed, other=0)
+            r_off = tl.load(ROFF + t * stride_it + j, mask=listed, other=0)
         kpe = tl.load(KPE + r_off[:, None] + offs_r[None, :], mask=ok[:, None] & r_ok[None, :], other=0.0)
         s = tl.dot(q_pe, tl.trans(kpe), input_precision=DOT_PRECISION)
         if SPLIT_D:
