@@ -124,13 +124,14 @@ def _mla_tile(
         for c in range(0, PAGE_SIZE, BLOCK_N):
             slot = c + offs_n
             tok_ok = (slot < PAGE_SIZE) & (p * PAGE_SIZE + slot < limit)
-            kc = tl.load(CKV + page * stride_cp + slot[:, None] * stride_cs + offs_c[None, :],
-                         mask=tok_ok[:, None] & c_ok[None, :], other=0)
-            kr = tl.load(KPE + page * stride_kp + slot[:, None] * stride_ks + offs_r[None, :],
-                         mask=tok_ok[:, None] & r_ok[None, :], other=0)
+            c_ptrs = CKV + page * stride_cp + slot[:, None] * stride_cs + offs_c[None, :]
+            r_ptrs = KPE + page * stride_kp + slot[:, None] * stride_ks + offs_r[None, :]
             if FP8_BYTES:
-                kc = _e4m3_bits(kc)
-                kr = _e4m3_bits(kr)
+                kc = _e4m3_bits(tl.load(c_ptrs, mask=tok_ok[:, None] & c_ok[None, :], other=0))
+                kr = _e4m3_bits(tl.load(r_ptrs, mask=tok_ok[:, None] & r_ok[None, :], other=0))
+            else:  # a float fill: an fp8 tile (Triton's own cast) takes no int32 constant
+                kc = tl.load(c_ptrs, mask=tok_ok[:, None] & c_ok[None, :], other=0.0)
+                kr = tl.load(r_ptrs, mask=tok_ok[:, None] & r_ok[None, :], other=0.0)
             kc = kc.to(qn.dtype)
             kr = kr.to(qp.dtype)
             s = tl.dot(qn, tl.trans(kc), input_precision=DOT_PRECISION)
