@@ -3,6 +3,8 @@ import json
 
 import pytest
 
+from attnsuite import registry
+
 from attnsuite.records import SCHEMA
 
 DECODE_CASE = "cases/decode.py::decode[fp16-B2-Hq8-Hkv2-S17-D64-lse]"
@@ -22,7 +24,10 @@ def test_quick_profile_under_xdist_passes_records_every_case_and_writes_the_repo
     assert all(r["env"]["triton"] and r["env"]["torch"] for r in run.records)
     for r in run.records:
         if r["outcome"] == "pass":
-            assert r["headroom"] >= 1 and all(m["allowed"] > 0 for m in r["metrics"].values())
+            # A set-valued output (the top-k indexer's indices: the family's own comparison)
+            # allows no violation at all; every numeric output has a tolerance above 0.
+            set_valued = registry.family(r["family"]).compare is not None
+            assert r["headroom"] >= 1 and all(m["allowed"] > 0 or set_valued for m in r["metrics"].values())
         assert r["repro"].startswith("pytest '") and "--device cpu" in r["repro"]
     xfails = [r for r in run.records if r["outcome"] == "xfail"]
     assert xfails and all(r["known_failure"]["note"] for r in xfails)  # every xfail is a ledger entry
