@@ -217,9 +217,12 @@ def test_notes_are_collected_only_inside_collecting():
 def test_a_session_records_adapter_notes(run_suite):
     run = run_suite("cases/paged_decode.py", "-k", "HND and lse", "--maxfail", "1",
                     "--impl", "paged_decode=sdpa_flash", "-x")
-    recs = [r for r in run.records if r["impl"] == "sdpa_flash"]
+    recs = [r for r in run.records if r["impl"] == "sdpa_flash" and not r["unsupported"]]
     assert recs and all(r["outcome"] == "pass" for r in recs), run.output[-2000:]
     assert all(any("gathered" in n for n in r["adapter_notes"]) for r in recs)
+    # The fp8 caches SDPA cannot take (no k_scale / v_scale) are recorded with the reason.
+    refused = [r["unsupported"] for r in run.records if r["impl"] == "sdpa_flash" and r["unsupported"]]
+    assert all("k_scale" in m for m in refused), refused
 
 
 # -- stand-ins for libraries not installed here, from their documented semantics ------------------
