@@ -18,8 +18,9 @@ mapping is tested on CPU against stand-ins that follow the documented semantics.
   first: a copy, noted).
 - ``sm_scale`` is always passed (1/sqrt(D) when the case gives None); fp16/bf16, head dims 64,
   128, 256 (FlashInfer's compiled set).
-- mla_paged_decode, mla_paged_prefill: ``flashinfer.mla.BatchMLAPagedAttentionWrapper`` (docs and
-  ``flashinfer/mla.py`` of the same release): ``plan(qo_indptr, kv_indptr, kv_indices,
+- mla_paged_decode, mla_paged_prefill: ``flashinfer.mla.BatchMLAPagedAttentionWrapper`` (its
+  docstrings in ``flashinfer/mla.py`` of the 0.6 line; that snapshot's ``run`` also takes
+  ``return_lse_base_on_e``, not passed, so that earlier 0.6 releases take the call): ``plan(qo_indptr, kv_indptr, kv_indices,
   kv_len_arr, num_heads, head_dim_ckv, head_dim_kpe, page_size, causal, sm_scale, q_data_type,
   kv_data_type)`` in ``prepare``, ``run(q_nope, q_pe, ckv_cache, kpe_cache, out=, return_lse=)``
   timed. Its caches are the suite's (``[pages, P, Dc]`` / ``[pages, P, Dr]``, read through their
