@@ -5,6 +5,7 @@ from __future__ import annotations
 import torch
 
 from attnsuite.case import make_cases, unique
+from attnsuite.ecosystem import implementations
 from attnsuite.family import Family
 from attnsuite.interfaces import OUT_KEYWORDS, Interface
 from kernels.mla_paged import mla_paged_decode
@@ -114,7 +115,7 @@ class MlaPagedDecode(Family):
     cases = unique(make_cases(name, label, QUICK)
                    + make_cases(name, label, FULL, profile="full")
                    + make_cases(name, label, BENCH, profile="full", tags=["bench"]))
-    impls = {"triton": mla_paged_decode}
+    impls = {"triton": mla_paged_decode, **implementations("mla_paged_decode")}
 
     def label(self, params):
         return label(params)

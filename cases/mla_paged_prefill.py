@@ -8,6 +8,7 @@ import itertools
 import torch
 
 from attnsuite.case import make_cases, unique
+from attnsuite.ecosystem import implementations
 from attnsuite.family import Family
 from attnsuite.interfaces import Interface
 from kernels.mla_paged import mla_paged_prefill
@@ -91,7 +92,7 @@ class MlaPagedPrefill(Family):
     cases = unique(make_cases(name, label, QUICK)
                    + make_cases(name, label, FULL, profile="full")
                    + make_cases(name, label, BENCH, profile="full", tags=["bench"]))
-    impls = {"triton": mla_paged_prefill}
+    impls = {"triton": mla_paged_prefill, **implementations("mla_paged_prefill")}
 
     def label(self, params):
         return label(params)

@@ -29,6 +29,8 @@ EXPECTED = {
     "prefill_varlen": SDPA | {"flex", "flag_gems", "vllm", "flashinfer"},
     "paged_decode": SDPA | {"flex", "flag_gems", "vllm", "flashinfer", "npu_fused_infer"},
     "block_sparse": {"flex"},
+    "mla_paged_decode": {"vllm", "flashinfer"},
+    "mla_paged_prefill": {"flashinfer"},
 }
 
 
@@ -215,9 +217,12 @@ def test_notes_are_collected_only_inside_collecting():
 def test_a_session_records_adapter_notes(run_suite):
     run = run_suite("cases/paged_decode.py", "-k", "HND and lse", "--maxfail", "1",
                     "--impl", "paged_decode=sdpa_flash", "-x")
-    recs = [r for r in run.records if r["impl"] == "sdpa_flash"]
+    recs = [r for r in run.records if r["impl"] == "sdpa_flash" and not r["unsupported"]]
     assert recs and all(r["outcome"] == "pass" for r in recs), run.output[-2000:]
     assert all(any("gathered" in n for n in r["adapter_notes"]) for r in recs)
+    # The fp8 caches SDPA cannot take (no k_scale / v_scale) are recorded with the reason.
+    refused = [r["unsupported"] for r in run.records if r["impl"] == "sdpa_flash" and r["unsupported"]]
+    assert all("k_scale" in m for m in refused), refused
 
 
 # -- stand-ins for libraries not installed here, from their documented semantics ------------------
@@ -307,6 +312,39 @@ def fake_flashinfer(lse_base2: bool = True):
                 out[a:b], lse[a:b] = o.transpose(0, 1), to_lib(l.transpose(0, 1))
             return (out, lse) if return_lse else out
 
+    class BatchMLAPagedAttentionWrapper:
+        """flashinfer.mla's wrapper: queries packed by qo_indptr, one latent row per token read
+        through the CSR page table up to kv_len_arr[b] tokens; causal aligned bottom-right."""
+        def __init__(self, float_workspace_buffer, use_cuda_graph=False, qo_indptr=None, kv_indptr=None,
+                     kv_indices=None, kv_len_arr=None, backend="auto"):
+            pass
+
+        def plan(self, qo_indptr, kv_indptr, kv_indices, kv_len_arr, num_heads, head_dim_ckv, head_dim_kpe, page_size,
+                 causal, sm_scale, q_data_type, kv_data_type, use_profiler=False):
+            assert qo_indptr.dtype == kv_indptr.dtype == kv_indices.dtype == kv_len_arr.dtype == torch.int32
+            self.qo, self.kv_ptr, self.kv_len = qo_indptr.tolist(), kv_indptr.tolist(), kv_len_arr.tolist()
+            self.indices, self.page_size, self.causal, self.sm_scale = kv_indices, page_size, causal, sm_scale
+            self.dims, self.heads, self.dtypes = (head_dim_ckv, head_dim_kpe), num_heads, (q_data_type, kv_data_type)
+
+        def run(self, q_nope, q_pe, ckv_cache, kpe_cache, out=None, lse=None, return_lse=False, profiler_buffer=None,
+                kv_len=None, page_table=None):
+            assert (q_nope.shape[-1], q_pe.shape[-1]) == self.dims and q_nope.shape[1] == self.heads
+            assert (q_nope.dtype, ckv_cache.dtype) == self.dtypes and ckv_cache.shape[1] == self.page_size
+            out = out if out is not None else torch.empty_like(q_nope)
+            assert out.shape == q_nope.shape and out.dtype == q_nope.dtype
+            lse = lse if lse is not None else torch.empty(q_nope.shape[:2], dtype=torch.float32)
+            Dc = q_nope.shape[-1]
+            for b in range(len(self.qo) - 1):
+                rows, n = slice(self.qo[b], self.qo[b + 1]), self.kv_len[b]
+                pages = self.indices[self.kv_ptr[b]:self.kv_ptr[b + 1]].long()
+                ckv = ckv_cache[pages].reshape(-1, Dc)[:n]
+                kpe = kpe_cache[pages].reshape(-1, kpe_cache.shape[-1])[:n]
+                q = torch.cat([q_nope[rows], q_pe[rows]], -1).transpose(0, 1)  # [H, n_b, Dc + Dr]
+                o, l = _attend(q, torch.cat([ckv, kpe], -1)[None], ckv[None], self.sm_scale, self.causal)
+                out[rows], lse[rows] = o.transpose(0, 1), to_lib(l.transpose(0, 1))
+            return (out, lse) if return_lse else out
+
+    mla = types.SimpleNamespace(BatchMLAPagedAttentionWrapper=BatchMLAPagedAttentionWrapper)
     return types.SimpleNamespace(**locals())
 
 
@@ -316,14 +354,18 @@ def fake_vllm():
 
     def decode_attention_fwd(q, k_buffer, v_buffer, o, lse, req_to_token, b_seq_len, attn_logits, num_kv_splits,
                              sm_scale, page_size=1, logit_cap=0.0, k_scale=None):
-        assert num_kv_splits == attn_logits.shape[2]
+        assert num_kv_splits == attn_logits.shape[2] and attn_logits.shape[3] == v_buffer.shape[-1] + 1
+        assert q.shape[-1] == k_buffer.shape[-1] and o.shape[-1] == v_buffer.shape[-1]
+        # An fp8 cache is read as fp8 * k_scale on both sides (one fp32 scale tensor).
+        dequant = (lambda x: x) if k_scale is None else (lambda x: x.double() * float(k_scale))
 
         def tokens(buf, b, n):
             t = torch.arange(n)
             loc = req_to_token[b, t // page_size].long() * page_size + t % page_size
             flat = buf.as_strided((int(loc.max()) + 1, buf.shape[-2], buf.shape[-1]),
                                   (buf.stride(-3), buf.stride(-2), 1), buf.storage_offset())
-            return flat[loc].transpose(0, 1)
+            return dequant(flat.view(torch.uint8)[loc].view(buf.dtype) if buf.element_size() == 1
+                           else flat[loc]).transpose(0, 1)
         for b in range(q.shape[0]):
             n = int(b_seq_len[b])
             out_b, l = _attend(q[b][:, None], tokens(k_buffer, b, n), tokens(v_buffer, b, n), sm_scale)
@@ -496,3 +538,125 @@ def test_a_library_result_of_another_shape_than_documented_fails_the_case_saying
     case = next(c for c in _quick("paged_decode", lambda c: c["lse"] and _fp16_or_bf16(c)) if len(c["lengths"]) > 1)
     outcome = run_case(FAMS["paged_decode"], case, CpuDevice(), FAMS["paged_decode"].impls["flag_gems"])
     assert outcome.status == "fail" and "documented" in outcome.message and "softmax_lse" in outcome.message
+
+
+# -- MLA: FlashInfer's MLA wrapper and vLLM's Triton MLA decode ------------------------------------
+
+def _widened(c, Dc=512, Dr=64):
+    """``c`` at DeepSeek's widths (the ones FlashInfer documents for its MLA wrapper)."""
+    if (c["Dc"], c["Dr"]) == (Dc, Dr):
+        return c
+    return dataclasses.replace(c, label=f"{c.label}-w{Dc}_{Dr}", params={**c.params, "Dc": Dc, "Dr": Dr})
+
+
+@pytest.mark.parametrize("family", ["mla_paged_decode", "mla_paged_prefill"])
+def test_flashinfer_mla_maps_page_table_scale_lse_and_out_against_a_documented_stand_in(family, monkeypatch):
+    _stand_in(monkeypatch, flashinfer, "_fi", lambda: fake_flashinfer())
+    cases = [_widened(c) for c in _quick(family)]  # every class of the quick catalog
+    outcomes = _run(family, FAMS[family].impls["flashinfer"], cases)
+    ran = {cid: o for cid, o in outcomes.items() if o.status != "unsupported"}
+    _assert_all_pass(ran)
+    refused = {c.id: c["cache"] for c in cases if outcomes[c.id].status == "unsupported"}
+    assert set(refused.values()) <= {"fp8_scaled", "fp8_edge", "fp8"}  # fp8 caches, and nothing else
+    assert len(ran) >= 20 and any(c["lse"] for c in cases if c.id in ran)
+    if family == "mla_paged_prefill":  # causal and not, both bottom-right aligned as FlashInfer's
+        assert {c["causal"] for c in cases if c.id in ran} == {True, False}
+    notes = {n for o in ran.values() for n in o.adapter_notes}
+    assert any("base-2" in n for n in notes) and any("kv_len_arr" in n for n in notes)
+
+
+def test_flashinfer_mla_refuses_fp8_caches_and_other_widths_saying_why(monkeypatch):
+    _stand_in(monkeypatch, flashinfer, "_fi", lambda: fake_flashinfer())
+    fp8 = _widened(next(c for c in _quick("mla_paged_decode") if c["cache"] != "same"))
+    narrow = next(c for c in _quick("mla_paged_decode") if c["cache"] == "same" and c["Dc"] != 512)
+    impl = FAMS["mla_paged_decode"].impls["flashinfer"]
+    outcome = run_case(FAMS["mla_paged_decode"], fp8, CpuDevice(), impl)
+    assert outcome.status == "unsupported" and "float8_e4m3fn" in outcome.message and "k_scale" in outcome.message
+    outcome = run_case(FAMS["mla_paged_decode"], narrow, CpuDevice(), impl)
+    assert outcome.status == "unsupported" and "head_dim_ckv" in outcome.message
+
+
+def test_flashinfer_mla_lse_left_in_base_2_would_fail(monkeypatch):
+    # A wrapper returning natural-log LSE is mis-scaled by the adapter's ln 2: the check bites.
+    _stand_in(monkeypatch, flashinfer, "_fi", lambda: fake_flashinfer(lse_base2=False))
+    cases = [_widened(c) for c in _quick("mla_paged_decode", lambda c: c["lse"] and c["cache"] == "same", limit=3)]
+    outcomes = _run("mla_paged_decode", FAMS["mla_paged_decode"].impls["flashinfer"], cases)
+    assert outcomes and all(o.status == "fail" and "lse" in o.message for o in outcomes.values())
+
+
+def _vllm_mla(monkeypatch):
+    _stand_in(monkeypatch, vllm, "_op", lambda modules, name: getattr(fake_vllm(), name))
+    return FAMS["mla_paged_decode"].impls["vllm"]
+
+
+def test_vllm_triton_mla_maps_block_table_fused_cache_scale_and_lse_against_a_documented_stand_in(monkeypatch):
+    impl = _vllm_mla(monkeypatch)
+    # The fp8 class with k_scale == v_scale (the one scale vLLM applies) beside the catalog's.
+    fp8 = [dataclasses.replace(c, label=c.label + "-fp8same", params={**c.params, "cache": "fp8"})
+           for c in _quick("mla_paged_decode", lambda c: c["cache"] != "same" and 0 not in c["lengths"])]
+    cases = _quick("mla_paged_decode") + fp8
+    outcomes = _run("mla_paged_decode", impl, cases)
+    ran = {cid: o for cid, o in outcomes.items() if o.status != "unsupported"}
+    _assert_all_pass(ran)
+    refused = [o.message for o in outcomes.values() if o.status == "unsupported"]
+    assert all("length 0" in m or "v_scale" in m for m in refused), refused
+    assert len(ran) >= 20 and fp8 and all(c.id in ran for c in fp8)
+    by_view = {c["view"]: outcomes[c.id].adapter_notes for c in cases if c.id in ran}
+    # The fused buffer (and its pool slice) is passed as a view; separate caches are copied into one.
+    assert any("no copy" in n for n in by_view["fused"]) and any("no copy" in n for n in by_view["pool"])
+    assert any("copied into one fused" in n for n in by_view["rowpad"])
+
+
+def test_vllm_triton_mla_passes_k_scale_as_the_fp8_scale_of_both_sides(monkeypatch):
+    from references.mla import mla_paged_decode_reference
+
+    impl = _vllm_mla(monkeypatch)
+    case = next(c for c in _quick("mla_paged_decode") if c["cache"] != "same" and 0 not in c["lengths"])
+    inputs = FAMS["mla_paged_decode"].make_inputs(case, case.generator())
+    args = [inputs[k] for k in FAMS["mla_paged_decode"].interface.positional]
+    o, lse = impl(*args, scale=0.2, return_lse=True, k_scale=0.25, v_scale=0.25)
+    ref_o, ref_lse = mla_paged_decode_reference(*args, scale=0.2, k_scale=0.25, v_scale=0.25)
+    torch.testing.assert_close(o.double(), ref_o, atol=2e-2, rtol=1e-2)
+    torch.testing.assert_close(lse.double(), ref_lse, atol=1e-4, rtol=1e-5)
+    with pytest.raises(Unsupported, match="k_scale 0.25 != v_scale 0.5"):
+        impl(*args, scale=0.2, k_scale=0.25, v_scale=0.5)
+
+
+def test_vllm_triton_mla_refuses_an_empty_sequence(monkeypatch):
+    impl = _vllm_mla(monkeypatch)
+    case = next(c for c in _quick("mla_paged_decode") if 0 in c["lengths"] and c["cache"] == "same")
+    outcome = run_case(FAMS["mla_paged_decode"], case, CpuDevice(), impl)
+    assert outcome.status == "unsupported" and "length 0" in outcome.message
+
+
+@pytest.mark.parametrize("lib", ["vllm", "flashinfer"])
+def test_mla_adapters_fill_the_callers_buffers_of_any_stride_and_read_padded_pages(lib, monkeypatch):
+    from references.mla import mla_paged_decode_reference
+
+    if lib == "vllm":
+        impl = _vllm_mla(monkeypatch)
+    else:
+        _stand_in(monkeypatch, flashinfer, "_fi", lambda: fake_flashinfer())
+        impl = FAMS["mla_paged_decode"].impls["flashinfer"]
+    case = _widened(next(c for c in _quick("mla_paged_decode") if c["cache"] == "same" and c["P"] > 1
+                         and 0 not in c["lengths"] and len(c["lengths"]) > 1))
+    inputs = FAMS["mla_paged_decode"].make_inputs(case, case.generator())
+    args = [inputs[k] for k in FAMS["mla_paged_decode"].interface.positional]
+    # One fused buffer whose pages hold two slots more than P (page stride != P * token stride).
+    ckv, kpe = args[2], args[3]
+    pages, P, Dc = ckv.shape
+    padded = torch.full((pages, P + 2, Dc + kpe.shape[-1]), float("nan"), dtype=ckv.dtype)
+    padded[:, :P, :Dc], padded[:, :P, Dc:] = ckv, kpe
+    args[2], args[3] = padded[:, :P, :Dc], padded[:, :P, Dc:]
+    B, H = args[0].shape[:2]
+    out = torch.full((B, Dc, H), float("nan"), dtype=ckv.dtype).transpose(1, 2)  # last axis not unit-stride
+    lse = torch.full((H, B), float("nan"), dtype=torch.float32).t()
+    with ecosystem.collecting() as notes:
+        o, l = impl(*args, scale=0.1, return_lse=True, out=out, lse=lse)
+    assert o is out and l is lse
+    ref_o, ref_lse = mla_paged_decode_reference(*args, scale=0.1)
+    torch.testing.assert_close(out.double(), ref_o, atol=2e-2, rtol=1e-2)
+    torch.testing.assert_close(lse.double(), ref_lse, atol=1e-4, rtol=1e-5)
+    assert any("caller's buffer" in n for n in notes)
+    if lib == "vllm":
+        assert any("copied into one fused" in n for n in notes)

@@ -1,4 +1,5 @@
-"""FlashInfer's single and batch decode/prefill APIs as decode, prefill, varlen and paged decode.
+"""FlashInfer's single and batch decode/prefill APIs as decode, prefill, varlen and paged decode,
+and its MLA wrapper as MLA paged decode and prefill.
 
 Written against FlashInfer 0.6 (docs and ``flashinfer/decode.py``, ``prefill.py`` at commit
 fb28d72, version 0.6.18; the wheel was never installed here). **Not yet run on a GPU**: the
@@ -17,6 +18,20 @@ mapping is tested on CPU against stand-ins that follow the documented semantics.
   first: a copy, noted).
 - ``sm_scale`` is always passed (1/sqrt(D) when the case gives None); fp16/bf16, head dims 64,
   128, 256 (FlashInfer's compiled set).
+- mla_paged_decode, mla_paged_prefill: ``flashinfer.mla.BatchMLAPagedAttentionWrapper`` (its
+  docstrings in ``flashinfer/mla.py`` of the 0.6 line; that snapshot's ``run`` also takes
+  ``return_lse_base_on_e``, not passed, so that earlier 0.6 releases take the call): ``plan(qo_indptr, kv_indptr, kv_indices,
+  kv_len_arr, num_heads, head_dim_ckv, head_dim_kpe, page_size, causal, sm_scale, q_data_type,
+  kv_data_type)`` in ``prepare``, ``run(q_nope, q_pe, ckv_cache, kpe_cache, out=, return_lse=)``
+  timed. Its caches are the suite's (``[pages, P, Dc]`` / ``[pages, P, Dr]``, read through their
+  page and token strides, last axis unit-stride) and its page table the suite's CSR one
+  (``kv_indptr`` / ``kv_indices``) with ``kv_len_arr`` the sequence lengths (from the last-page
+  lengths, on the host); decode is ``qo_indptr = arange(B + 1)``, prefill passes the case's
+  ``qo_indptr``, FlashInfer's causal mask being bottom-right aligned as the suite's. The LSE is
+  base 2 (converted, as above). Widths: DeepSeek's 512 / 64, the ones FlashInfer documents and
+  tests for this wrapper; fp8 caches are ``Unsupported`` (``run`` takes no k_scale / v_scale and
+  documents 16-bit caches; FlashInfer's fp8 MLA entry point, ``trtllm_batch_decode_with_kv_cache_mla``,
+  is Blackwell-only and takes one fused cache).
 """
 from __future__ import annotations
 
@@ -26,7 +41,7 @@ import torch
 
 from ._adapter import LN2, default_scale, note, staged
 from .library import Library
-from ._layout import check_dtype, documented, padded_to_packed, unpack_padded, write
+from ._layout import check_dtype, dense_copy, documented, padded_to_packed, sequence_lengths, unpack_padded, write
 from ..interfaces import Unsupported
 
 LIBRARY = Library("FlashInfer", "flashinfer", "flashinfer-python",
@@ -149,9 +164,80 @@ def _varlen(q, k, v, seq, *, causal=False, scale=None, return_lse=False, out=Non
     return lambda: unpack_padded(*run(), lengths, q, out, lse)
 
 
+#: (head_dim_ckv, head_dim_kpe) the MLA wrapper is documented and tested for (DeepSeek-V2/V3).
+MLA_WIDTHS = ((512, 64),)
+
+
+def _unit_last(name: str, t: torch.Tensor) -> torch.Tensor:
+    """``t`` as it is when its last axis is unit-stride (FlashInfer reads the other strides), else a copy."""
+    if t.stride(-1) == 1:
+        return t
+    note(f"{name}: copied to unit stride on its last axis (FlashInfer reads the other strides only)")
+    return dense_copy(t)
+
+
+def mla_call(mla, q_nope, q_pe, qo_indptr, ckv_cache, kpe_cache, kv_page_indptr, kv_page_indices, kv_last_page_len,
+             *, causal, scale, return_lse, out, lse, k_scale, v_scale):
+    """Plan of ``BatchMLAPagedAttentionWrapper`` over the suite's caches and CSR table; the
+    launch runs it into the caller's buffers."""
+    check_dtype("FlashInfer MLA", q_nope)
+    if ckv_cache.dtype != q_nope.dtype or kpe_cache.dtype != q_nope.dtype:
+        raise Unsupported(f"FlashInfer MLA: a {str(ckv_cache.dtype).replace('torch.', '')} cache under "
+                          f"{str(q_nope.dtype).replace('torch.', '')} queries (BatchMLAPagedAttentionWrapper.run "
+                          "takes no k_scale / v_scale: fp8 caches are not documented for it)")
+    if float(k_scale) != 1.0 or float(v_scale) != 1.0:
+        raise Unsupported("FlashInfer MLA: k_scale / v_scale other than 1 (run takes no cache scales)")
+    T, H, Dc = q_nope.shape
+    Dr, P = q_pe.shape[-1], ckv_cache.shape[1]
+    if (Dc, Dr) not in MLA_WIDTHS:
+        raise Unsupported(f"FlashInfer MLA: head_dim_ckv {Dc}, head_dim_kpe {Dr} (documented for {MLA_WIDTHS})")
+    kv_len = torch.tensor(sequence_lengths(kv_page_indptr, kv_last_page_len, P), dtype=torch.int32,
+                          device=q_nope.device)
+    note("kv_len_arr: the sequence lengths from kv_last_page_len (host); kv_indptr / kv_indices: the case's CSR "
+         "page table as it is")
+    wrapper = mla.BatchMLAPagedAttentionWrapper(_workspace(str(q_nope.device)))
+    wrapper.plan(qo_indptr.to(torch.int32), kv_page_indptr, kv_page_indices, kv_len, H, Dc, Dr, P, causal,
+                 default_scale(scale, Dc + Dr), q_nope.dtype, ckv_cache.dtype)
+    qn, qp = _unit_last("q_nope", q_nope), _unit_last("q_pe", q_pe)
+    ckv, kpe = _unit_last("ckv_cache", ckv_cache), _unit_last("kpe_cache", kpe_cache)
+    o = out if out is not None and out.stride(-1) == 1 else torch.empty_like(q_nope)
+
+    def launch():
+        if not return_lse:
+            return write(out, wrapper.run(qn, qp, ckv, kpe, out=o)), None
+        res, lse2 = wrapper.run(qn, qp, ckv, kpe, out=o, return_lse=True)
+        return write(out, res), natural_lse(documented("FlashInfer MLA", "lse", lse2, (T, H)), lse)
+    return launch
+
+
+def _mla():
+    """``flashinfer.mla`` (a release without it: ``Unsupported`` naming it)."""
+    mla = getattr(_fi(), "mla", None)
+    return mla if mla is not None else LIBRARY.attribute("mla")
+
+
+def _mla_decode(q_nope, q_pe, ckv_cache, kpe_cache, kv_page_indptr, kv_page_indices, kv_last_page_len, *, scale=None,
+                return_lse=False, out=None, lse=None, k_scale=1.0, v_scale=1.0):
+    mla = _mla()
+    qo_indptr = torch.arange(q_nope.shape[0] + 1, dtype=torch.int32, device=q_nope.device)
+    note("qo_indptr: arange(B + 1) (one query per sequence)")
+    return mla_call(mla, q_nope, q_pe, qo_indptr, ckv_cache, kpe_cache, kv_page_indptr, kv_page_indices,
+                    kv_last_page_len, causal=False, scale=scale, return_lse=return_lse, out=out, lse=lse,
+                    k_scale=k_scale, v_scale=v_scale)
+
+
+def _mla_prefill(q_nope, q_pe, qo_indptr, ckv_cache, kpe_cache, kv_page_indptr, kv_page_indices, kv_last_page_len, *,
+                 causal=True, scale=None, return_lse=False, out=None, lse=None, k_scale=1.0, v_scale=1.0):
+    return mla_call(_mla(), q_nope, q_pe, qo_indptr, ckv_cache, kpe_cache, kv_page_indptr, kv_page_indices,
+                    kv_last_page_len, causal=causal, scale=scale, return_lse=return_lse, out=out, lse=lse,
+                    k_scale=k_scale, v_scale=v_scale)
+
+
 IMPLS = {
     "prefill": {"flashinfer": staged(LIBRARY, _prefill)},
     "decode": {"flashinfer": staged(LIBRARY, _decode)},
     "prefill_varlen": {"flashinfer": staged(LIBRARY, _varlen)},
     "paged_decode": {"flashinfer": staged(LIBRARY, _paged)},
+    "mla_paged_decode": {"flashinfer": staged(LIBRARY, _mla_decode)},
+    "mla_paged_prefill": {"flashinfer": staged(LIBRARY, _mla_prefill)},
 }

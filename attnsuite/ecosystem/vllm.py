@@ -1,4 +1,4 @@
-"""vLLM's Triton attention ops as decode, paged decode and (causal) prefill implementations.
+"""vLLM's Triton attention ops as decode, paged decode, (causal) prefill and MLA decode implementations.
 
 Written against vLLM 0.33's sources (``vllm/v1/attention/ops/triton_decode_attention.py`` and
 ``triton_unified_attention.py``; read with the suite's source fetch, the wheel was never
@@ -17,6 +17,17 @@ follow the documented semantics (tests/test_ecosystem_adapters.py).
   out, cu_seqlens_q, max_seqlen_q, seqused_k, max_seqlen_k, softmax_scale, causal=True, ...)``;
   causal only (it asserts so) and no LSE: other cases are ``Unsupported``. K/V are copied into a
   16-token paged cache (noted).
+- mla_paged_decode: ``decode_attention_fwd`` as vLLM's Triton MLA backend
+  (``v1/attention/backends/mla/triton_mla.py``, ``forward_mqa``) calls it: ``q = cat(q_nope,
+  q_pe)`` [B, H, Dc + Dr], ``k_buffer`` the fused latent cache as one KV head [pages, P, 1,
+  Dc + Dr], ``v_buffer = k_buffer[..., :Dc]``, ``o`` [B, H, Dc], ``num_kv_splits`` 4, the block
+  table and sequence lengths from the suite's CSR table. The kernel reads the rope half of a
+  key from the same row as its latent half and addresses token t of page p at ``(p * P + t) *
+  stride(-3)``: a fused, page-contiguous pair of caches is passed as a view of its buffer, two
+  separate ones are copied into one (noted); the query is concatenated (a copy, noted). Its LSE
+  is natural log (as above). An fp8 cache goes with ``k_scale`` (an fp32 tensor), which the kernel
+  applies to K and V alike: a case whose ``v_scale`` differs from ``k_scale`` is ``Unsupported``,
+  as is an empty sequence (a zero sum, as above).
 """
 from __future__ import annotations
 
@@ -169,9 +180,77 @@ def _wrap(run):
     return lambda: (run(), None)
 
 
+#: What vLLM's Triton MLA backend passes as num_kv_splits (1 only in its batch-invariant mode).
+MLA_KV_SPLITS = 4
+FP8 = getattr(torch, "float8_e4m3fn", None)
+
+
+def fused_latent(ckv_cache, kpe_cache):
+    """The two caches as vLLM's one KV head of fused rows [pages, P, 1, Dc + Dr]: a view when
+    they already are the halves of one page-contiguous buffer, else a copy (noted)."""
+    pages, P, Dc = ckv_cache.shape
+    Dr = kpe_cache.shape[-1]
+    row = ckv_cache.stride(1)
+    if (ckv_cache.stride(-1) == 1 and kpe_cache.stride(-1) == 1 and kpe_cache.stride()[:2] == ckv_cache.stride()[:2]
+            and kpe_cache.data_ptr() == ckv_cache.data_ptr() + Dc * ckv_cache.element_size()
+            and row >= Dc + Dr and ckv_cache.stride(0) == P * row):
+        note("ckv_cache, kpe_cache: passed as one fused [pages, P, 1, Dc + Dr] view of their buffer (no copy)")
+        return ckv_cache.as_strided((pages, P, 1, Dc + Dr), (P * row, row, Dc + Dr, 1))
+    note("ckv_cache, kpe_cache: copied into one fused page-contiguous cache [pages, P, 1, Dc + Dr] (the kernel "
+         "reads a key's rope half from its latent row and assumes page stride = P * token stride)")
+    fused = torch.empty(pages, P, 1, Dc + Dr, dtype=ckv_cache.dtype, device=ckv_cache.device)
+    fused[:, :, 0, :Dc] = ckv_cache
+    fused[:, :, 0, Dc:] = kpe_cache
+    return fused
+
+
+def mla_decode_call(decode_attention_fwd, q_nope, q_pe, ckv_cache, kpe_cache, kv_page_indptr, kv_page_indices,
+                    kv_last_page_len, *, scale, return_lse, out, lse, k_scale, v_scale):
+    check_dtype("vLLM Triton MLA", q_nope)
+    B, H, Dc = q_nope.shape
+    Dr, P = q_pe.shape[-1], ckv_cache.shape[1]
+    fp8 = FP8 is not None and ckv_cache.dtype == FP8
+    if not fp8 and (ckv_cache.dtype != q_nope.dtype or float(k_scale) != 1.0 or float(v_scale) != 1.0):
+        raise Unsupported(f"vLLM Triton MLA: a {str(ckv_cache.dtype).replace('torch.', '')} cache with "
+                          f"k_scale {k_scale}, v_scale {v_scale} (a cache in q's dtype is read unscaled)")
+    if fp8 and float(k_scale) != float(v_scale):
+        raise Unsupported(f"vLLM Triton MLA: k_scale {k_scale} != v_scale {v_scale} (the kernel dequantises K and "
+                          "V of the shared latent row with k_scale alone)")
+    lengths = sequence_lengths(kv_page_indptr, kv_last_page_len, P)
+    if any(n == 0 for n in lengths):
+        raise Unsupported("vLLM decode_attention_fwd: a sequence of length 0 (its reduction divides by a zero sum)")
+    kv = fused_latent(ckv_cache, kpe_cache)
+    note("q_nope, q_pe: concatenated into q [B, H, Dc + Dr] (copy), as vLLM's backend does")
+    q = torch.cat([q_nope, q_pe], -1)
+    table = block_table(kv_page_indptr, kv_page_indices)
+    note("kv_page_indptr / kv_page_indices / kv_last_page_len: a block table [B, max pages] and the sequence lengths")
+    seq = torch.tensor(lengths, dtype=torch.int32, device=q.device)
+    logits = torch.empty(B, H, MLA_KV_SPLITS, Dc + 1, dtype=torch.float32, device=q.device)
+    # The kernel writes o through its batch and head strides and the LSE at batch stride + head:
+    # the caller's buffers are used where they have that form.
+    o = out if out is not None and out.stride(-1) == 1 else torch.empty_like(q_nope)
+    l = lse if return_lse and lse is not None and lse.stride(-1) == 1 else \
+        torch.empty(B, H, dtype=torch.float32, device=q.device)
+    sm_scale = default_scale(scale, Dc + Dr)
+    kw = {"k_scale": torch.tensor([float(k_scale)], dtype=torch.float32, device=q.device)} if fp8 else {}
+
+    def launch():
+        decode_attention_fwd(q, kv, kv[..., :Dc], o, l, table, seq, logits, MLA_KV_SPLITS, sm_scale, P, **kw)
+        return write(out, o), (write(lse, l, "lse") if return_lse else None)
+    return launch
+
+
+def _mla_decode(q_nope, q_pe, ckv_cache, kpe_cache, kv_page_indptr, kv_page_indices, kv_last_page_len, *, scale=None,
+                return_lse=False, out=None, lse=None, k_scale=1.0, v_scale=1.0):
+    fwd = _op(DECODE_OPS, "decode_attention_fwd")
+    return mla_decode_call(fwd, q_nope, q_pe, ckv_cache, kpe_cache, kv_page_indptr, kv_page_indices, kv_last_page_len,
+                           scale=scale, return_lse=return_lse, out=out, lse=lse, k_scale=k_scale, v_scale=v_scale)
+
+
 IMPLS = {
     "prefill": {"vllm": staged(LIBRARY, _prefill)},
     "decode": {"vllm": staged(LIBRARY, _decode)},
     "prefill_varlen": {"vllm": staged(LIBRARY, _varlen)},
     "paged_decode": {"vllm": staged(LIBRARY, _paged)},
+    "mla_paged_decode": {"vllm": staged(LIBRARY, _mla_decode)},
 }
