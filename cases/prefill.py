@@ -34,10 +34,12 @@ PAIRWISE = [dict(dtype="fp16", **_gqa(r["B"], *r["heads"]), S=r["S"], D=64, caus
                  view=r["view"], vals=r["vals"], scale=r["scale"])
             for r in pairwise({"scale": (None, "hot", "neg", "zero"), "view": DENSE_VIEWS,
                                "vals": (RANDN, "large", "pm80"), "S": (1, 17, 65), "causal": (True, False),
-                               "heads": ((1, 3), (1, 7), (2, 3)), "lse": (True, False), "B": (1, 2)},
-                              # (one token of one sequence from a fused projection is contiguous: no view)
-                              lambda r: pairwise_legal(r) and not (r.get("S") == 1 and r.get("view") == "fused"
-                                                                    and r.get("B") == 1))]
+                               "heads": ((2, 3), (1, 5), (1, 7)), "lse": (True, False), "B": (1, 2)},
+                              # (one token of one sequence from a fused projection, or the one KV head of one
+                              # sequence from a longer cache, is contiguous: no view)
+                              lambda r: pairwise_legal(r) and not (r.get("B") == 1 and (
+                                  r.get("view") == "fused" and r.get("S") == 1
+                                  or r.get("view") == "kvslice" and r.get("heads", (2,))[0] == 1)))]
 
 
 QUICK = (
@@ -71,6 +73,8 @@ QUICK = (
     # MLA's scale and no scaling over the distributions that stress the exponent.
     + [dict(dtype="fp16", **_gqa(1, 1, 2), S=s, D=64, causal=c, lse=True, vals=vl, scale=sc)
        for sc, vl, s, c in (SIGNED_SCALES[0] + (65, True), ("mla", "late", 130, False), ("one", "pm80", 1, True))]
+    # (GQA 6: the pairwise groups are 3, 5 and 7.)
+    + [dict(dtype="fp16", **_gqa(1, 1, 6), S=33, D=64, causal=True, lse=False, vals="offset", scale="one")]
 )
 
 FULL = [
