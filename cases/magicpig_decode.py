@@ -17,8 +17,8 @@ from references.paged import sparse_paged_decode_reference
 from . import sparse_paged_decode as spd
 from ._attention import attention_outputs, lse_if, score_bound
 from ._dims import (CONTIG, EXTREMES, RANDN, SIGNED_SCALES, SPLIT_EXTREME, SPLIT_LENGTHS, TILE_RESIDUES, VALUES, case_scale,
-                    draw_classes, effective_scale, index_view, pairwise_legal, pairwise_shares_pages)
-from ._paged import PAGED_VIEWS, SHARED
+                    draw_classes, effective_scale, index_view, pairwise_legal)
+from ._paged import PAGED_VIEWS
 from ._sparse import STALE_SELECTIONS, SparseDecodeBench
 
 #: How K and L are drawn: the integers of the MagicPIG paper, the origin's float range, and a
@@ -44,18 +44,16 @@ FUZZ_FINDS = [
          vals="large")]
 
 #: Every pair of: a softmax scale, how K and L are drawn, a layout, a legal view (the contiguous
-#: inputs meet every other factor in the hand-picked cases), a page size (non-powers of two
-#: included), a placement (shared pages included), lengths (a one-token sequence; past the split
-#: threshold), the kept share, a value distribution, a GQA group (non-powers of two) and the LSE.
-PAIRWISE = [case(lsh=r["lsh"], layout=r["layout"], P=r["P"], placement=r["placement"], lengths=r["lengths"],
-                 Hq=r["heads"][0], Hkv=r["heads"][1], keep=r["keep"], lse=r["lse"], view=r["view"], vals=r["vals"],
-                 scale=r["scale"])
+#: inputs meet every other factor in the hand-picked cases), lengths (a one-token sequence; past
+#: the split threshold), the kept share, a value distribution, a GQA group (non-powers of two) and
+#: the LSE on or off. Page sizes and placements are crossed in sparse_paged_decode's PAIRWISE
+#: (the same page walk); MagicPIG's rows cost more, so they stay fewer here.
+PAIRWISE = [case(lsh=r["lsh"], layout=r["layout"], lengths=r["lengths"], Hq=r["heads"][0], Hkv=r["heads"][1],
+                 keep=r["keep"], lse=r["lse"], view=r["view"], vals=r["vals"], scale=r["scale"])
             for r in pairwise({"scale": (None, "hot", "neg", "zero"), "lsh": ("int", "float"), "layout": ("HND", "NHD"),
-                               "view": PAGED_VIEWS, "P": (16, 12, 48), "placement": ("shuffled", "scattered", SHARED),
-                               "lengths": ((1, 9), (40, 0, 17), (513,)), "keep": (1.0, 0.5),
-                               "vals": (RANDN, "large", "pm80"), "heads": ((6, 2), (5, 1), (7, 1)),
-                               "lse": (True, False)},
-                              lambda r: pairwise_legal(r) and pairwise_shares_pages(r))]
+                               "view": PAGED_VIEWS, "lengths": ((1, 9), (513,)), "keep": (1.0, 0.5),
+                               "vals": (RANDN, "pm80"), "heads": ((6, 2), (7, 1)), "lse": (True, False)},
+                              pairwise_legal)]
 
 QUICK = (
     [case(lsh=lsh, keep=k) for lsh in ("int", "float") for k in (0.05, 0.3)]
@@ -76,15 +74,17 @@ QUICK = (
     # Value distributions (late keys listed last).
     + [case(lsh="int", lengths=(640,) if vl == "cancel" else (300, 40), Hq=2, Hkv=1,
             keep=1.0 if vl == "cancel" else 0.8, vals=vl) for vl in VALUES]
-    # Page sizes and GQA groups that are not powers of two are crossed in PAIRWISE; GQA 6 here.
-    + [case(lsh="int", P=16, lengths=(70,), Hq=12, Hkv=2, keep=0.5)]
+    # Page sizes and GQA groups that are not powers of two (3 and 7 also in PAIRWISE).
+    + [case(lsh="int", P=12, lengths=(0, 90, 25), Hq=6, Hkv=2, keep=0.5),
+       case(lsh="float", P=48, layout="NHD", placement="scattered", lengths=(200, 48), Hq=5, Hkv=1, keep=0.5),
+       case(lsh="int", P=16, lengths=(70,), Hq=12, Hkv=2, keep=0.5)]
     # Score ranges at the edges of the exponent, and zero vectors: zero keys and a zero query,
     # whose cosine is 0 only with the norm's epsilon (0 / 0 without it).
     + [case(lsh="int", lengths=(150, 60), Hq=4, Hkv=2, keep=0.5, vals=vl) for vl in EXTREMES]
     + [case(lsh="float", lengths=(70,), Hq=2, Hkv=2, keep=1.0, vals="zeros")]
-    # Every pair of scale x K, L x layout x view x page size x placement x lengths x kept share x
-    # values x GQA group x LSE (PAIRWISE): negative and zero scales meet a one-token sequence, NHD,
-    # every view, shared pages and the split-KV path.
+    # Every pair of scale x K, L x layout x view x lengths x kept share x values x GQA group x LSE
+    # (PAIRWISE): negative and zero scales meet a one-token sequence, NHD, every view and the
+    # split-KV path.
     + PAIRWISE
     # MLA's scale, no scaling and a negative scale over the distributions that stress the exponent
     # (cases/_dims.py, SIGNED_SCALES).
