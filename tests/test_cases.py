@@ -347,14 +347,9 @@ def _shortest(case) -> float:
 
 
 SCALED_FAMILIES = [n for n in COVERED if any("scale" in c.params for c in registry.family(n).cases)]
-#: Catalogs whose quick profile has no pairwise rows yet (strict: passing here is an error).
-NOT_YET_PAIRWISE = ("mla_paged_decode",
-                    "mla_paged_prefill")
 
 
-@pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.xfail(
-    strict=True, reason="no pairwise rows in the quick catalog yet")) if n in NOT_YET_PAIRWISE else n
-    for n in SCALED_FAMILIES])
+@pytest.mark.parametrize("name", SCALED_FAMILIES)
 def test_quick_crosses_non_default_scales_with_the_shortest_length_views_and_nhd(name):
     _, cases = quick(name)
     takes = [c for c in cases if "scale" in c.params]  # the family's ops that take a softmax scale
