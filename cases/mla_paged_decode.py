@@ -68,7 +68,7 @@ QUICK = (
     # Page sizes 1, 16, 64 and not powers of two (12, 48); one-page and many-page sequences, last
     # pages of 1 and of P; an empty sequence between others.
     [case(P=1, lengths=(1, 7)), case(P=16, lengths=(0, 16, 33)), case(P=64, lengths=(64, 130), H=22),
-     case(P=12, lengths=(25, 0, 12), placement="scattered"), case(P=48, lengths=(97,), H=1, placement="ordered")]
+     case(P=48, lengths=(97,), H=1, placement="ordered")]
     # The whole model's heads (one head and 22 are above), a split-length sequence (past 512
     # tokens: two page splits) and the real latent width (Dc 512, Dr 64).
     + [case(H=128, lengths=(20,), Dc=32, Dr=16),

@@ -54,12 +54,10 @@ PAIRWISE = [case(P=r["P"], placement=r["placement"], lengths=r["seqs"][0], queri
 
 QUICK = (
     # Chunks over a longer prefix (m > n), the whole sequence as the chunk (m == n), a sequence
-    # with no query, an empty sequence; page sizes 1, 16, 64 and not powers of two.
+    # with no query, an empty sequence; page sizes 1, 16 and 64.
     [case(P=16, lengths=(20, 37), queries=(2, 3)), case(P=16, lengths=(5, 30), queries=(5, 1), H=16),
-     case(P=1, lengths=(5, 2), queries=(2, 2)), case(P=64, lengths=(130, 64), queries=(4, 0), H=22),
-     case(P=12, lengths=(0, 25), queries=(0, 4), placement="scattered"), case(P=48, lengths=(97,), queries=(3,), H=1)]
-    # Not causal: every query sees the whole prefix.
-    + [case(lengths=(20, 7), queries=(3, 2), causal=False)]
+     case(P=1, lengths=(5, 2), queries=(2, 2)), case(P=64, lengths=(130, 64), queries=(4, 0), H=22)]
+    # (Page sizes 12 and 48, one head, a sequence with no query and the non-causal mask: PAIRWISE.)
     # The whole model's heads, a row split over pages (past 512 tokens), the real latent width.
     + [case(H=128, Dc=32, Dr=16, lengths=(18,), queries=(2,)),
        case(H=4, P=64, lengths=(600,), queries=(2,)),
