@@ -32,7 +32,7 @@ from kernels.dsa_sparse_attention import dsa_sparse_attention
 from references.dsa import dsa_sparse_attention_reference
 
 from ._attention import lse_if, randn, score_bound
-from ._dims import (CONTIG, EXTREMES, RANDN, SCALES, SHIFTS, SIGNED_SCALES, VALUES, ZERO_EVERY, ZERO_FIRST, case_scale, cancel_values,
+from ._dims import (CONTIG, EXTREMES, RANDN, SCALES, SHIFTS, VALUES, ZERO_EVERY, ZERO_FIRST, case_scale, cancel_values,
                     dims_label, index_view, large_queries, late_last, late_mask, offset_values, pairwise_legal,
                     scale_late, second_half, shift_scores, zero_query)
 

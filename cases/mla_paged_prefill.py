@@ -16,7 +16,7 @@ from references.mla import mla_paged_prefill_reference
 
 from . import _mla
 from ._attention import attention_outputs, lse_if
-from ._dims import (CONTIG, EXTREMES, RANDN, SIGNED_SCALES, VALUES, case_scale, dims_label, draw_length, draw_vals, draw_view,
+from ._dims import (CONTIG, EXTREMES, RANDN, VALUES, case_scale, dims_label, draw_length, draw_vals, draw_view,
                     effective_scale, pairwise_legal, pairwise_shares_pages)
 from ._paged import PLACEMENTS, SHARED
 from .mla_paged_decode import (DEEPSEEK_SCALE, KEYWORDS, MLA_NOTE, cache_label, extra_baselines, fuzz_classes,

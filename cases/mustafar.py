@@ -39,7 +39,7 @@ from references.mustafar import (approximation, attention_reference, compressed_
                                  values_reference)
 
 from ._attention import randn, score_bound
-from ._dims import (CONTIG, EXTREMES, RANDN, SHIFTS, SIGNED_SCALES, VALUES, cancel_values, case_scale, dense_values,
+from ._dims import (CONTIG, EXTREMES, RANDN, SHIFTS, VALUES, cancel_values, case_scale, dense_values,
                     dims_label, draw_classes, draw_vals, effective_scale, embed, fused_rows, large_queries, late_mask,
                     offset_values, pairwise_legal, scale_late, second_half, seq_slice, shift_scores)
 
