@@ -44,14 +44,15 @@ FUZZ_FINDS = [
          vals="large")]
 
 #: Every pair of: a softmax scale, how K and L are drawn, a layout, a legal view (the contiguous
-#: inputs meet every other factor in the hand-picked cases), lengths (a one-token sequence; past
-#: the split threshold), the kept share, a value distribution, a GQA group (non-powers of two) and
-#: the LSE on or off. Page sizes and placements are crossed in sparse_paged_decode's PAIRWISE
-#: (the same page walk); MagicPIG's rows cost more, so they stay fewer here.
+#: inputs meet every other factor in the hand-picked cases), lengths (a one-token sequence; an
+#: empty one), the kept share, a value distribution, a GQA group (non-powers of two) and the LSE
+#: on or off. Page sizes, placements and split-crossing lists are crossed in sparse_paged_decode's
+#: PAIRWISE (the same page walk and merge); MagicPIG's rows cost the interpreter the most, so they
+#: stay fewer and shorter here (the hand-picked 513- and 600-token lists take the split path).
 PAIRWISE = [case(lsh=r["lsh"], layout=r["layout"], lengths=r["lengths"], Hq=r["heads"][0], Hkv=r["heads"][1],
                  keep=r["keep"], lse=r["lse"], view=r["view"], vals=r["vals"], scale=r["scale"])
             for r in pairwise({"scale": (None, "hot", "neg", "zero"), "lsh": ("int", "float"), "layout": ("HND", "NHD"),
-                               "view": PAGED_VIEWS, "lengths": ((1, 9), (513,)), "keep": (1.0, 0.5),
+                               "view": PAGED_VIEWS, "lengths": ((1, 9), (40, 0, 17)), "keep": (1.0, 0.5),
                                "vals": (RANDN, "pm80"), "heads": ((6, 2), (7, 1)), "lse": (True, False)},
                               pairwise_legal)]
 
@@ -83,8 +84,7 @@ QUICK = (
     + [case(lsh="int", lengths=(150, 60), Hq=4, Hkv=2, keep=0.5, vals=vl) for vl in EXTREMES]
     + [case(lsh="float", lengths=(70,), Hq=2, Hkv=2, keep=1.0, vals="zeros")]
     # Every pair of scale x K, L x layout x view x lengths x kept share x values x GQA group x LSE
-    # (PAIRWISE): negative and zero scales meet a one-token sequence, NHD, every view and the
-    # split-KV path.
+    # (PAIRWISE): negative and zero scales meet a one-token sequence, NHD and every view.
     + PAIRWISE
     # MLA's scale, no scaling and a negative scale over the distributions that stress the exponent
     # (cases/_dims.py, SIGNED_SCALES).
