@@ -458,3 +458,13 @@ def draw_view(rng, kinds) -> str:
     return CONTIG if rng.random() < 0.4 else rng.choice(tuple(kinds))
 
 
+
+
+def pairwise_shares_pages(row, smallest_page: int = 12) -> bool:
+    """Whether a partial row of a paged crossing can share pages: a ``shared`` page table shares the
+    pages every sequence fills, so it needs two non-empty sequences that each fill one
+    (``smallest_page``: the least page size of the crossing, for a row that has no page size yet)."""
+    if row.get("placement") != "shared" or "lengths" not in row:
+        return True
+    lengths = [n for n in row["lengths"] if n]
+    return len(lengths) > 1 and min(lengths) >= row.get("P", smallest_page)

@@ -18,6 +18,7 @@ from attnsuite.case import make_cases, unique
 from attnsuite.ecosystem import implementations
 from attnsuite.family import Family
 from attnsuite.interfaces import ATTENTION_KEYWORDS, SCALE_NOTE, Interface
+from attnsuite.pairwise import pairwise
 from attnsuite.result import CaseFailure
 from attnsuite.sparsity import (BLOCK_SIZES, PAD, block_index, frame_exceeds_budget, frame_from_tokens,
                                 grid_shape, mask_to_index)
@@ -27,7 +28,7 @@ from references.block_sparse import block_sparse_reference
 from ._attention import attention_outputs, lse_if, qkv, score_bound
 from ._dims import (CONTIG, DENSE_VIEWS, EXTREMES, RANDN, SIGNED_SCALES, VALUES, case_scale, dense_values, dense_views,
                     dims_label, draw_classes, draw_dtype, draw_head_dim, draw_length, draw_vals, draw_view,
-                    effective_scale, index_view)
+                    effective_scale, index_view, pairwise_legal)
 
 #: Sparsity patterns besides the spec's generator (``uniform``: every row keeps the same count):
 #: rows listing different numbers of blocks (docs/contract.md, "Block-sparse rows"), row 0 never the
@@ -83,6 +84,25 @@ QUICK_SPARSITIES = (0.2, 0.4, 0.7)
 MOVED_TO_FULL = [case(S=1300, s=s) for s in (0.1, 0.3, 0.6, 0.8)] + [
     case(B=2, H=2, s=0.0), case(B=2, H=2, S=600, s=0.5, init="zeros"), case(B=2, H=2, s=0.0, lse=False)]
 
+def _pairwise_means_it(r) -> bool:
+    """Whether a partial pairwise row means what its parameters say: the one head of one sequence
+    from a longer cache, or its one token from a fused projection, is contiguous (no view); pm80
+    alternates its rows over B * H > 1 (s = 0.4: a row of one or two blocks keeps one)."""
+    one_row = r.get("B") == 1 and r.get("H") == 1
+    return not (one_row and r.get("view") == "kvslice" or r.get("B") == 1 and r.get("S") == 1 and r.get("view") == "fused"
+                or one_row and r.get("vals") == "pm80")
+
+
+#: Every pair of: a softmax scale, a legal view (the contiguous inputs meet every other factor in
+#: the hand-picked cases), a length (one token; a partial block; whole blocks), a block shape, the
+#: sparsity, a value distribution, the batch, the heads and the LSE on or off.
+PAIRWISE = [case(B=r["B"], H=r["H"], S=r["S"], bq=r["blk"][0], bkv=r["blk"][1], s=r["s"], lse=r["lse"], view=r["view"],
+                 vals=r["vals"], scale=r["scale"])
+            for r in pairwise({"scale": (None, "hot", "neg", "zero"), "view": DENSE_VIEWS, "S": (1, 129, 256),
+                               "blk": ((128, 128), (128, 256), (256, 128)), "s": (0.0, 0.4),
+                               "vals": (RANDN, "large", "pm80"), "B": (2, 1), "H": (1, 2), "lse": (True, False)},
+                              lambda r: pairwise_legal(r) and _pairwise_means_it(r))]
+
 QUICK = (
     # Every block shape on the same kernel source, S ragged (two blocks along the larger axis).
     [case(S=max(bq, bkv) + 77, bq=bq, bkv=bkv) for bq in BLOCK_SIZES for bkv in BLOCK_SIZES]
@@ -107,18 +127,18 @@ QUICK = (
     + [case(B=2, H=1, S=520, s=0.0, pattern="ragged")]
     # The last block partly filled to every tile residue: S % 128 in {1, 2, 127}, S % 64 == 63.
     + [case(S=S, s=0.0) for S in (129, 130, 255)]
-    # Legal views of q/k/v, and of sabi (rows with stale in-range columns between them).
-    + [case(B=2, H=1, S=300, s=0.5, view=vw) for vw in DENSE_VIEWS]
     # Value distributions (the late keys are in the last KV blocks a row lists).
     + [case(B=1, H=1, S=400, s=0.0, vals=vl) for vl in VALUES]
     # Score ranges at the edges of the exponent and zero vectors (cases/_dims.py, EXTREMES):
     # pm80's rows alternate across the two heads of one launch.
     + [case(B=1, H=2, S=200, s=0.0, vals=vl) for vl in EXTREMES]
-    # Softmax scales other than 1/sqrt(D), with the distributions that stress the exponent.
-    + [case(B=1, H=2, S=200, s=0.0, vals=vl, scale=sc) for sc, vl in (("mla", "large"), ("hot", "late"),
-                                                                      ("one", "pm80"))]
-    # Negative and zero scales (cases/_dims.py, SIGNED_SCALES): legal, and the reference takes them.
-    + [case(B=1, H=2, S=200, s=0.5, vals=vl, scale=sc) for sc, vl in SIGNED_SCALES]
+    # Every pair of scale x view x length x block shape x sparsity x values x batch x heads x LSE
+    # (PAIRWISE): negative and zero scales meet a one-token sequence and every view.
+    + PAIRWISE
+    # MLA's scale, no scaling and a negative scale over the distributions that stress the exponent
+    # (cases/_dims.py, SIGNED_SCALES).
+    + [case(B=1, H=2, S=200, s=sp, vals=vl, scale=sc) for sc, vl, sp in (("mla", "late", 0.0), ("one", "pm80", 0.0),
+                                                                         SIGNED_SCALES[0] + (0.5,))]
     # Lengths that are whole multiples of the block size (no partial last block), square and
     # not, with score ranges at the edges of the exponent at a sparsity above 0.
     + [case(B=1, H=2, S=256, s=0.5, vals=vl) for vl in ("neg100", "pm80")]

@@ -27,13 +27,14 @@ import torch
 from attnsuite.case import make_cases, unique
 from attnsuite.family import Family
 from attnsuite.interfaces import Interface
+from attnsuite.pairwise import pairwise
 from kernels.dsa_sparse_attention import dsa_sparse_attention
 from references.dsa import dsa_sparse_attention_reference
 
 from ._attention import lse_if, randn, score_bound
-from ._dims import (CONTIG, EXTREMES, RANDN, SCALES, SHIFTS, SIGNED_SCALES, VALUES, ZERO_EVERY, ZERO_FIRST, case_scale, cancel_values,
-                    dims_label, index_view, large_queries, late_last, late_mask, offset_values, scale_late,
-                    second_half, shift_scores, zero_query)
+from ._dims import (CONTIG, EXTREMES, RANDN, SCALES, SHIFTS, VALUES, ZERO_EVERY, ZERO_FIRST, case_scale, cancel_values,
+                    dims_label, index_view, large_queries, late_last, late_mask, offset_values, pairwise_legal,
+                    scale_late, second_half, shift_scores, zero_query)
 
 #: Value distributions this family draws (cases/_dims.py): the latent rows are keys and values at
 #: once, so ``offset`` and ``cancel`` move the scores too.
@@ -61,6 +62,19 @@ def case(dtype="fp16", mode="decode", nq=1, H=16, Dc=64, Dr=16, P=16, ctx=(90, 2
                 scale=scale, pool=pool, pair=pair, view=view)
 
 
+#: Every pair of: a softmax scale (the default 1/sqrt(Dc + Dr), not the catalog's MLA default, among
+#: them), decode or prefill, the cache's form, q and the index rows as views or not, (contexts, topk)
+#: (a one-token sequence; an empty one; a list past one split), the page size, holes in the index
+#: rows, the heads, a value distribution and the LSE on or off.
+PAIRWISE = [case(scale=r["scale"], mode=r["mode"], nq=2, cache=r["cache"], view=r["view"], ctx=r["sel"][0],
+                 topk=r["sel"][1], P=r["P"], holes=r["holes"], H=r["H"], vals=r["vals"], lse=r["lse"])
+            for r in pairwise({"scale": (None, "hot", "neg", "zero"), "cache": CACHES, "mode": ("decode", "prefill"),
+                               "view": (CONTIG, *VIEWS), "sel": (((1, 9), 16), ((40, 0, 17), 24), ((300,), 130)),
+                               "P": (16, 12), "holes": (0.0, 0.2), "H": (4, 22, 1), "vals": (RANDN, "large", "pm80"),
+                               "lse": (True, False)},
+                              # (pm80 alternates its rows over tokens and heads: more than one head)
+                              lambda r: pairwise_legal(r) and not (r.get("vals") == "pm80" and r.get("H") == 1))]
+
 QUICK = (
     # Decode and prefill, the cache as one fused buffer, separate tensors, padded pages.
     [case(cache=c) for c in CACHES]
@@ -81,10 +95,11 @@ QUICK = (
        case(Dc=512, Dr=64, H=2, ctx=(100,), topk=40, P=12, cache="slotpad", lse=False)]
     # Value distributions, scales (the default 1/sqrt(Dc + Dr) too), dtypes.
     + [case(vals=v, H=4) for v in DSA_VALUES]
-    + [case(view=v, H=4, holes=0.2, mode="prefill", nq=2, cache=c) for v in VIEWS for c in ("fused", "slotpad")]
-    + [case(scale=s, H=4, vals=v) for s, v in ((None, RANDN), ("hot", "offset"), ("one", "pm80"))]
-    # Negative and zero softmax scales, each with the distribution it is meant to meet.
-    + [case(scale=s, H=4, vals=v) for s, v in SIGNED_SCALES]
+    + [case(scale=s, H=4, vals=v) for s, v in (("hot", "offset"), ("one", "pm80"))]
+    # Every pair of scale x mode x cache x view x (contexts, topk) x page size x holes x heads x values
+    # x LSE (PAIRWISE): negative and zero scales meet a one-token sequence, every cache form, the
+    # views and a list past one split.
+    + PAIRWISE
     + [case(dtype="fp32", H=4), case(dtype="bf16", H=4)]
     # The pair: indexer -> flat ids -> sparse attention (quality: dense MLA over the reference top-k).
     + [case(ctx=(150, 90), topk=32, pair=16, H=4, P=16)]

@@ -9,14 +9,15 @@ import torch
 from attnsuite.case import make_cases, unique
 from attnsuite.family import Family
 from attnsuite.interfaces import ATTENTION_KEYWORDS, SCALE_NOTE, Interface
+from attnsuite.pairwise import pairwise
 from kernels.magicpig_decode import magicpig_decode
 from references.magicpig import magicpig_decode_reference
 from references.paged import sparse_paged_decode_reference
 
 from . import sparse_paged_decode as spd
 from ._attention import attention_outputs, lse_if, score_bound
-from ._dims import (CONTIG, EXTREMES, SIGNED_SCALES, SPLIT_EXTREME, SPLIT_LENGTHS, TILE_RESIDUES, VALUES, case_scale,
-                    draw_classes, effective_scale, index_view)
+from ._dims import (CONTIG, EXTREMES, RANDN, SIGNED_SCALES, SPLIT_EXTREME, SPLIT_LENGTHS, TILE_RESIDUES, VALUES, case_scale,
+                    draw_classes, effective_scale, index_view, pairwise_legal)
 from ._paged import PAGED_VIEWS
 from ._sparse import STALE_SELECTIONS, SparseDecodeBench
 
@@ -42,6 +43,19 @@ FUZZ_FINDS = [
     case(lsh="int", cos="pm1", layout="NHD", P=256, lengths=(1100, 40), Hq=2, Hkv=2, keep=1.0, dup=True,
          vals="large")]
 
+#: Every pair of: a softmax scale, how K and L are drawn, a layout, a legal view (the contiguous
+#: inputs meet every other factor in the hand-picked cases), lengths (a one-token sequence; an
+#: empty one), the kept share, a value distribution, a GQA group (non-powers of two) and the LSE
+#: on or off. Page sizes, placements and split-crossing lists are crossed in sparse_paged_decode's
+#: PAIRWISE (the same page walk and merge); MagicPIG's rows cost the interpreter the most, so they
+#: stay fewer and shorter here (the hand-picked 513- and 600-token lists take the split path).
+PAIRWISE = [case(lsh=r["lsh"], layout=r["layout"], lengths=r["lengths"], Hq=r["heads"][0], Hkv=r["heads"][1],
+                 keep=r["keep"], lse=r["lse"], view=r["view"], vals=r["vals"], scale=r["scale"])
+            for r in pairwise({"scale": (None, "hot", "neg", "zero"), "lsh": ("int", "float"), "layout": ("HND", "NHD"),
+                               "view": PAGED_VIEWS, "lengths": ((1, 9), (40, 0, 17)), "keep": (1.0, 0.5),
+                               "vals": (RANDN, "pm80"), "heads": ((6, 2), (7, 1)), "lse": (True, False)},
+                              pairwise_legal)]
+
 QUICK = (
     [case(lsh=lsh, keep=k) for lsh in ("int", "float") for k in (0.05, 0.3)]
     + [case(lsh="int", keep=0.3, **variant) for variant in (dict(dup=True), dict(empty=True),
@@ -58,27 +72,24 @@ QUICK = (
     # Index lists at tile residues and past the split threshold (several pages of 256, short last).
     + [case(lsh="float", P=64, lengths=(s,), Hq=2, Hkv=1, keep=1.0) for s in TILE_RESIDUES[::3]]
     + [case(lsh="int", P=256, lengths=(SPLIT_LENGTHS[0],), Hq=2, Hkv=1, keep=1.0)]
-    # Legal views of the cache, q, the index arrays and K / L, both layouts.
-    + [case(lsh="float", layout=lay, lengths=(40, 90), Hq=4, Hkv=2, keep=0.3, view=vw)
-       for vw, lay in zip(PAGED_VIEWS, ("HND", "NHD"))]
     # Value distributions (late keys listed last).
     + [case(lsh="int", lengths=(640,) if vl == "cancel" else (300, 40), Hq=2, Hkv=1,
             keep=1.0 if vl == "cancel" else 0.8, vals=vl) for vl in VALUES]
-    # Page sizes and GQA groups that are not powers of two.
+    # Page sizes and GQA groups that are not powers of two (3 and 7 also in PAIRWISE).
     + [case(lsh="int", P=12, lengths=(0, 90, 25), Hq=6, Hkv=2, keep=0.5),
        case(lsh="float", P=48, layout="NHD", placement="scattered", lengths=(200, 48), Hq=5, Hkv=1, keep=0.5),
-       case(lsh="int", P=16, lengths=(70,), Hq=12, Hkv=2, keep=0.5),
-       case(lsh="float", P=16, lengths=(70,), Hq=7, Hkv=1, keep=0.5)]
+       case(lsh="int", P=16, lengths=(70,), Hq=12, Hkv=2, keep=0.5)]
     # Score ranges at the edges of the exponent, and zero vectors: zero keys and a zero query,
     # whose cosine is 0 only with the norm's epsilon (0 / 0 without it).
     + [case(lsh="int", lengths=(150, 60), Hq=4, Hkv=2, keep=0.5, vals=vl) for vl in EXTREMES]
     + [case(lsh="float", lengths=(70,), Hq=2, Hkv=2, keep=1.0, vals="zeros")]
-    # Softmax scales other than 1/sqrt(D), with the distributions that stress the exponent.
+    # Every pair of scale x K, L x layout x view x lengths x kept share x values x GQA group x LSE
+    # (PAIRWISE): negative and zero scales meet a one-token sequence, NHD and every view.
+    + PAIRWISE
+    # MLA's scale, no scaling and a negative scale over the distributions that stress the exponent
+    # (cases/_dims.py, SIGNED_SCALES).
     + [case(lsh="int", lengths=(150, 60), Hq=4, Hkv=2, keep=0.5, vals=vl, scale=sc)
-       for sc, vl in (("mla", "large"), ("hot", "late"), ("one", "pm80"))]
-    # Negative and zero scales (cases/_dims.py, SIGNED_SCALES): legal, and the reference takes them.
-    + [case(lsh="int", layout=lay, lengths=(150, 60), Hq=4, Hkv=2, keep=0.5, vals=vl, scale=sc)
-       for (sc, vl), lay in zip(SIGNED_SCALES, ("NHD", "HND"))]
+       for sc, vl in (("mla", "late"), ("one", "pm80"), SIGNED_SCALES[0])]
     # Partial LSEs of the split-KV merge below fp32's subnormals (cases/_dims.py, SPLIT_EXTREME), over 2 splits.
     + [case(lsh="int", P=64, lengths=(600,), Hq=2, Hkv=2, keep=1.0, vals=SPLIT_EXTREME)]
     # Shared pages (a prefix cache): the sequences' first pages are the same physical pages.

@@ -8,14 +8,15 @@ from attnsuite.case import make_cases, unique
 from attnsuite.ecosystem import implementations
 from attnsuite.family import Family
 from attnsuite.interfaces import OUT_KEYWORDS, Interface
+from attnsuite.pairwise import pairwise
 from kernels.mla_paged import mla_paged_decode
 from references.mla import mla_paged_decode_reference
 
 from . import _mla
 from ._attention import attention_outputs, lse_if
-from ._dims import (CONTIG, EXTREMES, RANDN, SIGNED_SCALES, VALUES, case_scale, dims_label, draw_length, draw_vals, draw_view,
-                    effective_scale)
-from ._paged import PLACEMENTS
+from ._dims import (CONTIG, EXTREMES, RANDN, VALUES, case_scale, dims_label, draw_length, draw_vals, draw_view,
+                    effective_scale, pairwise_legal, pairwise_shares_pages)
+from ._paged import PLACEMENTS, SHARED
 
 #: DeepSeek-V3's softmax scale without its YaRN factor: 1/sqrt(192) (qk_nope 128 + qk_rope 64).
 DEEPSEEK_SCALE = 0.0722
@@ -49,27 +50,41 @@ def case(dtype="fp16", P=16, placement="shuffled", lengths=(1, 16, 40), H=16, Dc
                 cache=cache, pool=pool, view=view, vals=vals, scale=scale)
 
 
+#: Every pair of: a softmax scale, a legal view (the contiguous buffers meet every other factor in
+#: the hand-picked cases), a page size (non-powers of two included), a placement (shared pages
+#: included), lengths (a one-token sequence; past a 128-token tile: the split path, which costs the
+#: interpreter the most, is the hand-picked case of 600 tokens), the heads, a value
+#: distribution and the LSE on or off.
+PAIRWISE = [case(P=r["P"], placement=r["placement"], lengths=r["lengths"], H=r["H"], lse=r["lse"], view=r["view"],
+                 vals=r["vals"], scale=r["scale"])
+            for r in pairwise({"scale": (None, "hot", "neg", "zero"), "view": _mla.MLA_VIEWS, "P": (16, 12, 48),
+                               "placement": ("shuffled", "scattered", SHARED),
+                               "lengths": ((1, 9), (40, 0, 17), (130, 33)), "H": (4, 16, 1),
+                               "vals": (RANDN, "large", "pm80"), "lse": (True, False)},
+                              # (pm80 alternates rows over sequences and heads: with one head, the even sequences)
+                              lambda r: pairwise_legal(r) and not (r.get("vals") == "pm80" and r.get("H") == 1)
+                              and pairwise_shares_pages(r))]
+
 QUICK = (
     # Page sizes 1, 16, 64 and not powers of two (12, 48); one-page and many-page sequences, last
     # pages of 1 and of P; an empty sequence between others.
     [case(P=1, lengths=(1, 7)), case(P=16, lengths=(0, 16, 33)), case(P=64, lengths=(64, 130), H=22),
-     case(P=12, lengths=(25, 0, 12), placement="scattered"), case(P=48, lengths=(97,), H=1, placement="ordered")]
+     case(P=48, lengths=(97,), H=1, placement="ordered")]
     # The whole model's heads (one head and 22 are above), a split-length sequence (past 512
     # tokens: two page splits) and the real latent width (Dc 512, Dr 64).
     + [case(H=128, lengths=(20,), Dc=32, Dr=16),
        case(H=4, P=64, lengths=(600, 3)),
        case(H=22, Dc=512, Dr=64, P=16, lengths=(33,), lse=False)]
-    # The fused [.., Dc + Dr] buffer and the other legal views.
-    + [case(view=vw, lengths=(40, 17)) for vw in _mla.MLA_VIEWS]
     # Value distributions and score ranges (cases/_dims.py), the last three with softmax scales
     # other than the default.
     + [case(P=64, H=4, lengths=(200, 90), vals=vl) for vl in ("offset", "cancel")]
     + [case(P=64, H=4, lengths=(100, 37), vals=vl) for vl in ("neg100", "zeros")]
     + [case(P=64, H=4, lengths=(100, 37), vals=vl, scale=sc) for sc, vl in (("hot", "late"), ("one", "pm80"),
                                                                              ("mla", "large"))]
-    # Negative and zero softmax scales (a row max taken before scaling, a zero scale read as "not
-    # given"), each with the distribution it is meant to meet.
-    + [case(P=64, H=4, lengths=(100, 37), vals=vl, scale=sc) for sc, vl in SIGNED_SCALES]
+    # Every pair of scale x view x page size x placement x lengths x heads x values x LSE (PAIRWISE):
+    # negative and zero scales (a row max taken before scaling, a zero scale read as "not given")
+    # meet a one-token sequence, the fused buffer and the other views and shared pages.
+    + PAIRWISE
     # A long reduction in fp16: one row over 2000 tokens whose running sum climbs far from the
     # output before it cancels (an accumulator kept in the input dtype shows).
     + [case(P=64, H=2, lengths=(2000,), vals="cancel")]

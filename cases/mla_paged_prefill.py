@@ -11,13 +11,15 @@ from attnsuite.case import make_cases, unique
 from attnsuite.ecosystem import implementations
 from attnsuite.family import Family
 from attnsuite.interfaces import Interface
+from attnsuite.pairwise import pairwise
 from kernels.mla_paged import mla_paged_prefill
 from references.mla import mla_paged_prefill_reference
 
 from . import _mla
 from ._attention import attention_outputs, lse_if
-from ._dims import CONTIG, EXTREMES, RANDN, SIGNED_SCALES, VALUES, case_scale, dims_label, draw_length, draw_vals, draw_view, effective_scale
-from ._paged import PLACEMENTS
+from ._dims import (CONTIG, EXTREMES, RANDN, VALUES, case_scale, dims_label, draw_length, draw_vals, draw_view,
+                    effective_scale, pairwise_legal, pairwise_shares_pages)
+from ._paged import PLACEMENTS, SHARED
 from .mla_paged_decode import (DEEPSEEK_SCALE, KEYWORDS, MLA_NOTE, cache_label, extra_baselines, fuzz_classes,
                                lengths_label, work)
 
@@ -34,27 +36,44 @@ def case(dtype="fp16", P=64, placement="shuffled", lengths=(20, 37), queries=(2,
                 Dr=Dr, causal=causal, lse=lse, cache=cache, pool=pool, view=view, vals=vals, scale=scale)
 
 
+#: Every pair of: a softmax scale, a legal view (the contiguous buffers meet every other factor in
+#: the hand-picked cases), a page size (non-powers of two included), a placement (shared pages
+#: included), (prefix lengths, query counts) (one token, a sequence with no query; past a 128-token
+#: tile), the mask, the heads, a value distribution and the LSE on or off (rows past the split
+#: threshold cost the interpreter the most: the hand-picked case of 600 tokens takes that path).
+PAIRWISE = [case(P=r["P"], placement=r["placement"], lengths=r["seqs"][0], queries=r["seqs"][1], H=r["H"],
+                 causal=r["causal"], lse=r["lse"], view=r["view"], vals=r["vals"], scale=r["scale"])
+            for r in pairwise({"scale": (None, "hot", "neg", "zero"), "view": _mla.MLA_VIEWS, "P": (16, 12, 48),
+                               "placement": ("shuffled", "scattered", SHARED),
+                               "seqs": (((1, 9), (1, 2)), ((40, 0, 17), (3, 0, 1)), ((130, 33), (2, 3))),
+                               "causal": (True, False), "H": (4, 16, 1), "vals": (RANDN, "large", "pm80"),
+                               "lse": (True, False)},
+                              # (pm80 alternates rows over sequences and heads: with one head, the even sequences)
+                              lambda r: pairwise_legal(r) and not (r.get("vals") == "pm80" and r.get("H") == 1)
+                              and pairwise_shares_pages(
+                                  {**r, "lengths": r["seqs"][0]} if "seqs" in r else r))]
+
 QUICK = (
     # Chunks over a longer prefix (m > n), the whole sequence as the chunk (m == n), a sequence
-    # with no query, an empty sequence; page sizes 1, 16, 64 and not powers of two.
+    # with no query, an empty sequence; page sizes 1, 16 and 64.
     [case(P=16, lengths=(20, 37), queries=(2, 3)), case(P=16, lengths=(5, 30), queries=(5, 1), H=16),
-     case(P=1, lengths=(5, 2), queries=(2, 2)), case(P=64, lengths=(130, 64), queries=(4, 0), H=22),
-     case(P=12, lengths=(0, 25), queries=(0, 4), placement="scattered"), case(P=48, lengths=(97,), queries=(3,), H=1)]
-    # Not causal: every query sees the whole prefix.
-    + [case(lengths=(20, 7), queries=(3, 2), causal=False)]
+     case(P=1, lengths=(5, 2), queries=(2, 2)), case(P=64, lengths=(130, 64), queries=(4, 0), H=22)]
+    # (Page sizes 12 and 48, one head, a sequence with no query and the non-causal mask: PAIRWISE.)
     # The whole model's heads, a row split over pages (past 512 tokens), the real latent width.
     + [case(H=128, Dc=32, Dr=16, lengths=(18,), queries=(2,)),
        case(H=4, P=64, lengths=(600,), queries=(2,)),
        case(H=16, Dc=512, Dr=64, P=64, lengths=(40,), queries=(2,))]
-    # The fused buffer and the other legal views; bf16.
-    + [case(view=vw) for vw in _mla.MLA_VIEWS] + [case(dtype="bf16", view="fused")]
+    # bf16 over the fused buffer (PAIRWISE crosses the legal views with the other factors).
+    + [case(dtype="bf16", view="fused")]
     # Value distributions and score ranges, the last three with softmax scales other than the default.
     + [case(lengths=(200,), queries=(2,), vals=vl) for vl in ("offset", "cancel")]
     + [case(lengths=(60,), queries=(2,), vals=vl) for vl in ("neg100", "zeros")]
     + [case(lengths=(200 if vl == "late" else 60,), queries=(2,), vals=vl, scale=sc)
        for sc, vl in (("hot", "late"), ("one", "pm80"), ("mla", "large"))]
-    # Negative and zero softmax scales, each with the distribution it is meant to meet.
-    + [case(lengths=(60,), queries=(2,), vals=vl, scale=sc) for sc, vl in SIGNED_SCALES]
+    # Every pair of scale x view x page size x placement x (lengths, queries) x mask x heads x values
+    # x LSE (PAIRWISE): negative and zero scales meet one-token sequences, the fused buffer and the
+    # other views and shared pages.
+    + PAIRWISE
     # FP8 caches.
     + [case(cache=c, P=16, lengths=(0, 40, 17), queries=(0, 2, 2)) for c in ("fp8_scaled", "fp8_edge")]
 )

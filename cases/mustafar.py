@@ -30,6 +30,7 @@ import torch
 from attnsuite.case import make_cases, unique
 from attnsuite.family import Family
 from attnsuite.interfaces import SCALE_NOTE, Interface
+from attnsuite.pairwise import pairwise
 from kernels import mustafar as kernels_mustafar
 from kernels.mustafar_format import Compressed, compress, decompress
 from attnsuite.result import CaseFailure
@@ -38,9 +39,9 @@ from references.mustafar import (approximation, attention_reference, compressed_
                                  values_reference)
 
 from ._attention import randn, score_bound
-from ._dims import (CONTIG, EXTREMES, RANDN, SHIFTS, SIGNED_SCALES, VALUES, cancel_values, case_scale, dense_values,
+from ._dims import (CONTIG, EXTREMES, RANDN, SHIFTS, VALUES, cancel_values, case_scale, dense_values,
                     dims_label, draw_classes, draw_vals, effective_scale, embed, fused_rows, large_queries, late_mask,
-                    offset_values, scale_late, second_half, seq_slice, shift_scores)
+                    offset_values, pairwise_legal, scale_late, second_half, seq_slice, shift_scores)
 
 #: One view kind: q from a fused projection, p rows of a longer buffer, and the caches the
 #: compressor reads windows of a longer cache.
@@ -80,6 +81,19 @@ def case(op, bits=2, s=0.7, B=1, Hq=4, Hkv=1, S=256, D=64, init="randn", view=CO
 
 ORIGIN = dict(B=2, Hq=4, Hkv=4, D=128, S=256, s=0.7, bits=2)   # the origin's failing shape
 
+#: Decode: every pair of a softmax scale, a length (the shortest, 64; past two 128-key tiles), the
+#: format, the pruned share, q of a fused projection or not, a value distribution, a GQA group (non-
+#: powers of two; several KV heads) and the batch. The score ranges run unpruned (pruning would
+#: drop part of their shift).
+PAIRWISE = [case("decode", bits=r["bits"], s=r["s"], B=r["B"], Hq=r["heads"][0], Hkv=r["heads"][1], S=r["S"],
+                 view=r["view"], vals=r["vals"], scale=r["scale"])
+            for r in pairwise({"scale": (None, "hot", "neg", "zero"), "S": (64, 128, 320), "bits": (2, 16),
+                               "s": (0.0, 0.5), "view": (CONTIG, "slice"), "vals": (RANDN, "large", "pm80"),
+                               "heads": ((6, 2), (7, 1), (4, 2)), "B": (1, 2)},
+                              # (one sequence's one KV head, sliced from a longer buffer, is contiguous: no view)
+                              lambda r: pairwise_legal(r) and not (r.get("vals") in SHIFTS and r.get("s", 0.0) > 0)
+                              and not (r.get("view") == "slice" and r.get("B") == 1 and r.get("heads", (0, 2))[1] == 1))]
+
 QUICK = (
     [case("compress", bits=b, s=s, Hq=2, Hkv=2) for b in (16, 2) for s in (0.0, 0.5, 0.7)]
     + [case("compress", bits=b, s=0.5, Hq=2, Hkv=2, D=128, init="edge") for b in (16, 2)]
@@ -101,9 +115,10 @@ QUICK = (
        for op, b, vl in (("values", 16, "offset"), ("values", 2, "cancel"), ("decode", 2, "offset"),
                          ("decode", 16, "cancel"), ("decode", 16, "late"), ("decode", 2, "large"))]
     + [case("compress", bits=2, s=0.5, Hq=2, Hkv=2, S=128, vals="offset")]
-    # GQA groups that are not powers of two (query heads of one group contiguous), every op.
+    # GQA groups that are not powers of two (query heads of one group contiguous), every op (decode's
+    # 3 and 7 in PAIRWISE).
     + [case(op, bits=b, s=0.5, Hq=hq, Hkv=hkv, S=128)
-       for op, b, hq, hkv in (("keys", 2, 6, 2), ("values", 16, 5, 1), ("decode", 2, 7, 1), ("decode", 16, 6, 1))]
+       for op, b, hq, hkv in (("keys", 2, 6, 2), ("values", 16, 5, 1), ("decode", 16, 6, 1))]
     # Decode: score ranges at the edges of the exponent (unpruned: pruning would drop part of the
     # shift), zero vectors (zero keys and values keep nothing once pruned), and softmax scales
     # other than 1/sqrt(D).
@@ -112,8 +127,10 @@ QUICK = (
     + [case("keys", bits=2, s=0.5, Hq=2, S=128, vals="zeros")]
     + [case("decode", bits=b, s=sp, Hq=2, S=128, vals=vl, scale=sc)
        for b, sp, sc, vl in ((2, 0.5, "mla", "large"), (16, 0.5, "hot", "late"), (2, 0.0, "one", "pm80"))]
-    # Negative and zero scales (cases/_dims.py, SIGNED_SCALES): legal, and the reference takes them.
-    + [case("decode", bits=b, s=0.5, Hq=2, S=128, vals=vl, scale=sc) for (sc, vl), b in zip(SIGNED_SCALES, (2, 16))]
+    # Every pair of scale x length x format x pruned share x view x values x GQA group x batch
+    # (PAIRWISE): negative and zero scales meet the shortest length, q of a fused projection and
+    # the score ranges.
+    + PAIRWISE
     # The compressor over several sequences and KV heads at once (B > 1 with Hkv > 1), both formats.
     + [case("compress", bits=b, s=0.5, B=2, Hq=4, Hkv=2, S=128) for b in (16, 2)]
 )

@@ -10,6 +10,7 @@ from attnsuite.case import make_cases, unique
 from attnsuite.ecosystem import implementations
 from attnsuite.family import Family
 from attnsuite.interfaces import ATTENTION_KEYWORDS, SCALE_NOTE, Interface, Unsupported
+from attnsuite.pairwise import pairwise
 from kernels.decode import decode as contiguous_decode
 from kernels.paged_decode import paged_decode
 from references.attention import decode_reference
@@ -18,7 +19,8 @@ from references.paged import paged_decode_reference
 from . import _paged
 from ._attention import attention_outputs, dense_stand_in, lse_if, qkv, randn, score_bound
 from ._dims import (CONTIG, EXTREMES, RANDN, SIGNED_SCALES, SPLIT_EXTREME, VALUES, case_scale, dims_label, draw_classes,
-                    draw_dtype, draw_head_dim, draw_heads, draw_vals, draw_view, effective_scale, paged_values)
+                    draw_dtype, draw_head_dim, draw_heads, draw_vals, draw_view, effective_scale, paged_values,
+                    pairwise_legal, pairwise_shares_pages)
 from ._paged import PAGED_VIEWS, draw_page_table, paged_views
 
 
@@ -37,16 +39,27 @@ def case(dtype="fp16", layout="HND", P=16, placement="shuffled", lengths=(1, 16,
                 Hkv=Hkv, D=D, lse=lse, vs=vs, pool=pool, view=view, vals=vals, scale=scale)
 
 
+#: Every pair of: a softmax scale, a layout, a legal view of the cache (the contiguous cache meets
+#: every other factor in the hand-picked cases), a page size (non-powers of two included), a
+#: placement (shared pages included), lengths (a one-token sequence; past the split threshold), a
+#: value distribution, a GQA group (non-powers of two) and the LSE on or off.
+PAIRWISE = [case(layout=r["layout"], P=r["P"], placement=r["placement"], lengths=r["lengths"], Hq=r["heads"][0],
+                 Hkv=r["heads"][1], lse=r["lse"], view=r["view"], vals=r["vals"], scale=r["scale"])
+            for r in pairwise({"scale": (None, "hot", "neg", "zero"), "layout": ("HND", "NHD"), "view": PAGED_VIEWS,
+                               "P": (16, 12, 48), "placement": ("shuffled", "scattered", _paged.SHARED),
+                               "lengths": ((1, 9), (40, 0, 17), (513,)), "vals": (RANDN, "large", "pm80"),
+                               "heads": ((6, 2), (5, 1), (7, 1)), "lse": (True, False)},
+                              lambda r: pairwise_legal(r) and pairwise_shares_pages(r))]
+
 QUICK = (
     # Page sizes with one-page and many-page sequences, last_page_len 1 and page_size.
     [case(P=1, lengths=(1, 7)), case(P=16, lengths=(1, 16, 40)), case(P=64, lengths=(64, 130)),
      case(P=256, lengths=(3, 256), Hq=4, Hkv=4)]
-    # Both layouts x the three placements.
-    + [case(layout=lay, placement=pl, lengths=(17, 48)) for lay in ("HND", "NHD") for pl in _paged.PLACEMENTS]
-    # A zero-page sequence between normal ones; a batch with no page at all (found by the fuzz
-    # profile: kv_page_indices is empty).
-    + [case(lengths=(0, 33, 7)), case(layout="NHD", lengths=(21, 0), placement="scattered"),
-       case(lengths=(0, 0))]
+    # Both layouts with pages in sequence order (PAIRWISE crosses them with the other placements).
+    + [case(layout=lay, placement="ordered", lengths=(17, 48)) for lay in ("HND", "NHD")]
+    # A batch with no page at all (found by the fuzz profile: kv_page_indices is empty); PAIRWISE
+    # has a zero-page sequence between normal ones.
+    + [case(lengths=(0, 0))]
     # GQA 1, 4, 8 and head dims.
     + [case(Hq=4, Hkv=4, lengths=(20, 9)), case(Hq=8, Hkv=1, lengths=(20, 9), lse=False),
        case(D=128, lengths=(33,)), case(D=256, Hq=4, Hkv=1, lengths=(18,), P=16)]
@@ -57,25 +70,23 @@ QUICK = (
     # 100 and 1 tokens); pages of 64 and 256 long enough to cross the split-KV threshold (512).
     + [case(P=16, lengths=(100, 37), Hq=4, Hkv=2), case(P=64, layout="NHD", lengths=(700, 65), Hq=4, Hkv=1),
        case(P=256, lengths=(356, 513), Hq=4, Hkv=2)]
-    # Legal views of the cache (and q), both layouts.
-    + [case(layout=lay, lengths=(40, 17), view=vw) for vw in PAGED_VIEWS for lay in ("HND", "NHD")]
     # Value distributions; the late keys are each sequence's last quarter.
     # (cancel: one long sequence, many tiles, every output near 0)
     + [case(P=64, lengths=(640,) if vl == "cancel" else (300, 90), Hq=4, Hkv=2, vals=vl) for vl in VALUES]
     # Page sizes that are not powers of two (a page / slot computed with shifts and masks passes
-    # every power-of-two case), with a zero-page sequence, a short last page and many pages;
-    # GQA groups that are not powers of two.
-    + [case(P=12, lengths=(0, 25, 100), Hq=6, Hkv=2), case(P=48, layout="NHD", placement="scattered",
-                                                          lengths=(200, 48), Hq=5, Hkv=1),
-       case(P=16, lengths=(40, 17), Hq=12, Hkv=2), case(P=64, layout="NHD", lengths=(130,), Hq=7, Hkv=1)]
+    # every power-of-two case) over many pages, and GQA groups that are not powers of two, are
+    # crossed in PAIRWISE; GQA 6 here.
+    + [case(P=16, lengths=(40, 17), Hq=12, Hkv=2)]
     # Score ranges at the edges of the exponent and zero vectors (cases/_dims.py, EXTREMES).
     + [case(P=16, lengths=(100, 37), Hq=4, Hkv=2, vals=vl) for vl in EXTREMES]
-    # Softmax scales other than 1/sqrt(D), with the distributions that stress the exponent.
+    # Every pair of scale x layout x view x page size x placement x lengths x values x GQA group x
+    # LSE (PAIRWISE): negative and zero scales meet a one-token sequence, NHD, every view, shared
+    # pages and the split-KV path.
+    + PAIRWISE
+    # MLA's scale, no scaling and a negative scale over the distributions that stress the exponent
+    # (cases/_dims.py, SIGNED_SCALES).
     + [case(P=16, lengths=(100, 37), Hq=4, Hkv=2, vals=vl, scale=sc)
-       for sc, vl in (("mla", "large"), ("hot", "late"), ("one", "pm80"))]
-    # Negative and zero scales (cases/_dims.py, SIGNED_SCALES): legal, and the reference takes them.
-    + [case(P=16, layout=lay, lengths=(100, 37), Hq=4, Hkv=2, vals=vl, scale=sc)
-       for (sc, vl), lay in zip(SIGNED_SCALES, ("NHD", "HND"))]
+       for sc, vl in (("mla", "late"), ("one", "pm80"), SIGNED_SCALES[0])]
     # Partial LSEs of the split-KV merge below fp32's subnormals (cases/_dims.py, SPLIT_EXTREME), over 2 splits.
     + [case(P=64, lengths=(600, 90), Hq=4, Hkv=2, vals=SPLIT_EXTREME)]
     # Shared pages (a prefix cache): the sequences' first pages are the same physical pages.

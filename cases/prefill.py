@@ -3,6 +3,7 @@ GQA, optional natural-log LSE."""
 from __future__ import annotations
 
 from attnsuite.case import grid, make_cases, unique
+from attnsuite.pairwise import pairwise
 from attnsuite.ecosystem import implementations
 from attnsuite.family import Family
 from attnsuite.interfaces import ATTENTION_KEYWORDS, SCALE_NOTE, Interface
@@ -12,7 +13,7 @@ from references.attention import prefill_reference
 from ._attention import attention_outputs, heads, lse_if, qkv, score_bound
 from ._dims import (CONTIG, DENSE_VIEWS, EXTREMES, LONG_RESIDUES, RANDN, SIGNED_SCALES, TILE_RESIDUES, VALUES,
                     case_scale, dense_values, dense_views, dims_label, draw_classes, draw_dtype, draw_head_dim,
-                    draw_heads, draw_length, draw_vals, draw_view, effective_scale)
+                    draw_heads, draw_length, draw_vals, draw_view, effective_scale, pairwise_legal)
 
 
 def label(p) -> str:
@@ -22,13 +23,23 @@ def label(p) -> str:
     return f"{p['dtype']}-{heads(p['B'], p['Hq'], p['Hkv'])}-S{p['S']}-D{p['D']}-{mask}{lse}{qs}{dims_label(p)}"
 
 
-#: (scale, value distribution, S, causal) of the scaled cases: MLA's scale with large logits, a
-#: temperature with late keys, no scaling with rows near -80 and +80.
-SCALED = (("mla", "large", 65, True), ("hot", "late", 130, False), ("one", "pm80", 33, True))
-
-
 def _gqa(B, Hkv, G):
     return {"B": B, "Hq": Hkv * G, "Hkv": Hkv}
+
+
+#: Every pair of: a softmax scale, a legal view (the contiguous layout meets every other factor
+#: in the hand-picked cases), one query / a ragged tile / past a 64-wide tile, the mask, a value
+#: distribution, a GQA group (non-powers of two), the batch and the LSE on or off.
+PAIRWISE = [dict(dtype="fp16", **_gqa(r["B"], *r["heads"]), S=r["S"], D=64, causal=r["causal"], lse=r["lse"],
+                 view=r["view"], vals=r["vals"], scale=r["scale"])
+            for r in pairwise({"scale": (None, "hot", "neg", "zero"), "view": DENSE_VIEWS,
+                               "vals": (RANDN, "large", "pm80"), "S": (1, 17, 65), "causal": (True, False),
+                               "heads": ((2, 3), (1, 5), (1, 7)), "lse": (True, False), "B": (1, 2)},
+                              # (one token of one sequence from a fused projection, or the one KV head of one
+                              # sequence from a longer cache, is contiguous: no view)
+                              lambda r: pairwise_legal(r) and not (r.get("B") == 1 and (
+                                  r.get("view") == "fused" and r.get("S") == 1
+                                  or r.get("view") == "kvslice" and r.get("heads", (2,))[0] == 1)))]
 
 
 QUICK = (
@@ -48,25 +59,22 @@ QUICK = (
     + [dict(dtype="fp16", **_gqa(1, 1, 2), S=s, D=64, causal=c, lse=True)
        for s in TILE_RESIDUES for c in (True, False)]
     + [dict(dtype="fp16", **_gqa(1, 1, 2), S=s, D=64, causal=True, lse=True) for s in LONG_RESIDUES]
-    # Legal views (docs/contract.md, "Views"), GQA, batch > 1 and a ragged length, masks alternating.
-    + [dict(dtype="fp16", **_gqa(2, 1, 2), S=65, D=64, causal=c, lse=True, view=vw)
-       for vw, c in zip(DENSE_VIEWS, (True, False, True))]
     # Value distributions over several key tiles (the late keys in the last), masks alternating.
     # cancel: every row sees both halves (non-causal) over ten 64-key tiles.
     + [dict(dtype="fp16", **_gqa(1, 1, g), S=s, D=64, causal=c, lse=True, vals=vl)
        for vl, g, s, c in zip(VALUES, (2, 1, 2, 2), (300, 640, 300, 300), (True, False, True, False))]
-    # GQA groups that are not powers of two (real models: 28/4, 12/2), ragged lengths.
-    + [dict(dtype="fp16", **_gqa(1, h, g), S=s, D=64, causal=c, lse=True)
-       for h, g, s, c in ((2, 3, 33, True), (1, 5, 17, False), (2, 6, 20, True), (1, 7, 40, False))]
     # Score ranges at the edges of the exponent and zero vectors (cases/_dims.py, EXTREMES).
     + [dict(dtype="fp16", **_gqa(2, 1, 2), S=65, D=64, causal=c, lse=True, vals=vl)
        for vl, c in zip(EXTREMES, (True, False, True))]
-    # Softmax scales other than 1/sqrt(D), with the distributions that stress the exponent.
+    # Every pair of scale x view x length x mask x values x GQA group x batch x LSE (PAIRWISE):
+    # negative and zero scales meet one query, every view and the extreme score ranges.
+    + PAIRWISE
+    # A negative scale over large logits (cases/_dims.py, SIGNED_SCALES; porting_notes.md names it),
+    # MLA's scale and no scaling over the distributions that stress the exponent.
     + [dict(dtype="fp16", **_gqa(1, 1, 2), S=s, D=64, causal=c, lse=True, vals=vl, scale=sc)
-       for sc, vl, s, c in SCALED]
-    # Negative and zero scales (cases/_dims.py, SIGNED_SCALES): legal, and the reference takes them.
-    + [dict(dtype="fp16", **_gqa(1, 1, 2), S=s, D=64, causal=c, lse=True, vals=vl, scale=sc)
-       for (sc, vl), s, c in zip(SIGNED_SCALES, (65, 1), (True, False))]
+       for sc, vl, s, c in (SIGNED_SCALES[0] + (65, True), ("mla", "late", 130, False), ("one", "pm80", 1, True))]
+    # (GQA 6: the pairwise groups are 3, 5 and 7.)
+    + [dict(dtype="fp16", **_gqa(1, 1, 6), S=33, D=64, causal=True, lse=False, vals="offset", scale="one")]
 )
 
 FULL = [

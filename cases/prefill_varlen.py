@@ -12,6 +12,7 @@ import torch
 
 from attnsuite.case import grid, make_cases, unique
 from attnsuite.ecosystem import implementations
+from attnsuite.pairwise import pairwise
 from attnsuite.family import Family
 from attnsuite.interfaces import ATTENTION_KEYWORDS, SCALE_NOTE, Interface
 from kernels.prefill_varlen import prefill_packed, prefill_padded
@@ -21,7 +22,7 @@ from references.varlen import (padded_to_packed, prefill_packed_reference, prefi
 from ._attention import attention_outputs, lse_if, qkv, score_bound
 from ._dims import (CONTIG, DENSE_VIEWS, EXTREMES, LONG_RESIDUES, RANDN, SIGNED_SCALES, TILE_RESIDUES, VALUES,
                     case_scale, dense_values, dense_views, dims_label, draw_classes, draw_dtype, draw_head_dim,
-                    draw_heads, draw_length, draw_vals, draw_view, effective_scale, fused_rows, row_pad)
+                    draw_heads, draw_length, draw_vals, draw_view, effective_scale, fused_rows, pairwise_legal, row_pad)
 
 #: Views of the packed layout: q/k/v head slices of one fused [T, Hq + 2 Hkv, D] projection, and
 #: rows wider than D. The padded layout takes the dense families' views.
@@ -47,6 +48,19 @@ def views_of(layout):
     return DENSE_VIEWS if layout == "padded" else PACKED_VIEWS
 
 
+#: Every pair of: a softmax scale, a layout, a legal view of it (the contiguous inputs meet every
+#: other factor in the hand-picked cases), a batch of lengths (one-token sequences included), the
+#: mask, a value distribution, a GQA group (non-powers of two) and the LSE on or off.
+PAIRWISE = [case(layout=r["layout"], lengths=r["lengths"], Hkv=r["heads"][0], G=r["heads"][1], causal=r["causal"],
+                 lse=r["lse"], view=r["view"], vals=r["vals"], scale=r["scale"])
+            for r in pairwise({"scale": (None, "hot", "neg", "zero"), "view": DENSE_VIEWS,
+                               "layout": ("padded", "packed"), "vals": (RANDN, "large", "pm80"),
+                               "lengths": ((1, 9), (17, 1, 5), (65, 30)), "causal": (True, False),
+                               "heads": ((2, 3), (1, 5), (1, 7)), "lse": (True, False)},
+                              lambda r: pairwise_legal(r) and not (r.get("view") == "kvslice"
+                                                                    and r.get("layout") == "packed"))]
+
+
 QUICK = (
     # Lengths of 1, equal to S, and a spread, both masks, both layouts, GQA 4 with LSE.
     [case(layout=lay, causal=c) for lay in ("padded", "packed") for c in (True, False)]
@@ -70,28 +84,24 @@ QUICK = (
     + [case(layout=lay, lengths=lens, Hkv=1, G=2, causal=c)
        for lens, lay, c in ((TILE_RESIDUES, "padded", True), (TILE_RESIDUES, "packed", False),
                             (LONG_RESIDUES, "packed", True), (LONG_RESIDUES, "padded", False))]
-    # Legal views of each layout (packed: q/k/v sliced from one fused QKV tensor), GQA.
-    + [case(layout=lay, lengths=(20, 33), Hkv=1, G=2, causal=c, view=vw)
-       for lay in ("padded", "packed") for vw, c in zip(views_of(lay), (True, False, True))]
     # Value distributions; the late keys are the last quarter of each sequence.
     # (cancel: non-causal, two long sequences, so every row sees both halves of many tiles)
     + [case(layout=lay, lengths=lens, Hkv=1, G=1, causal=c, vals=vl)
        for vl, lay, lens, c in zip(VALUES, ("padded", "packed", "padded", "packed"),
                                    ((300, 40), (640, 500), (300, 40), (300, 40)), (True, False, False, True))]
-    # GQA groups that are not powers of two, both layouts.
-    + [case(layout=lay, lengths=(33, 7), Hkv=h, G=g, causal=c)
-       for lay, h, g, c in (("padded", 2, 3, True), ("packed", 1, 5, False), ("packed", 2, 6, True),
-                            ("padded", 1, 7, False))]
     # Score ranges at the edges of the exponent and zero vectors; padded rows past each length.
     + [case(layout=lay, lengths=(70, 20), S=S, Hkv=1, G=2, causal=c, vals=vl)
        for vl, lay, S, c in zip(EXTREMES, ("padded", "packed", "padded"), (80, None, 75), (True, False, False))]
-    # Softmax scales other than 1/sqrt(D), with the distributions that stress the exponent.
-    + [case(layout=lay, lengths=(65, 30), Hkv=1, G=2, causal=c, vals=vl, scale=sc)
-       for sc, vl, lay, c in (("mla", "large", "packed", True), ("hot", "late", "padded", False),
-                              ("one", "pm80", "packed", True))]
-    # Negative and zero scales (cases/_dims.py, SIGNED_SCALES): legal, and the reference takes them.
-    + [case(layout=lay, lengths=(65, 30), Hkv=1, G=2, causal=c, vals=vl, scale=sc)
-       for (sc, vl), lay, c in zip(SIGNED_SCALES, ("packed", "padded"), (True, False))]
+    # Every pair of scale x layout x view x lengths x mask x values x GQA group x LSE (PAIRWISE):
+    # negative and zero scales meet one-token sequences, every view and the extreme score ranges.
+    + PAIRWISE
+    # A negative scale over large logits (cases/_dims.py, SIGNED_SCALES; porting_notes.md names it),
+    # MLA's scale and no scaling over the distributions that stress the exponent.
+    # (GQA 6: the pairwise groups are 3, 5 and 7.)
+    + [case(layout=lay, lengths=lens, Hkv=1, G=g, causal=c, vals=vl, scale=sc)
+       for sc, vl, lay, lens, g, c in (SIGNED_SCALES[0] + ("packed", (65, 30), 2, True),
+                                       ("mla", "late", "padded", (150, 3), 2, False),
+                                       ("one", "pm80", "packed", (1, 40), 6, True))]
 )
 
 _SWEEP_LENGTHS = (1, 300, 1000, 77)

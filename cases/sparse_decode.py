@@ -5,6 +5,7 @@ from __future__ import annotations
 from attnsuite.case import make_cases, unique
 from attnsuite.family import Family
 from attnsuite.interfaces import ATTENTION_KEYWORDS, SCALE_NOTE, Interface
+from attnsuite.pairwise import pairwise
 from kernels.sparse_decode import sparse_decode
 from references.attention import decode_reference
 from references.sparse import sparse_decode_reference
@@ -12,7 +13,7 @@ from references.sparse import sparse_decode_reference
 from ._attention import attention_outputs, heads, lse_if, qkv, score_bound
 from ._dims import (CONTIG, DENSE_VIEWS, EXTREMES, RANDN, SIGNED_SCALES, SPLIT_EXTREME, SPLIT_LENGTHS, TILE_RESIDUES,
                     VALUES, case_scale, dense_values, dense_views, dims_label, draw_classes, draw_dtype, draw_head_dim,
-                    draw_heads, draw_length, draw_vals, draw_view, effective_scale, listed_last)
+                    draw_heads, draw_length, draw_vals, draw_view, effective_scale, listed_last, pairwise_legal)
 from ._sparse import (QUICK_SELECTIONS, SELECTION, STALE_SELECTIONS, SparseDecodeBench, draw_selection,
                       index_views, select_tokens, selection_label)
 
@@ -29,6 +30,21 @@ def case(dtype="fp16", B=2, Hq=8, Hkv=2, S=200, D=64, lse=True, vs=None, view=CO
                 **{**SELECTION, **selection})
 
 
+#: Every pair of: a softmax scale, a legal view (the contiguous inputs meet every other factor in
+#: the hand-picked cases), a cache length (one token; past the split threshold, every token
+#: listed), the kept share, a value distribution, a GQA group (non-powers of two), the batch and
+#: the LSE on or off.
+PAIRWISE = [case(B=r["B"], Hq=r["heads"][0], Hkv=r["heads"][1], S=r["S"], keep=r["keep"], lse=r["lse"],
+                 view=r["view"], vals=r["vals"], scale=r["scale"])
+            for r in pairwise({"scale": (None, "hot", "neg", "zero"), "view": DENSE_VIEWS, "S": (1, 40, 513),
+                               "keep": (1.0, 0.5), "vals": (RANDN, "large", "pm80"),
+                               "heads": ((6, 2), (5, 1), (7, 1)), "B": (2, 1), "lse": (True, False)},
+                              # (the one KV head of one sequence from a longer cache is contiguous: no view;
+                              # the split-crossing lists, the costliest rows, for one sequence)
+                              lambda r: pairwise_legal(r) and not (r.get("B") == 1 and r.get("view") == "kvslice"
+                                                                    and r.get("heads", (0, 2))[1] == 1)
+                              and not (r.get("S") == 513 and r.get("B") == 2))]
+
 QUICK = (
     [case(**sel) for sel in QUICK_SELECTIONS]
     + [case(Hq=4, Hkv=4, keep=0.1), case(Hq=8, Hkv=1, keep=0.1, lse=False), case(D=128, S=150, keep=0.3),
@@ -40,19 +56,19 @@ QUICK = (
     # Index lists whose length leaves every tile residue, then past the split threshold.
     + [case(B=1, Hq=4, Hkv=1, S=s, keep=1.0) for s in TILE_RESIDUES]
     + [case(B=1, Hq=2, Hkv=1, S=s, keep=1.0) for s in SPLIT_LENGTHS]
-    # Legal views of q/k/v (and of the index arrays, with stale entries between their rows).
-    + [case(Hq=4, keep=0.3, view=vw) for vw in DENSE_VIEWS]
     # Value distributions over several tiles of each list (late keys listed last).
     + [case(B=1, Hq=4, Hkv=2, S=600, keep=1.0 if vl == "cancel" else 0.5, vals=vl) for vl in VALUES]
-    # GQA groups that are not powers of two.
-    + [case(B=b, Hq=hq, Hkv=hkv, S=70, keep=0.5) for b, hq, hkv in ((2, 6, 2), (1, 5, 1), (1, 12, 2), (1, 7, 1))]
+    # GQA groups that are not powers of two: 6 (3, 5 and 7 in PAIRWISE).
+    + [case(B=b, Hq=hq, Hkv=hkv, S=70, keep=0.5) for b, hq, hkv in ((1, 12, 2),)]
     # Score ranges at the edges of the exponent and zero vectors (cases/_dims.py, EXTREMES).
     + [case(B=2, Hq=4, Hkv=2, S=150, keep=0.5, vals=vl) for vl in EXTREMES]
-    # Softmax scales other than 1/sqrt(D), with the distributions that stress the exponent.
+    # Every pair of scale x view x length x kept share x values x GQA group x batch x LSE
+    # (PAIRWISE): negative and zero scales meet a one-token cache, every view and the split-KV path.
+    + PAIRWISE
+    # MLA's scale, no scaling and a negative scale over the distributions that stress the exponent
+    # (cases/_dims.py, SIGNED_SCALES).
     + [case(B=1, Hq=4, Hkv=2, S=150, keep=0.5, vals=vl, scale=sc)
-       for sc, vl in (("mla", "large"), ("hot", "late"), ("one", "pm80"))]
-    # Negative and zero scales (cases/_dims.py, SIGNED_SCALES): legal, and the reference takes them.
-    + [case(B=1, Hq=4, Hkv=2, S=150, keep=0.5, vals=vl, scale=sc) for sc, vl in SIGNED_SCALES]
+       for sc, vl in (("mla", "late"), ("one", "pm80"), SIGNED_SCALES[0])]
     # Partial LSEs of the split-KV merge below fp32's subnormals (cases/_dims.py, SPLIT_EXTREME), over 2 splits.
     + [case(B=1, Hq=4, Hkv=2, S=600, keep=1.0, vals=SPLIT_EXTREME)]
     # Long reductions in low precision: one row over thousands of selected tokens (with

@@ -7,6 +7,7 @@ import torch
 from attnsuite.case import make_cases, unique
 from attnsuite.family import Family
 from attnsuite.interfaces import ATTENTION_KEYWORDS, SCALE_NOTE, Interface
+from attnsuite.pairwise import pairwise
 from kernels.sparse_paged_decode import sparse_paged_decode
 from references.paged import paged_decode_reference, sparse_paged_decode_reference
 
@@ -14,7 +15,7 @@ from . import _paged
 from ._attention import attention_outputs, lse_if, randn, score_bound
 from ._dims import (CONTIG, EXTREMES, RANDN, SIGNED_SCALES, SPLIT_EXTREME, SPLIT_LENGTHS, TILE_RESIDUES, VALUES,
                     case_scale, dims_label, draw_classes, draw_dtype, draw_head_dim, draw_heads, draw_vals, draw_view,
-                    effective_scale, listed_last, paged_values)
+                    effective_scale, listed_last, paged_values, pairwise_legal, pairwise_shares_pages)
 from ._paged import PAGED_VIEWS, draw_page_table, paged_views
 from ._sparse import (QUICK_SELECTIONS, SELECTION, STALE_SELECTIONS, SparseDecodeBench, draw_selection,
                       index_views, select_tokens, selection_label)
@@ -33,9 +34,23 @@ def case(dtype="fp16", layout="HND", P=16, placement="shuffled", lengths=(90, 20
                 D=D, lse=lse, vs=vs, pool=pool, view=view, vals=vals, scale=scale, **{**SELECTION, **selection})
 
 
+#: Every pair of: a softmax scale, a layout, a legal view (the contiguous inputs meet every other
+#: factor in the hand-picked cases), a page size (non-powers of two included), a placement (shared
+#: pages included), lengths (a one-token sequence; past the split threshold), the kept share, a
+#: value distribution, a GQA group (non-powers of two) and the LSE on or off.
+PAIRWISE = [case(layout=r["layout"], P=r["P"], placement=r["placement"], lengths=r["lengths"], Hq=r["heads"][0],
+                 Hkv=r["heads"][1], keep=r["keep"], lse=r["lse"], view=r["view"], vals=r["vals"], scale=r["scale"])
+            for r in pairwise({"scale": (None, "hot", "neg", "zero"), "layout": ("HND", "NHD"), "view": PAGED_VIEWS,
+                               "P": (16, 12, 48), "placement": ("shuffled", "scattered", _paged.SHARED),
+                               "lengths": ((1, 9), (40, 0, 17), (513,)), "keep": (1.0, 0.5),
+                               "vals": (RANDN, "large", "pm80"), "heads": ((6, 2), (5, 1), (7, 1)),
+                               "lse": (True, False)},
+                              lambda r: pairwise_legal(r) and pairwise_shares_pages(r))]
+
 QUICK = (
     [case(**sel) for sel in QUICK_SELECTIONS]
-    + [case(layout="NHD", placement=pl, keep=0.2) for pl in _paged.PLACEMENTS]
+    # NHD with pages in sequence order (PAIRWISE crosses the layouts with the other placements).
+    + [case(layout="NHD", placement="ordered", keep=0.2)]
     + [case(P=1, lengths=(1, 30), keep=0.3), case(P=64, lengths=(64, 130), keep=0.1),
        case(P=256, lengths=(300,), Hq=4, Hkv=4, keep=0.1)]
     + [case(lengths=(0, 70, 5), keep=0.3), case(lengths=(0, 0), keep=0.3), case(Hq=4, Hkv=4, keep=0.1), case(Hq=8, Hkv=1, keep=0.1, lse=False),
@@ -48,25 +63,24 @@ QUICK = (
     # longest sequences span several pages of 256 with a short last page.
     + [case(P=64, lengths=(s,), Hq=4, Hkv=1, keep=1.0) for s in TILE_RESIDUES]
     + [case(P=256, lengths=(s,), Hq=2, Hkv=1, keep=1.0) for s in SPLIT_LENGTHS]
-    # Legal views of the cache, q and the index arrays, both layouts.
-    + [case(layout=lay, Hq=4, keep=0.3, view=vw) for vw, lay in zip(PAGED_VIEWS, ("HND", "NHD"))]
     # Value distributions over several tiles of each list (late keys listed last).
     # (cancel: every token of one long sequence, so every output sits near 0)
     + [case(lengths=(640,) if vl == "cancel" else (600, 90), Hq=4, Hkv=2, keep=1.0 if vl == "cancel" else 0.5,
             vals=vl) for vl in VALUES]
     # Page sizes that are not powers of two (logical position -> page / slot by division, not
-    # shifts), with GQA groups that are not powers of two; two more groups on pages of 16.
-    + [case(P=12, lengths=(0, 90, 25), Hq=6, Hkv=2, keep=0.5), case(P=48, layout="NHD", placement="scattered",
-                                                                   lengths=(200, 48), Hq=5, Hkv=1, keep=0.5),
-       case(P=16, lengths=(70,), Hq=12, Hkv=2, keep=0.5), case(P=16, lengths=(70,), Hq=7, Hkv=1, keep=0.5)]
+    # shifts) over many pages, and GQA groups that are not powers of two, are crossed in PAIRWISE;
+    # GQA 6 here.
+    + [case(P=16, lengths=(70,), Hq=12, Hkv=2, keep=0.5)]
     # Score ranges at the edges of the exponent and zero vectors (cases/_dims.py, EXTREMES).
     + [case(lengths=(150, 60), Hq=4, Hkv=2, keep=0.5, vals=vl) for vl in EXTREMES]
-    # Softmax scales other than 1/sqrt(D), with the distributions that stress the exponent.
+    # Every pair of scale x layout x view x page size x placement x lengths x kept share x values x
+    # GQA group x LSE (PAIRWISE): negative and zero scales meet a one-token sequence, NHD, every
+    # view, shared pages and the split-KV path.
+    + PAIRWISE
+    # MLA's scale, no scaling and a negative scale over the distributions that stress the exponent
+    # (cases/_dims.py, SIGNED_SCALES).
     + [case(lengths=(150, 60), Hq=4, Hkv=2, keep=0.5, vals=vl, scale=sc)
-       for sc, vl in (("mla", "large"), ("hot", "late"), ("one", "pm80"))]
-    # Negative and zero scales (cases/_dims.py, SIGNED_SCALES): legal, and the reference takes them.
-    + [case(layout=lay, lengths=(150, 60), Hq=4, Hkv=2, keep=0.5, vals=vl, scale=sc)
-       for (sc, vl), lay in zip(SIGNED_SCALES, ("NHD", "HND"))]
+       for sc, vl in (("mla", "late"), ("one", "pm80"), SIGNED_SCALES[0])]
     # Partial LSEs of the split-KV merge below fp32's subnormals (cases/_dims.py, SPLIT_EXTREME), over 2 splits.
     + [case(P=64, lengths=(600,), Hq=4, Hkv=2, keep=1.0, vals=SPLIT_EXTREME)]
     # Shared pages (a prefix cache): the sequences' first pages are the same physical pages.

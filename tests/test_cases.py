@@ -333,3 +333,30 @@ def test_quick_block_sparse_has_whole_block_lengths_and_extremes_at_a_sparsity_a
     _, cases = quick("block_sparse")
     assert any(c["S"] % c["bq"] == 0 and c["S"] % c["bkv"] == 0 and c["bq"] != c["bkv"] for c in cases)
     assert any(c["S"] % c["bq"] == 0 and c["s"] > 0 and c.params.get("vals") in EXTREMES for c in cases)
+
+
+# --- the contract's knobs crossed with each other: a non-default scale at the shortest length, -------
+# --- with a non-contiguous view and with the NHD layout (cases/*.py PAIRWISE rows) ------------------
+
+def _shortest(case) -> float:
+    """A case's shortest sequence: the least non-zero length, query count or context it lists, else
+    S (infinite for a batch of empty sequences only)."""
+    p = case.params
+    listed = [n for key in ("lengths", "queries", "ctx") for n in (p.get(key) or ()) if n > 0]
+    return min(listed) if listed else p.get("S", float("inf"))
+
+
+SCALED_FAMILIES = [n for n in COVERED if any("scale" in c.params for c in registry.family(n).cases)]
+
+
+@pytest.mark.parametrize("name", SCALED_FAMILIES)
+def test_quick_crosses_non_default_scales_with_the_shortest_length_views_and_nhd(name):
+    _, cases = quick(name)
+    takes = [c for c in cases if "scale" in c.params]  # the family's ops that take a softmax scale
+    scaled = [c for c in takes if c.params.get("scale") is not None]
+    assert scaled
+    assert min(map(_shortest, scaled)) == min(map(_shortest, takes))
+    if any(c.params.get("view", CONTIG) != CONTIG for c in takes):
+        assert any(c.params.get("view", CONTIG) != CONTIG for c in scaled)
+    if any(c.params.get("layout") == "NHD" for c in takes):
+        assert any(c.params.get("layout") == "NHD" for c in scaled)
