@@ -14,8 +14,8 @@ from references.mla import mla_paged_decode_reference
 
 from . import _mla
 from ._attention import attention_outputs, lse_if
-from ._dims import (CONTIG, EXTREMES, RANDN, VALUES, case_scale, dims_label, draw_length, draw_vals, draw_view,
-                    effective_scale, pairwise_legal, pairwise_shares_pages)
+from ._dims import (CONTIG, EXTREMES, RANDN, SPLIT_EXTREME, VALUES, case_scale, dims_label, draw_length, draw_vals,
+                    draw_view, effective_scale, pairwise_legal, pairwise_shares_pages)
 from ._paged import PLACEMENTS, SHARED
 
 #: DeepSeek-V3's softmax scale without its YaRN factor: 1/sqrt(192) (qk_nope 128 + qk_rope 64).
@@ -79,6 +79,9 @@ QUICK = (
     # other than the default.
     + [case(P=64, H=4, lengths=(200, 90), vals=vl) for vl in ("offset", "cancel")]
     + [case(P=64, H=4, lengths=(100, 37), vals=vl) for vl in ("neg100", "zeros")]
+    # Scores centred at -130 over a row split in two (past 512 tokens): every split's partial LSE
+    # lies where e^x is 0 in fp32, so a merge weighting the splits by e^lse gets 0 / 0.
+    + [case(P=64, H=2, lengths=(600,), vals=SPLIT_EXTREME)]
     + [case(P=64, H=4, lengths=(100, 37), vals=vl, scale=sc) for sc, vl in (("hot", "late"), ("one", "pm80"),
                                                                              ("mla", "large"))]
     # Every pair of scale x view x page size x placement x lengths x heads x values x LSE (PAIRWISE):

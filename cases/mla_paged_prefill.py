@@ -17,8 +17,8 @@ from references.mla import mla_paged_prefill_reference
 
 from . import _mla
 from ._attention import attention_outputs, lse_if
-from ._dims import (CONTIG, EXTREMES, RANDN, VALUES, case_scale, dims_label, draw_length, draw_vals, draw_view,
-                    effective_scale, pairwise_legal, pairwise_shares_pages)
+from ._dims import (CONTIG, EXTREMES, RANDN, SPLIT_EXTREME, VALUES, case_scale, dims_label, draw_length, draw_vals,
+                    draw_view, effective_scale, pairwise_legal, pairwise_shares_pages)
 from ._paged import PLACEMENTS, SHARED
 from .mla_paged_decode import (DEEPSEEK_SCALE, KEYWORDS, MLA_NOTE, cache_label, extra_baselines, fuzz_classes,
                                lengths_label, work)
@@ -68,6 +68,9 @@ QUICK = (
     # Value distributions and score ranges, the last three with softmax scales other than the default.
     + [case(lengths=(200,), queries=(2,), vals=vl) for vl in ("offset", "cancel")]
     + [case(lengths=(60,), queries=(2,), vals=vl) for vl in ("neg100", "zeros")]
+    # Scores centred at -130 over rows split in two (past 512 visible tokens): every partial LSE
+    # lies where e^x is 0 in fp32.
+    + [case(H=2, lengths=(600,), queries=(2,), vals=SPLIT_EXTREME)]
     + [case(lengths=(200 if vl == "late" else 60,), queries=(2,), vals=vl, scale=sc)
        for sc, vl in (("hot", "late"), ("one", "pm80"), ("mla", "large"))]
     # Every pair of scale x view x page size x placement x (lengths, queries) x mask x heads x values

@@ -290,7 +290,8 @@ def test_long_low_precision_reductions_in_fp16_and_bf16(name):
 
 from cases._dims import SPLIT_EXTREME, SPLIT_LENGTHS  # noqa: E402
 
-SPLIT_FAMILIES = ["decode", "paged_decode", "sparse_decode", "sparse_paged_decode", "magicpig_decode"]
+SPLIT_FAMILIES = ["decode", "paged_decode", "sparse_decode", "sparse_paged_decode", "magicpig_decode",
+                  "mla_paged_decode", "mla_paged_prefill"]
 #: e^x is 0 in fp32 below this (half of the smallest subnormal, 2^-149, rounds to 0).
 FP32_EXP_ZERO = -103.98
 
