@@ -36,7 +36,8 @@ def label(p) -> str:
 def case(dtype="fp16", layout="HND", P=16, placement="shuffled", lengths=(1, 16, 40), Hq=8, Hkv=2, D=64,
          lse=True, vs=None, pool=None, view=CONTIG, vals=RANDN, scale=None):
     return dict(dtype=dtype, layout=layout, P=P, placement=placement, lengths=tuple(lengths), Hq=Hq,
-                Hkv=Hkv, D=D, lse=lse, vs=vs, pool=pool, view=view, vals=vals, scale=scale)
+                Hkv=Hkv, D=D, lse=lse, vs=vs, pool=pool, view=view, vals=vals, scale=scale,
+                kv=None)  # a 16-bit cache; fp8_case sets "fp8" (the ledger's fp8 entries key on it)
 
 
 #: Every pair of: a softmax scale, a layout, a legal view of the cache (the contiguous cache meets
