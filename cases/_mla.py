@@ -75,11 +75,17 @@ def latent_cache(gen, case, lengths, page_size, Dc, Dr, indptr, indices, num_pag
         buf = randn(gen, shape, case.dtype, device)
         buf.masked_fill_(~owned.to(buf.device)[:, :, None], float("nan"))
         return buf, owned
-    buf = fp8_values(gen, randn(gen, shape, torch.float32), cache)
-    bits = buf.view(torch.uint8)
-    nan_bits = torch.where(torch.arange(shape[-1]) % 2 == 0, 0x7F, 0xFF).to(torch.uint8)
-    bits[~owned] = nan_bits
+    buf = fp8_cache(gen, randn(gen, shape, torch.float32), cache, owned)
     return buf.to(device) if device is not None else buf, owned
+
+
+def fp8_cache(gen, x: torch.Tensor, cache: str, owned: torch.Tensor) -> torch.Tensor:
+    """Rows ``x`` [pages, P, D] (fp32 N(0, 1) draws) stored as the fp8 cache class ``cache``;
+    slots not ``owned`` hold both NaN encodings, alternating over the columns."""
+    buf = fp8_values(gen, x, cache)
+    nan_bits = torch.where(torch.arange(x.shape[-1]) % 2 == 0, 0x7F, 0xFF).to(torch.uint8)
+    buf.view(torch.uint8)[~owned] = nan_bits
+    return buf
 
 
 def mla_values(vals: str, qn, qp, buf, Dc: int, owned: torch.Tensor, positions, lens, scale: float):

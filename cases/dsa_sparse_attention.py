@@ -8,7 +8,9 @@ in random order, with -1 holes anywhere (``holes``), rows listing none (``empty`
 ids (``dup``) and lists longer than what a query sees (the rest -1); the two caches as views of
 one fused ``[.., Dc + Dr]`` buffer, as separate tensors, or as a pool whose pages hold more slot
 strides than ``page_size`` (``slotpad``: flat ids are then not row numbers); the shared value
-distributions and scales (cases/_dims.py). Slots no token owns hold NaN.
+distributions and scales (cases/_dims.py); fp8 latent caches (``kv``: the MLA families' classes,
+cases/_mla.py, with their k_scale / v_scale). Slots no token owns hold NaN (both fp8 NaN
+encodings in an fp8 cache).
 
 Latent dims: the interface takes any Dc (multiple of 16, <= 512) and Dr (multiple of 16, <=
 128); most quick cases use Dc=64, Dr=16 for the interpreter's sake, a few the real 512/64.
@@ -31,7 +33,8 @@ from attnsuite.pairwise import pairwise
 from kernels.dsa_sparse_attention import dsa_sparse_attention
 from references.dsa import dsa_sparse_attention_reference
 
-from ._attention import lse_if, randn, score_bound
+from . import _mla
+from ._attention import lse_if, randn
 from ._dims import (CONTIG, EXTREMES, RANDN, SCALES, SHIFTS, VALUES, ZERO_EVERY, ZERO_FIRST, case_scale, cancel_values,
                     dims_label, index_view, large_queries, late_last, late_mask, offset_values, pairwise_legal,
                     scale_late, second_half, shift_scores, zero_query)
@@ -51,15 +54,25 @@ def label(p) -> str:
     holes = f"-holes{p['holes']:g}" if p["holes"] else ""
     nq = f"-nq{p['nq']}" if p["mode"] == "prefill" else ""
     pair = f"-pair_k{p['pair']}" if p.get("pair") else ""
+    kv = "" if p.get("kv", "same") == "same" else f"-kv_{p['kv']}"
     return (f"{p['dtype']}-{p['mode']}{nq}-H{p['H']}-Dc{p['Dc']}-Dr{p['Dr']}-P{p['P']}-ctx{ctx}-topk{p['topk']}-"
-            f"{p['cache']}{holes}{sel}{'-lse' if p['lse'] else ''}{pair}{dims_label(p)}")
+            f"{p['cache']}{kv}{holes}{sel}{'-lse' if p['lse'] else ''}{pair}{dims_label(p)}")
 
 
 def case(dtype="fp16", mode="decode", nq=1, H=16, Dc=64, Dr=16, P=16, ctx=(90, 200), topk=40, cache="fused",
-         holes=0.0, empty=False, dup=False, lse=True, vals=RANDN, scale="mla", pool=None, pair=0, view=CONTIG):
-    return dict(dtype=dtype, mode=mode, nq=nq if mode == "prefill" else 1, H=H, Dc=Dc, Dr=Dr, P=P,
-                ctx=tuple(ctx), topk=topk, cache=cache, holes=holes, empty=empty, dup=dup, lse=lse, vals=vals,
-                scale=scale, pool=pool, pair=pair, view=view)
+         holes=0.0, empty=False, dup=False, lse=True, vals=RANDN, scale="mla", pool=None, pair=0, view=CONTIG,
+         kv="same"):
+    p = dict(dtype=dtype, mode=mode, nq=nq if mode == "prefill" else 1, H=H, Dc=Dc, Dr=Dr, P=P,
+             ctx=tuple(ctx), topk=topk, cache=cache, holes=holes, empty=empty, dup=dup, lse=lse, vals=vals,
+             scale=scale, pool=pool, pair=pair, view=view)
+    if kv != "same":  # 16-bit cases keep their ids
+        p["kv"] = kv
+    return p
+
+
+def cache_scales(case) -> tuple[float, float]:
+    """(k_scale, v_scale) of the case's cache class (1, 1 for a cache in q's dtype)."""
+    return _mla.CACHES[case.params.get("kv", "same")]
 
 
 #: Every pair of: a softmax scale (the default 1/sqrt(Dc + Dr), not the catalog's MLA default, among
@@ -101,6 +114,11 @@ QUICK = (
     # views and a list past one split.
     + PAIRWISE
     + [case(dtype="fp32", H=4), case(dtype="bf16", H=4)]
+    # FP8 latent caches: each class once, over the cache forms, decode and prefill, a split list.
+    + [case(kv="fp8", H=4, holes=0.2), case(kv="fp8_scaled", cache="slotpad", mode="prefill", nq=2, ctx=(40, 75),
+                                             topk=32),
+       case(kv="fp8_edge", cache="separate", ctx=(300,), topk=130, H=4),
+       case(kv="fp8_scaled", Dc=512, Dr=64, H=16, ctx=(200,), topk=64, P=64)]
     # The pair: indexer -> flat ids -> sparse attention (quality: dense MLA over the reference top-k).
     + [case(ctx=(150, 90), topk=32, pair=16, H=4, P=16)]
 )
@@ -114,12 +132,16 @@ FULL = (
        for v in (dict(empty=True, holes=0.1), dict(dup=True), dict(vals="large"), dict(vals="pm80"),
                  dict(vals="neg100"), dict(vals="offset"), dict(vals="zeros"), dict(scale="one"))]
     + [case(dtype=dt, H=16, Dc=512, Dr=64, P=64, ctx=(6000, 300), topk=2048, pair=2048) for dt in ("fp16", "bf16")]
+    + [case(dtype=dt, mode=m, nq=nq, H=h, Dc=512, Dr=64, P=P, ctx=ctx, topk=k, cache=c, kv=kv)
+       for dt in ("fp16", "bf16") for kv in ("fp8", "fp8_scaled", "fp8_edge")
+       for m, nq, ctx, h, P, c, k in (("decode", 1, (3000, 1000, 17), 16, 64, "fused", 2048),
+                                     ("prefill", 16, (2100, 700), 128, 48, "slotpad", 512))]
 )
 
 #: The spec's bench shape: H=16, Dc=512, Dr=64, topk=2048, page 64, T in {1, 64, 128} over caches of
 #: 32k-128k tokens (T decode rows over sequences of those lengths).
-BENCH = [case(dtype="bf16", H=16, Dc=512, Dr=64, P=64, ctx=(n,) * T, topk=2048, lse=False, scale="mla")
-         for T, n in ((1, 131072), (64, 1024), (128, 512))] + \
+BENCH = [case(dtype="bf16", H=16, Dc=512, Dr=64, P=64, ctx=(n,) * T, topk=2048, lse=False, scale="mla", kv=kv)
+         for T, n in ((1, 131072), (64, 1024), (128, 512)) for kv in ("same", "fp8")] + \
         [case(dtype="bf16", H=16, Dc=512, Dr=64, P=64, ctx=(32768,), mode="prefill", nq=64, topk=2048, lse=False)]
 
 
@@ -240,6 +262,8 @@ def make_dsa_inputs(case, gen) -> dict:
     positions = slot_positions(slots, case["ctx"], (num_pages, P))
     q_nope, q_pe, rows = latent_values(case, gen, q_nope, q_pe, rows, owned, scale, positions)
     rows = rows.masked_fill(~owned[..., None], float("nan"))  # slots no token owns
+    if case.params.get("kv", "same") != "same":
+        rows = _mla.fp8_cache(gen, randn(gen, rows.shape, torch.float32), case["kv"], owned)
     ckv, kpe = cache_views(case, rows)
     inputs = {"q_nope": q_nope, "q_pe": q_pe, "ckv_cache": ckv, "kpe_cache": kpe}
     if case["pair"]:
@@ -305,8 +329,9 @@ class DsaSparseAttention(Family):
         ("q_nope", "q_pe", "ckv_cache", "kpe_cache", "sparse_indices"), ("scale", "return_lse", "out", "lse"),
         "(o [T, H, Dc], lse [T, H] fp32 or None)",
         arguments=("q_nope [T, H, Dc], q_pe [T, H, Dr]  fp16 | bf16 | fp32",
-                   "ckv_cache [num_pages, page_size, Dc], kpe_cache [num_pages, page_size, Dr]  q's dtype; "
-                   "possibly views of one fused [.., Dc + Dr] buffer",
+                   "ckv_cache [num_pages, page_size, Dc], kpe_cache [num_pages, page_size, Dr]  q's dtype, or both "
+                   "float8_e4m3fn with k_scale / v_scale keywords (fp32 per-tensor factors, passed on fp8 cases "
+                   "only); possibly views of one fused [.., Dc + Dr] buffer",
                    "sparse_indices [T, topk] int32: flat slot ids page * page_size + slot, -1 = none anywhere, "
                    "repeats count once per occurrence; a row listing none gives o = 0, lse = -inf"),
         notes="scale: float or None (None: 1/sqrt(Dc + Dr)); the catalogs mostly pass 1/sqrt(1.5 (Dc + Dr)), "
@@ -338,21 +363,19 @@ class DsaSparseAttention(Family):
             inputs["sparse_indices"] = _pair_ids(case, inputs)
         Dc, Dr = case["Dc"], case["Dr"]
         o, lse = impl(*args(inputs), scale=_scale(case, Dc, Dr), return_lse=case["lse"], out=outputs["o"],
-                      lse=outputs.get("lse"))
+                      lse=outputs.get("lse"), **fp8_keywords(case))
         return lse_if(case, o, lse)
 
     def reference(self, case, inputs, compute_dtype):
         if "sparse_indices" not in inputs:
             inputs["sparse_indices"] = _pair_ids(case, inputs)
         o, lse = dsa_sparse_attention_reference(*args(inputs), scale=_scale(case, case["Dc"], case["Dr"]),
-                                                compute_dtype=compute_dtype)
+                                                **fp8_keywords(case), compute_dtype=compute_dtype)
         return lse_if(case, o, lse)
 
     def score_bound(self, case, inputs):
-        q = torch.cat([inputs["q_nope"], inputs["q_pe"]], -1)
-        keys = torch.cat([inputs["ckv_cache"], inputs["kpe_cache"]], -1)
         scale = _scale(case, case["Dc"], case["Dr"]) or 1.0 / math.sqrt(case["Dc"] + case["Dr"])
-        return score_bound(q, keys, scale)
+        return _mla.latent_score_bound(inputs, scale, cache_scales(case)[0])
 
     def quality(self, case, inputs, produced):
         """Pair cases: the attention over the indexer's choice against dense MLA attention
@@ -402,6 +425,15 @@ class DsaSparseAttention(Family):
             lambda: mla_paged_decode(q_nope, q_pe, dense_ckv, dense_kpe, indptr, indices, last, scale=scale),
             f"kernels.mla_paged.mla_paged_decode over a dense paged cache of {k} tokens a row",
             (T, case["H"], k, str(ckv.dtype)))}
+
+
+def fp8_keywords(case) -> dict:
+    """k_scale / v_scale for an fp8 case; none for a 16-bit one (a kernel without the keywords
+    is still called on those)."""
+    if case.params.get("kv", "same") == "same":
+        return {}
+    k_scale, v_scale = cache_scales(case)
+    return {"k_scale": k_scale, "v_scale": v_scale}
 
 
 def _pair_ids(case, inputs) -> torch.Tensor:

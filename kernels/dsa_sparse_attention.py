@@ -14,6 +14,11 @@ size (the vector ``t // PAGE`` is the construct Ascend's adapter rejects, "canno
 
 Long lists are split (``SPLIT_LEN`` slots a program) and merged by LSE (kernels/_split.py): a
 decode step (T = 1) would otherwise run one program per head group.
+
+FP8 latent caches (``torch.float8_e4m3fn``, kernels.md section 11) are read as the MLA kernel
+reads them (kernels/mla_paged.py): Triton's own cast on compiled CUDA sm_89+, the cache's bytes
+decoded exactly everywhere else; the tile is converted to q's dtype, ``k_scale`` folded into the
+score scale and ``v_scale`` applied to the normalised output.
 """
 from __future__ import annotations
 
@@ -27,7 +32,9 @@ import triton.language as tl
 from ._checks import (DOT_INPUT_PRECISION, FLOAT_DTYPES, LaunchPlan, cdiv, check_flag, check_index_tensor,
                       check_int_range, check_launchable, check_nonempty, check_out_lse, check_scale,
                       check_tensor, check_values_in_range, is_interpret, launch, next_pow2, on_ascend)
+from ._fp8 import BITS, FP8_DTYPE, fp8_mode, kernel_view
 from ._grid import plan_grid
+from .mla_paged import _e4m3_bits
 from ._split import merge_plan, scratch_of, split_outputs
 
 LOG2E = 1.4426950408889634
@@ -35,6 +42,16 @@ MAX_DC = 512
 MAX_DR = 128
 #: Row ids are int32 flat slot ids.
 INT32_MAX = 2**31 - 1
+
+
+@triton.jit
+def _latent_tile(ptrs, mask, DTYPE: tl.constexpr, FP8_BYTES: tl.constexpr):
+    """Latent rows in q's dtype; masked slots read 0 (an fp8 NaN there never reaches the dots)."""
+    if FP8_BYTES:
+        x = _e4m3_bits(tl.load(ptrs, mask=mask, other=0))
+    else:  # a float fill: an fp8 tile (Triton's own cast) takes no int32 constant
+        x = tl.load(ptrs, mask=mask, other=0.0)
+    return x.to(DTYPE)
 
 
 @triton.jit
@@ -46,8 +63,8 @@ def _dsa_tile(Q_NOPE, Q_PE, CKV, KPE, IDS, COFF, ROFF, O, LSE,
               RETURN_LSE: tl.constexpr, UNIFORM: tl.constexpr,
               BLOCK_H: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_DC: tl.constexpr,
               BLOCK_DR: tl.constexpr, SPLIT_D: tl.constexpr, CHUNK_DC: tl.constexpr,
-              BLOCK_DV: tl.constexpr, DOT_PRECISION: tl.constexpr):
-    """SPLIT_D (Ascend): the scores over Dc in chunks of CHUNK_DC, and this program's output
+              BLOCK_DV: tl.constexpr, DOT_PRECISION: tl.constexpr, FP8_BYTES: tl.constexpr):
+    """FP8_BYTES: the caches are e4m3fn bytes seen as uint8, decoded here. SPLIT_D (Ascend): the scores over Dc in chunks of CHUNK_DC, and this program's output
     columns only (BLOCK_DV of them, group ``vg``), so the unified buffer never holds a whole
     [rows, Dc] tile beside a whole accumulator; otherwise one pass over full rows."""
     t = t.to(tl.int64)
@@ -87,16 +104,18 @@ def _dsa_tile(Q_NOPE, Q_PE, CKV, KPE, IDS, COFF, ROFF, O, LSE,
         else:  # element offsets made on the host (row_offsets, 0 for -1): pages longer than page_size slots
             c_off = tl.load(COFF + t * stride_it + j, mask=listed, other=0)
             r_off = tl.load(ROFF + t * stride_it + j, mask=listed, other=0)
-        kpe = tl.load(KPE + r_off[:, None] + offs_r[None, :], mask=ok[:, None] & r_ok[None, :], other=0.0)
+        kpe = _latent_tile(KPE + r_off[:, None] + offs_r[None, :], ok[:, None] & r_ok[None, :], q_pe.dtype,
+                           FP8_BYTES)
         s = tl.dot(q_pe, tl.trans(kpe), input_precision=DOT_PRECISION)
         if SPLIT_D:
             for c0 in tl.static_range(0, BLOCK_DC, CHUNK_DC):
                 offs = c0 + tl.arange(0, CHUNK_DC)
                 qn = tl.load(q_row + offs[None, :], mask=h_ok[:, None] & (offs < DC)[None, :], other=0.0)
-                kc = tl.load(CKV + c_off[:, None] + offs[None, :], mask=ok[:, None] & (offs < DC)[None, :],
-                             other=0.0)
+                kc = _latent_tile(CKV + c_off[:, None] + offs[None, :], ok[:, None] & (offs < DC)[None, :],
+                                  qn.dtype, FP8_BYTES)
                 s += tl.dot(qn, tl.trans(kc), input_precision=DOT_PRECISION)
-        ckv = tl.load(CKV + c_off[:, None] + offs_v[None, :], mask=ok[:, None] & v_ok[None, :], other=0.0)
+        ckv = _latent_tile(CKV + c_off[:, None] + offs_v[None, :], ok[:, None] & v_ok[None, :], q_pe.dtype,
+                           FP8_BYTES)
         if not SPLIT_D:
             s += tl.dot(q_nope, tl.trans(ckv), input_precision=DOT_PRECISION)
         s = tl.where(ok[None, :], s * qk_scale, float("-inf"))
@@ -127,7 +146,8 @@ def _dsa_fwd(Q_NOPE, Q_PE, CKV, KPE, IDS, COFF, ROFF, O, LSE,
              RETURN_LSE: tl.constexpr, UNIFORM: tl.constexpr,
              BLOCK_H: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_DC: tl.constexpr,
              BLOCK_DR: tl.constexpr, SPLIT_D: tl.constexpr, CHUNK_DC: tl.constexpr,
-             BLOCK_DV: tl.constexpr, DOT_PRECISION: tl.constexpr, PERSISTENT: tl.constexpr):
+             BLOCK_DV: tl.constexpr, DOT_PRECISION: tl.constexpr, FP8_BYTES: tl.constexpr,
+             PERSISTENT: tl.constexpr):
     if PERSISTENT:  # kernels/_grid.py: about one program per core, looping over (token, group, split)
         for work in range(tl.program_id(0), n_work, n_programs):
             row = work // n_splits
@@ -136,7 +156,7 @@ def _dsa_fwd(Q_NOPE, Q_PE, CKV, KPE, IDS, COFF, ROFF, O, LSE,
                       stride_ot, stride_oh, stride_os, stride_lt, stride_lh, stride_ls,
                       H, DC, DR, TOPK, SPLIT_LEN, qk_scale, v_scale, row // (n_groups * n_vgroups),
                       (row // n_vgroups) % n_groups, row % n_vgroups, work % n_splits, RETURN_LSE, UNIFORM,
-                      BLOCK_H, BLOCK_N, BLOCK_DC, BLOCK_DR, SPLIT_D, CHUNK_DC, BLOCK_DV, DOT_PRECISION)
+                      BLOCK_H, BLOCK_N, BLOCK_DC, BLOCK_DR, SPLIT_D, CHUNK_DC, BLOCK_DV, DOT_PRECISION, FP8_BYTES)
     else:
         row = tl.program_id(0)
         _dsa_tile(Q_NOPE, Q_PE, CKV, KPE, IDS, COFF, ROFF, O, LSE, stride_qt, stride_qh, stride_pt, stride_ph,
@@ -144,7 +164,7 @@ def _dsa_fwd(Q_NOPE, Q_PE, CKV, KPE, IDS, COFF, ROFF, O, LSE,
                   stride_ot, stride_oh, stride_os, stride_lt, stride_lh, stride_ls,
                   H, DC, DR, TOPK, SPLIT_LEN, qk_scale, v_scale, row // (n_groups * n_vgroups),
                   (row // n_vgroups) % n_groups, row % n_vgroups, tl.program_id(1), RETURN_LSE, UNIFORM,
-                  BLOCK_H, BLOCK_N, BLOCK_DC, BLOCK_DR, SPLIT_D, CHUNK_DC, BLOCK_DV, DOT_PRECISION)
+                  BLOCK_H, BLOCK_N, BLOCK_DC, BLOCK_DR, SPLIT_D, CHUNK_DC, BLOCK_DV, DOT_PRECISION, FP8_BYTES)
 
 
 def dsa_config(T: int, H: int, topk: int, Dc: int, Dr: int, dtype: torch.dtype, *, interpret: bool,
@@ -201,14 +221,14 @@ def validate(fn: str, q_nope, q_pe, ckv_cache, kpe_cache, sparse_indices, scale,
     check_tensor(fn, "q_pe", q_pe, shape=(T, H, Dr), dims="[T, H, Dr]")
     if Dr % 16 or Dr == 0 or Dr > MAX_DR:
         raise ValueError(f"{fn}: q_pe rope dim Dr must be a multiple of 16 in [16, {MAX_DR}], got {Dr}")
-    check_tensor(fn, "ckv_cache", ckv_cache, rank=3, dims="[num_pages, page_size, Dc]", dtypes=(q_nope.dtype,),
-                 device=q_nope.device, like="q_nope")
+    check_tensor(fn, "ckv_cache", ckv_cache, rank=3, dims="[num_pages, page_size, Dc]",
+                 dtypes=(q_nope.dtype, FP8_DTYPE), device=q_nope.device, like="q_nope or float8_e4m3fn")
     pages, P = ckv_cache.shape[0], ckv_cache.shape[1]
     check_tensor(fn, "ckv_cache", ckv_cache, shape=(pages, P, Dc), dims="[num_pages, page_size, Dc]")
     if P == 0:
         raise ValueError(f"{fn}: ckv_cache must have page_size >= 1, got {list(ckv_cache.shape)}")
-    check_tensor(fn, "kpe_cache", kpe_cache, rank=3, dims="[num_pages, page_size, Dr]", dtypes=(q_nope.dtype,),
-                 device=q_nope.device, like="q_nope", shape=(pages, P, Dr))
+    check_tensor(fn, "kpe_cache", kpe_cache, rank=3, dims="[num_pages, page_size, Dr]", dtypes=(ckv_cache.dtype,),
+                 device=q_nope.device, like="ckv_cache", shape=(pages, P, Dr))
     if pages * P > INT32_MAX:
         raise ValueError(f"{fn}: ckv_cache holds {pages * P} slots, more than int32 flat ids address")
     check_index_tensor(fn, "sparse_indices", sparse_indices, device=q_nope.device, rank=2,
@@ -259,6 +279,9 @@ def dsa_sparse_attention_plan(q_nope, q_pe, ckv_cache, kpe_cache, sparse_indices
         c_off = r_off = sparse_indices  # never read
     else:
         c_off, r_off = row_offsets(ckv_cache, sparse_indices), row_offsets(kpe_cache, sparse_indices)
+    # fp8: the byte view keeps the element strides (one byte an element), so offsets are unchanged.
+    mode = fp8_mode(ckv_cache)
+    ckv_cache, kpe_cache = kernel_view(ckv_cache, mode), kernel_view(kpe_cache, mode)
     args = (q_nope, q_pe, ckv_cache, kpe_cache, sparse_indices, c_off, r_off, o_dst, l_dst,
             q_nope.stride(0), q_nope.stride(1), q_pe.stride(0), q_pe.stride(1),
             ckv_cache.stride(0), ckv_cache.stride(1), kpe_cache.stride(0), kpe_cache.stride(1),
@@ -266,7 +289,7 @@ def dsa_sparse_attention_plan(q_nope, q_pe, ckv_cache, kpe_cache, sparse_indices
             H, Dc, Dr, topk, split_len, float(scale) * float(k_scale) * LOG2E, float(v_scale), groups, vgroups,
             splits)
     g = plan_grid((T * groups * vgroups, splits), q_nope, vector=False)
-    meta = dict(RETURN_LSE=write_lse, UNIFORM=uniform,
+    meta = dict(RETURN_LSE=write_lse, UNIFORM=uniform, FP8_BYTES=mode == BITS,
                 DOT_PRECISION=DOT_INPUT_PRECISION, PERSISTENT=g.persistent, **cfg)
     plan = LaunchPlan(kernel=_dsa_fwd, grid=g.grid, args=args + (g.n_work, g.n_programs), meta=meta,
                       workspace=scratch_of(out, o_dst, l_dst))
@@ -285,8 +308,8 @@ def dsa_sparse_attention(q_nope: torch.Tensor, q_pe: torch.Tensor, ckv_cache: to
 
     q_nope [T, H, Dc], q_pe [T, H, Dr] (fp16/bf16/fp32; Dc a multiple of 16 up to 512, Dr a
     multiple of 16 up to 128), ckv_cache [num_pages, page_size, Dc] and kpe_cache [num_pages,
-    page_size, Dr] of q's dtype (any strides with the last one 1: two views of one fused
-    [.., Dc + Dr] buffer are fine), sparse_indices [T, topk] int32 flat slot ids
+    page_size, Dr] of q's dtype or both float8_e4m3fn (any strides with the last one 1: two
+    views of one fused [.., Dc + Dr] buffer are fine), sparse_indices [T, topk] int32 flat slot ids
     ``page * page_size + slot`` in [0, num_pages * page_size), -1 = none anywhere in a row;
     a repeated id counts once per occurrence. Returns (o [T, H, Dc], lse [T, H] fp32 natural log
     or None); a row listing none gives o = 0, lse = -inf. ``scale`` None: 1/sqrt(Dc + Dr).
