@@ -62,12 +62,11 @@ def label(p) -> str:
 def case(dtype="fp16", mode="decode", nq=1, H=16, Dc=64, Dr=16, P=16, ctx=(90, 200), topk=40, cache="fused",
          holes=0.0, empty=False, dup=False, lse=True, vals=RANDN, scale="mla", pool=None, pair=0, view=CONTIG,
          kv="same"):
-    p = dict(dtype=dtype, mode=mode, nq=nq if mode == "prefill" else 1, H=H, Dc=Dc, Dr=Dr, P=P,
-             ctx=tuple(ctx), topk=topk, cache=cache, holes=holes, empty=empty, dup=dup, lse=lse, vals=vals,
-             scale=scale, pool=pool, pair=pair, view=view)
-    if kv != "same":  # 16-bit cases keep their ids
-        p["kv"] = kv
-    return p
+    # Every case names its cache dtype (``kv``; the ledger's fp8 entries select by it); the ids
+    # of 16-bit cases do not show it.
+    return dict(dtype=dtype, mode=mode, nq=nq if mode == "prefill" else 1, H=H, Dc=Dc, Dr=Dr, P=P,
+                ctx=tuple(ctx), topk=topk, cache=cache, holes=holes, empty=empty, dup=dup, lse=lse, vals=vals,
+                scale=scale, pool=pool, pair=pair, view=view, kv=kv)
 
 
 def cache_scales(case) -> tuple[float, float]:
