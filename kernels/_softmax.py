@@ -23,3 +23,28 @@ def online_softmax_step(q, k, v, visible, m_i, l_i, acc, qk_scale, DOT_PRECISION
     l_i = l_i * alpha + tl.sum(p, 1)
     acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision=DOT_PRECISION)
     return m_new, l_i, acc
+
+
+@triton.jit
+def online_softmax_fold(s, v, m_i, l_i, acc, DOT_PRECISION: tl.constexpr):
+    """Fold a tile of base-2 scores ``s`` [BLOCK_M, BLOCK_N] (-inf where masked) and its values
+    ``v`` [BLOCK_N, D] into the running state, for kernels whose rows may see nothing at all (a
+    gathered list of -1s, an empty sequence, a split past a row's end): while a row's running max
+    is -inf, 0 stands in for it, so no -inf - -inf is taken and the row keeps l = 0."""
+    m_new = tl.maximum(m_i, tl.max(s, 1))
+    m_use = tl.where(m_new == float("-inf"), 0.0, m_new)
+    alpha = tl.exp2(m_i - m_use)
+    p = tl.exp2(s - m_use[:, None])
+    l_i = l_i * alpha + tl.sum(p, 1)
+    acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision=DOT_PRECISION)
+    return m_new, l_i, acc
+
+
+@triton.jit
+def softmax_finish(acc, m_i, l_i, v_scale):
+    """(o, lse) of a running state: o = acc / l * v_scale, lse natural-log; a row that saw nothing
+    gives o = 0 and lse = -inf."""
+    nonempty = l_i > 0
+    o = acc * (v_scale / tl.where(nonempty, l_i, 1.0))[:, None]
+    lse = tl.where(nonempty, (m_i + tl.log2(tl.where(nonempty, l_i, 1.0))) * 0.6931471805599453, float("-inf"))
+    return o, lse

@@ -35,6 +35,7 @@ from ._checks import (DOT_INPUT_PRECISION, FLOAT_DTYPES, LaunchPlan, cdiv, check
 from ._fp8 import BITS, FP8_DTYPE, fp8_mode, kernel_view
 from ._grid import plan_grid
 from .mla_paged import _e4m3_bits
+from ._softmax import online_softmax_fold, softmax_finish
 from ._split import merge_plan, scratch_of, split_outputs
 
 LOG2E = 1.4426950408889634
@@ -119,20 +120,11 @@ def _dsa_tile(Q_NOPE, Q_PE, CKV, KPE, IDS, COFF, ROFF, O, LSE,
         if not SPLIT_D:
             s += tl.dot(q_nope, tl.trans(ckv), input_precision=DOT_PRECISION)
         s = tl.where(ok[None, :], s * qk_scale, float("-inf"))
-        m_new = tl.maximum(m_i, tl.max(s, 1))
-        m_use = tl.where(m_new == float("-inf"), 0.0, m_new)
-        alpha = tl.exp2(m_i - m_use)
-        p = tl.exp2(s - m_use[:, None])
-        l_i = l_i * alpha + tl.sum(p, 1)
-        acc = acc * alpha[:, None] + tl.dot(p.to(ckv.dtype), ckv, input_precision=DOT_PRECISION)
-        m_i = m_new
-    nonempty = l_i > 0
-    o = acc * (v_scale / tl.where(nonempty, l_i, 1.0))[:, None]
+        m_i, l_i, acc = online_softmax_fold(s, ckv, m_i, l_i, acc, DOT_PRECISION)
+    o, lse = softmax_finish(acc, m_i, l_i, v_scale)
     tl.store(O + t * stride_ot + heads[:, None] * stride_oh + split * stride_os + offs_v[None, :],
              o.to(O.dtype.element_ty), mask=h_ok[:, None] & v_ok[None, :])
     if RETURN_LSE:
-        lse = tl.where(nonempty, (m_i + tl.log2(tl.where(nonempty, l_i, 1.0))) * 0.6931471805599453,
-                       float("-inf"))
         tl.store(LSE + t * stride_lt + heads * stride_lh + split * stride_ls, lse, mask=h_ok)
 
 

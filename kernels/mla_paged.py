@@ -42,6 +42,7 @@ from ._checks import (DOT_INPUT_PRECISION, FLOAT_DTYPES, LaunchPlan, cdiv, check
 from ._fp8 import BITS, fp8_mode, kernel_view
 from ._grid import npu_cores, npu_splits, plan_grid
 from ._paged import check_index_values, check_page_table
+from ._softmax import online_softmax_fold, softmax_finish
 from ._split import merge_plan, split_outputs
 
 LOG2E = 1.4426950408889634
@@ -137,22 +138,12 @@ def _mla_tile(
             s = tl.dot(qn, tl.trans(kc), input_precision=DOT_PRECISION)
             s += tl.dot(qp, tl.trans(kr), input_precision=DOT_PRECISION)
             s = tl.where(tok_ok[None, :], s * qk_scale, float("-inf"))
-            m_new = tl.maximum(m_i, tl.max(s, 1))
-            # While the running max is still -inf (nothing seen) 0 stands in: no -inf - -inf.
-            m_use = tl.where(m_new == float("-inf"), 0.0, m_new)
-            alpha = tl.exp2(m_i - m_use)
-            pr = tl.exp2(s - m_use[:, None])
-            l_i = l_i * alpha + tl.sum(pr, 1)
-            acc = acc * alpha[:, None] + tl.dot(pr.to(kc.dtype), kc, input_precision=DOT_PRECISION)
-            m_i = m_new
+            m_i, l_i, acc = online_softmax_fold(s, kc, m_i, l_i, acc, DOT_PRECISION)
 
-    nonempty = l_i > 0
-    o = acc * (v_scale / tl.where(nonempty, l_i, 1.0))[:, None]
+    o, lse = softmax_finish(acc, m_i, l_i, v_scale)
     tl.store(O + r64 * stride_or + heads[:, None] * stride_oh + split * stride_osplit + offs_c[None, :],
              o.to(O.dtype.element_ty), mask=h_ok[:, None] & c_ok[None, :])
     if RETURN_LSE:
-        lse = tl.where(nonempty, (m_i + tl.log2(tl.where(nonempty, l_i, 1.0))) * 0.6931471805599453,
-                       float("-inf"))
         tl.store(LSE + r64 * stride_lr + heads * stride_lh + split * stride_lsplit, lse, mask=h_ok)
 
 
