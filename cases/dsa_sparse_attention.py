@@ -35,8 +35,8 @@ from references.dsa import dsa_sparse_attention_reference
 
 from . import _mla
 from ._attention import lse_if, randn
-from ._dims import (CONTIG, EXTREMES, RANDN, SCALES, SHIFTS, VALUES, ZERO_EVERY, ZERO_FIRST, case_scale, cancel_values,
-                    dims_label, index_view, large_queries, late_last, late_mask, offset_values, pairwise_legal,
+from ._dims import (CONTIG, EXTREMES, RANDN, SCALES, SHIFTS, SPLIT_EXTREME, VALUES, ZERO_EVERY, ZERO_FIRST, case_scale,
+                    cancel_values, dims_label, index_view, large_queries, late_last, late_mask, offset_values, pairwise_legal,
                     scale_late, second_half, shift_scores, zero_query)
 
 #: Value distributions this family draws (cases/_dims.py): the latent rows are keys and values at
@@ -94,8 +94,10 @@ QUICK = (
     # -1 anywhere in a row, rows listing none, repeated ids, lists longer than the context.
     + [case(holes=0.3), case(empty=True, holes=0.2), case(dup=True, holes=0.2, cache="separate"),
        case(ctx=(5, 30), topk=40), case(ctx=(0, 20), topk=16)]
-    # topk not a multiple of the tile, and past one split of the list.
-    + [case(ctx=(300,), topk=k, H=4) for k in (65, 130)]
+    # topk not a multiple of the tile, and past one split of the list (lists past 128 slots split
+    # in the interpreter too) with scores centred at -130: every split's partial LSE lies where
+    # e^x is 0 in fp32, so a merge weighting the splits by e^lse gets 0 / 0.
+    + [case(ctx=(300,), topk=65, H=4), case(ctx=(300,), topk=130, H=4, vals=SPLIT_EXTREME)]
     # Head counts (DeepSeek-V3 at 8-way TP: 16; 22 not a power of two; 64, 128 several head groups).
     + [case(H=h, ctx=(70,), topk=24) for h in (1, 22, 128)]
     # Page sizes 1 and 64, and non-powers of two (with padded pages: flat id -> page, slot).

@@ -90,9 +90,12 @@ PAIRWISE = [case("decode", bits=r["bits"], s=r["s"], B=r["B"], Hq=r["heads"][0],
             for r in pairwise({"scale": (None, "hot", "neg", "zero"), "S": (64, 128, 320), "bits": (2, 16),
                                "s": (0.0, 0.5), "view": (CONTIG, "slice"), "vals": (RANDN, "large", "pm80"),
                                "heads": ((6, 2), (7, 1), (4, 2)), "B": (1, 2)},
-                              # (one sequence's one KV head, sliced from a longer buffer, is contiguous: no view)
+                              # (one sequence's one KV head, sliced from a longer buffer, is contiguous: no view;
+                              # the longest rows, the costliest, for one sequence: the hand-picked cases run
+                              # two over 256 tokens and more)
                               lambda r: pairwise_legal(r) and not (r.get("vals") in SHIFTS and r.get("s", 0.0) > 0)
-                              and not (r.get("view") == "slice" and r.get("B") == 1 and r.get("heads", (0, 2))[1] == 1))]
+                              and not (r.get("view") == "slice" and r.get("B") == 1 and r.get("heads", (0, 2))[1] == 1)
+                              and not (r.get("S") == 320 and r.get("B") == 2))]
 
 QUICK = (
     [case("compress", bits=b, s=s, Hq=2, Hkv=2) for b in (16, 2) for s in (0.0, 0.5, 0.7)]

@@ -37,7 +37,7 @@ def _gather(cache, ids, *, pow2_pages=False, flat_rows=False):
 
 def _sparse_mla(q_nope, q_pe, ckv_cache, kpe_cache, sparse_indices, *, scale=None, return_lse=False, out=None,
                 lse=None, minus_one_is_slot0=False, dedup=False, empty_nan=False, no_kpe=False, pow2_pages=False,
-                flat_rows=False, lse_base2=False, online=None):
+                flat_rows=False, lse_base2=False, online=None, merge_clamped=False):
     T, H, Dc = q_nope.shape
     Dr = q_pe.shape[-1]
     scale = 1.0 / math.sqrt(Dc + Dr) if scale is None else float(scale)
@@ -63,6 +63,8 @@ def _sparse_mla(q_nope, q_pe, ckv_cache, kpe_cache, sparse_indices, *, scale=Non
     if not no_kpe:
         s = s + q_pe.double() @ kpe.transpose(1, 2)
     s = (s * scale).masked_fill(~valid[:, None, :], float("-inf"))
+    if merge_clamped:
+        return finish(q_nope, *_merge_clamped_at_zero(s, ckv), return_lse, out, lse)
     m = s.amax(-1, keepdim=True)
     if not empty_nan:
         m = torch.where(torch.isfinite(m), m, 0.0)
@@ -73,6 +75,28 @@ def _sparse_mla(q_nope, q_pe, ckv_cache, kpe_cache, sparse_indices, *, scale=Non
     if lse_base2:
         lse_v = lse_v * LOG2E
     return finish(q_nope, o, lse_v, return_lse, out, lse)
+
+
+#: Slots a split of the list holds (the interpreter's split of a list past 128 slots).
+SPLIT_SLOTS = 128
+
+
+def _merge_clamped_at_zero(s, ckv):
+    """(o, lse) of scores s [T, H, K] over latent rows ckv [T, K, Dc], the list split every
+    SPLIT_SLOTS slots and the splits merged in fp32 with weights e^(lse_i - max(0, max_j lse_j))."""
+    outs, lses = [], []
+    for start in range(0, s.shape[-1], SPLIT_SLOTS):  # one iteration per split, each vectorized
+        si = s[..., start:start + SPLIT_SLOTS]
+        li = torch.logsumexp(si, -1)  # -inf for a split listing nothing
+        pi = torch.exp(si - torch.where(torch.isfinite(li), li, 0.0)[..., None])
+        outs.append(pi @ ckv[:, start:start + SPLIT_SLOTS])
+        lses.append(li)
+    lp = torch.stack(lses).float()
+    m = lp.amax(0).clamp_min(0.0)
+    w = torch.exp(lp - m)
+    total = w.sum(0)
+    o = (w.double()[..., None] * torch.stack(outs)).sum(0) / torch.where(total > 0, total, 1.0).double()[..., None]
+    return o, m + torch.log(total)
 
 
 def _mutant(name: str, doc: str, **bug):
@@ -109,6 +133,8 @@ MUTANTS = {f.__name__: f for f in (
     _mutant("flat_id_as_row", "Reads flat id i at i * slot_stride: wrong when a page spans more than "
             "page_size slot strides (a padded pool).", flat_rows=True),
     _mutant("lse_base2", "Returns the LSE in base 2, not natural log.", lse_base2=True),
+    _mutant("merge_max_clamped_at_zero", "Lists split every 128 slots, merged in fp32 by weights "
+            "e^(lse_i - max(0, max_j lse_j)): 0 once every partial LSE is below -103.", merge_clamped=True),
     _softmax_bug("exp_without_max_fp32"), _softmax_bug("max_clamped_at_zero"), _softmax_bug("ignores_scale"),
     _softmax_bug("fp16_accumulator"),
     documented(ignoring_out(_kernel), "dsa_sparse_attention_ignores_out",

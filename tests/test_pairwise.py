@@ -28,3 +28,24 @@ def test_a_constraint_is_never_broken_and_the_legal_pairs_are_still_covered():
     rows = pairwise(FACTORS, allowed)
     assert all(allowed(r) for r in rows)
     assert covered_pairs(rows) == _all_pairs(FACTORS, allowed)
+
+
+def test_every_pair_some_legal_row_holds_is_covered_and_no_row_is_redundant():
+    """A constraint over three factors (a shared page table needs sequences that fill a page)
+    leads a level-by-level greedy into dead ends; the pairs it would drop there are still covered,
+    and every row holds a pair no other row does."""
+    factors = {"scale": [None, "neg", "zero"], "P": [16, 12, 48], "placement": ["shuffled", "shared"],
+               "lengths": [(1, 9), (40, 17), (513,)], "heads": [(6, 2), (5, 1)]}
+
+    def allowed(row):
+        if row.get("placement") != "shared" or "lengths" not in row:
+            return True
+        filled = [n for n in row["lengths"] if n]
+        return len(filled) > 1 and min(filled) >= row.get("P", 12)
+
+    rows = pairwise(factors, allowed)
+    assert all(allowed(r) for r in rows)
+    full = [dict(zip(factors, values)) for values in product(*factors.values())]
+    assert covered_pairs(rows) == covered_pairs([r for r in full if allowed(r)])
+    for i, row in enumerate(rows):
+        assert not covered_pairs([row]) <= covered_pairs(rows[:i] + rows[i + 1:]), row
