@@ -229,7 +229,8 @@ def sparse_paged_candidates(D: int, dtype: torch.dtype, magicpig: bool = False,
     small programs in flight more than big tiles: the default is 16-row tiles, 2 warps, splits of
     >= 64 slots over about 4096 programs (half that for the heavier MagicPIG math). H100, the
     bench cache (D=256) kept 2%: 85.6 us, against 96.5 with 32-row tiles over 672 programs and
-    138 with 4 warps. A tile holds at most 16 KB of input: the unified buffer on Ascend is 192 KB
+    138 with 4 warps. The default tile also comes with the other D chunk widths (``d_chunk``).
+    A tile holds at most 16 KB of input: the unified buffer on Ascend is 192 KB
     (fp16 D=256: 32 rows; fp32 D=128 with 64 rows overflows it).
     """
     block_d = max(16, next_pow2(D))
@@ -261,9 +262,11 @@ def d_chunk(block_d: int, magicpig: bool, ascend: bool, interpret: bool = False)
     """Width of the tile's D chunks (``D_CHUNK``). MagicPIG's per-key weight runs on every lane
     that holds part of a key, so its tile puts at most 64 of D on a warp's lanes (8 lanes of 8
     fp16) and the other lanes on keys: at D = 256, 2 warps and 16 keys a thread holds 2 keys'
-    weights instead of 8 (sm_90 SASS of the key loop: see docs/hardware-log.md). 32 in the
-    interpreter, so that CPU runs cover several chunks at D = 64. The plain kernel and the Ascend
-    path keep the whole row (one chunk)."""
+    weights instead of 8. The key loop compiled for sm_90 at the bench shape: 1431 SASS
+    instructions per warp and tile with chunks of 64, 1624 with 32 (the reductions over keys take
+    more shuffles), 2491 with the whole row. 32 in the interpreter, so that CPU runs cover several
+    chunks at D = 64. The plain kernel (its loop is 810 instructions with the whole row, 762 with
+    chunks of 64: the tuner's candidates have both) and the Ascend path keep the whole row."""
     if not magicpig or ascend:
         return block_d
     return min(block_d, 32 if interpret else 64)
