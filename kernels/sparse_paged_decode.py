@@ -244,16 +244,17 @@ def sparse_paged_candidates(D: int, dtype: torch.dtype, magicpig: bool = False,
                   **({"MIN_SPLIT": least} if least else {}))
              for block_n, warps, stages, target, least in _TILES]
     # The default tile with the other D chunk widths (more lanes on keys, or the whole row).
-    return tiles + [dict(tiles[0], D_CHUNK=c) for c in sorted({min(block_d, 32), min(block_d, 64),
-                                                               block_d} - {chunk})]
+    widths = {min(block_d, w) for w in (32, 64, 128)} | {block_d}
+    return tiles + [dict(tiles[0], D_CHUNK=c) for c in sorted(widths - {chunk})]
 
 
 def _ascend_tile(block_d: int, dtype: torch.dtype, magicpig: bool) -> dict:
     """The npu path's rows per gather step: 4096 fp32 elements a tile (64, 32, 16 rows at
     D = 64, 128, 256), MagicPIG at most 32. bishengir's UB plan is not monotonic in the tile
     (fp16, persistent grid, triton-ascend 3.2.0): the plain kernel takes 63% at 64x64, 67% at
-    32x128, 69% at 16x256, but 94% at 64x128 and 95% at 32x256; MagicPIG 50%, 53%, 54% at
-    32x64, 32x128, 16x256, but 95-97% with the GPU's rows (64x64, 64x128, 32x256)."""
+    32x128, 69% at 16x256, but 94% at 64x128 and 95% at 32x256; MagicPIG 50%, 57%, 59% at
+    32x64, 32x128, 16x256 (with its sampling weight; 50%, 53%, 54% with the log-form correction
+    before it), but 95-97% with the GPU's rows (64x64, 64x128, 32x256)."""
     rows = min(64, max(16, 8192 // (block_d * max(2, dtype.itemsize))))
     return dict(BLOCK_N=min(32, rows) if magicpig else rows)
 
@@ -264,9 +265,14 @@ def d_chunk(block_d: int, magicpig: bool, ascend: bool, interpret: bool = False)
     fp16) and the other lanes on keys: at D = 256, 2 warps and 16 keys a thread holds 2 keys'
     weights instead of 8. The key loop compiled for sm_90 at the bench shape: 1431 SASS
     instructions per warp and tile with chunks of 64, 1624 with 32 (the reductions over keys take
-    more shuffles), 2491 with the whole row. 32 in the interpreter, so that CPU runs cover several
-    chunks at D = 64. The plain kernel (its loop is 810 instructions with the whole row, 762 with
-    chunks of 64: the tuner's candidates have both) and the Ascend path keep the whole row."""
+    more shuffles), 2491 with the whole row. Its cost is registers: 8 lanes on D hold the query,
+    its unit vector and the accumulator 4x over (230 registers a thread against 127 for the
+    log-form correction with the whole row, 220 for this weight with the whole row, 195 for
+    chunks of 64 without the tile-level branch), i.e. half the resident programs of a
+    latency-bound gather loop: the tuner's candidates carry widths 32, 64, 128 and the whole row.
+    32 in the interpreter, so that CPU runs cover several chunks at D = 64. The plain kernel (its
+    loop is 810 instructions with the whole row, 762 with chunks of 64: the tuner's candidates
+    have both) and the Ascend path keep the whole row."""
     if not magicpig or ascend:
         return block_d
     return min(block_d, 32 if interpret else 64)
