@@ -1,13 +1,16 @@
-"""Portable elementwise math for Triton kernels (fp32): acos, pow, log1p, expm1, and the two
-MagicPIG probabilities built on them.
+"""Portable elementwise math for Triton kernels (fp32): MagicPIG's sampling weight.
 
 Upstream Triton 3.6+ has no ``tl.math.acos`` / ``tl.math.pow`` (CUDA keeps them in libdevice,
-triton-ascend in its own extension), so these are built from ``sqrt``, ``exp2``, ``log2``,
-``abs`` and ``where``, which every backend has. Where accuracy near 0 matters (log1p, expm1) the
-near branch uses only +, *, / (series), so it does not depend on how a backend approximates
-log2/exp2 near 1 (CUDA's fast ``lg2.approx`` has an absolute, not relative, error bound).
-Constants are literals inside the functions: a Python global would be rejected by the frontend
-unless it were a ``tl.constexpr``.
+triton-ascend in its own extension), so this is built from ``sqrt``, ``rsqrt``, ``exp2``,
+``log2``, ``abs`` and ``where``, which every backend has. Constants are literals inside the
+functions: a Python global would be rejected by the frontend unless it were a ``tl.constexpr``.
+
+Cost, not only accuracy, shapes these functions: they run once per selected key, and on CUDA a
+per-key value of a [keys, D] tile is computed redundantly by every lane that holds part of the
+key's row. On sm_90 ``tl.log2`` / ``tl.log`` compile to a ~30-instruction software routine (no
+``MUFU.LG2``) and ``/`` to ~9 instructions, while ``exp2``, ``sqrt`` and ``rsqrt`` are one MUFU
+op each. So the weight uses one ``log2`` always and one more only for its value on one branch,
+reciprocals as ``rsqrt(x)**2``, and short polynomials whose truncation error is stated below.
 """
 import triton
 import triton.language as tl
@@ -26,140 +29,89 @@ def _acos_poly(a):
 
 
 @triton.jit
-def acos_approx(x):
-    """acos(x) for fp32 x in [-1, 1], absolute error <= 4e-7 (about 2 fp32 ulps of the result).
-
-    Abramowitz & Stegun 4.4.46: acos(a) = sqrt(1 - a) * (c0 + c1 a + ... + c7 a^7) for 0 <= a <= 1
-    (|error| <= 2e-8 in exact arithmetic), and acos(-a) = pi - acos(a).
-    """
-    a = tl.abs(x)
-    r = tl.sqrt(tl.maximum(1.0 - a, 0.0)) * _acos_poly(a)
-    return tl.where(x < 0, 3.141592653589793 - r, r)
+def recip(x):
+    """1 / x for fp32 x > 0 as rsqrt(x)**2: two instructions on CUDA (MUFU.RSQ, FMUL) where ``/``
+    takes ~9; relative error <= 2**-21.9 (twice rsqrt.approx's 2**-22.9)."""
+    r = tl.rsqrt(x)
+    return r * r
 
 
 @triton.jit
-def pow_nonneg(base, expo):
-    """base ** expo for fp32 base >= 0 and any finite expo, as exp2(expo * log2(base)).
+def magicpig_weight(negative, one_minus_abs_c, abs_c, k_exp, l_minus_1):
+    """The MagicPIG sampling weight ``1e-10 / max(u, 1e-10)`` in [1e-10, 1] of one key, where
 
-    base == 0 is taken apart (log2(0) = -inf would give NaN for expo == 0, and backends differ on
-    log2(0)): 0 ** e = 0 for e > 0, 1 for e == 0, +inf for e < 0, as in torch.pow.
+        p = 1 - acos(c)/pi,  P = p**K,  u = 1 - (1-P)**L - L P (1-P)**(L-1)
+
+    for the key's cosine c (given as its sign ``negative``, ``abs_c`` = |c| and ``one_minus_abs_c``
+    = 1 - |c| >= 1e-7, which the caller computes without cancellation near |c| = 1) and the row's
+    K > 0 and L - 1. A score ``q.k * scale - log(max(u, 1e-10))`` is ``q.k * scale + log(weight)
+    + log(1e10)``: the kernel multiplies its softmax terms by the weight and adds the constant to
+    the LSE, so no log of u is taken.
+
+    Form: with a = L - 1, x = a P and E = (1-P)**a (1 + x) = exp(-z), u = 1 - E and
+
+        z = a g1(P) + g2(x),  g1(P) = -log(1-P) - P >= 0,  g2(x) = x - log(1+x) >= 0,
+
+    a sum of non-negative terms (the literal form cancels to first order in P), so z keeps its
+    relative accuracy, and u = -expm1(-z) passes it on (|du/u| <= |dz/z|).
+    - g1: P <= 1/4 by its series P^2 (1/2 + P/3 + ... + P^10/12) (truncation <= 5e-8 relative);
+      above, -ln 2 log2(1 - P) - P (1 - P rounded by <= 2^-25: <= 1.2e-6 relative at P = 1/4,
+      less above; exact for P >= 1/2).
+    - g2, x <= 1: x^2/(2+x) - 2 y^3 (1/3 + y^2/5 + ... + y^10/13), y = x/(2+x) <= 1/3 (the atanh
+      series of log(1+x), truncation <= 1e-7 relative).
+    - u, x <= 1: z (1 - z/2 + ... + z^6/7!) for z <= 1/2 (truncation <= 2e-7 relative), else
+      1 - exp2(-z log2 e).
+    - u, x > 1: 1 - exp2(-(x + a g1) log2 e) (1 + x), without log(1+x): here z >= g2(1) = 0.307,
+      so u >= 0.26 and the absolute error of E (<= ~4e-7: E * (x + a g1) <= 0.84) is <= 1.6e-6
+      of u.
+    Truncation and branch errors together: |d log u| <= 2e-6 wherever u > 1e-10 (on top of fp32
+    rounding of the inputs and MUFU.EX2 / rsqrt approximations, ~2e-7 each). A weight error of
+    e moves the output by at most e * max|v - o| and the LSE by at most e: 2e-6 is below 1/200 of
+    the suite's smallest floor for these families (fp16 unit roundoff 2^-11 = 4.9e-4, times
+    max(1, max|ref|); tolerance.py) and of the same size as the correction's own fp32 error
+    (an fp32 cosine off by 1e-7 moves log u by up to ~4e-6 at K=10, L=150).
+    a <= 0 (L <= 1): (1-P)**a (1 + aP) >= 1, so u <= 0 and the weight is 1 (the floor).
     """
-    pos = base > 0
-    r = tl.exp2(expo * tl.log2(tl.where(pos, base, 1.0)))
-    at_zero = tl.where(expo > 0, 0.0, tl.where(expo == 0, 1.0, float("inf")))
-    return tl.where(pos, r, at_zero)
-
-
-@triton.jit
-def simhash_collision_prob(c, one_minus_abs_c):
-    """1 - acos(c) / pi for fp32 c in [-1, 1], clamped to [0, 1], given also 1 - |c| (which the
-    caller can compute more accurately than from a rounded c when |c| is near 1).
-
-    acos(|c|) = sqrt(1 - |c|) * poly(|c|); for c < 0 the result is acos(|c|) / pi
-    (= 1 - (pi - acos(|c|)) / pi), which avoids the cancellation of the literal form near c = -1.
-    """
-    r = tl.sqrt(tl.maximum(one_minus_abs_c, 0.0)) * _acos_poly(tl.abs(c)) * 0.3183098861837907
-    p = tl.where(c < 0, r, 1.0 - r)
-    return tl.minimum(tl.maximum(p, 0.0), 1.0)
-
-
-@triton.jit
-def log1p_acc(x):
-    """log(1 + x) for fp32 x > -1 with relative accuracy near 0.
-
-    x in [-1/2, 1]: 2 atanh(z) with z = x / (2 + x), |z| <= 1/3, by its odd series (terms to
-    z^17: truncation < 1e-9 relative) -- only +, *, / so it does not depend on the accuracy of a
-    backend's log near 1. Elsewhere log2(1 + x) * ln 2, where |log(1 + x)| >= 0.4 and 1 + x is
-    exact (x <= -1/2) or rounded by one ulp (x > 1). 1 + x is kept >= the smallest normal so that
-    log2 never sees 0.
-    """
-    near = (x >= -0.5) & (x <= 1.0)
-    xs = tl.where(near, x, 0.0)
-    z = xs / (2.0 + xs)
-    z2 = z * z
-    s = z2 * 0.058823529411764705 + 0.06666666666666667   # 1/17, 1/15
-    s = s * z2 + 0.07692307692307693                       # 1/13
-    s = s * z2 + 0.09090909090909091                       # 1/11
-    s = s * z2 + 0.1111111111111111                        # 1/9
-    s = s * z2 + 0.14285714285714285                       # 1/7
-    s = s * z2 + 0.2                                       # 1/5
-    s = s * z2 + 0.3333333333333333                        # 1/3
-    s = s * z2 + 1.0
-    far = tl.log2(tl.maximum(tl.where(near, 1.0, 1.0 + x), 1.1754943508222875e-38)) * 0.6931471805599453
-    return tl.where(near, 2.0 * z * s, far)
-
-
-@triton.jit
-def expm1_acc(y):
-    """exp(y) - 1 for fp32 y with relative accuracy near 0: Taylor (Horner, to y^10/10!) for
-    |y| <= 1/2 (truncation < 3e-10 relative), exp2(y log2 e) - 1 elsewhere (|result| >= 0.39)."""
-    near = tl.abs(y) <= 0.5
-    ys = tl.where(near, y, 0.0)
-    t = ys * 0.1 + 1.0
-    t = ys * 0.1111111111111111 * t + 1.0
-    t = ys * 0.125 * t + 1.0
-    t = ys * 0.14285714285714285 * t + 1.0
-    t = ys * 0.16666666666666666 * t + 1.0
-    t = ys * 0.2 * t + 1.0
-    t = ys * 0.25 * t + 1.0
-    t = ys * 0.3333333333333333 * t + 1.0
-    t = ys * 0.5 * t + 1.0
-    return tl.where(near, ys * t, tl.exp2(y * 1.4426950408889634) - 1.0)
-
-
-@triton.jit
-def two_hit_prob(P, L):
-    """u = 1 - (1 - P)^L - L P (1 - P)^(L - 1) for fp32 P in [0, 1] and L > 0, without the
-    catastrophic cancellation of that literal form (which in fp32 loses everything once u is below
-    ~1e-6 and ~1e-4 relative around u ~ 1e-2).
-
-    With a = L - 1: (1 - P)^L + L P (1 - P)^(L-1) = (1 - P)^a (1 + a P) = exp(y),
-    y = a log(1 - P) + log(1 + a P), and u = -expm1(y).
-    - max(|a|, 1) * P <= 1/8: y by its power series in P (the k = 1 terms cancel exactly):
-      y = sum_{k>=2} ((-1)^(k+1) (aP)^k - a P^k) / k, to k = 10 (truncation < 1e-8 relative).
-    - otherwise y from the two accurate logs above (their cancellation costs at most ~16x ulp).
-    P == 1 (only when p ** K rounds to 1, i.e. K < ~1e-3) is taken apart as in the literal form:
-    u = 1 - L * 0^a = 1, 0, -inf for a > 0, a == 0, a < 0.
-    """
-    a = L - 1.0
-    # Series branch (inputs zeroed on the other branch, so nothing there can overflow).
-    use_series = tl.maximum(tl.abs(a), 1.0) * P <= 0.125
-    ps = tl.where(use_series, P, 0.0)
-    neg_ap = -a * ps
-    ta = -neg_ap          # -(-aP)^k, k = 1
-    tp = ps               # P^k, k = 1
-    ys = tl.zeros_like(ps)
-    ta = ta * neg_ap
-    tp = tp * ps
-    ys += (ta - a * tp) * 0.5
-    ta = ta * neg_ap
-    tp = tp * ps
-    ys += (ta - a * tp) * 0.3333333333333333
-    ta = ta * neg_ap
-    tp = tp * ps
-    ys += (ta - a * tp) * 0.25
-    ta = ta * neg_ap
-    tp = tp * ps
-    ys += (ta - a * tp) * 0.2
-    ta = ta * neg_ap
-    tp = tp * ps
-    ys += (ta - a * tp) * 0.16666666666666666
-    ta = ta * neg_ap
-    tp = tp * ps
-    ys += (ta - a * tp) * 0.14285714285714285
-    ta = ta * neg_ap
-    tp = tp * ps
-    ys += (ta - a * tp) * 0.125
-    ta = ta * neg_ap
-    tp = tp * ps
-    ys += (ta - a * tp) * 0.1111111111111111
-    ta = ta * neg_ap
-    tp = tp * ps
-    ys += (ta - a * tp) * 0.1
-    # Log branch.
-    pg = tl.where(use_series | (P >= 1.0), 0.0, P)
-    l1 = log1p_acc(-pg)
-    yg = tl.where(a == 0.0, 0.0, a * l1) + log1p_acc(a * pg)
-    u = -expm1_acc(tl.where(use_series, ys, yg))
-    at_one = tl.where(a > 0, 1.0, tl.where(a == 0, 0.0, float("-inf")))
-    return tl.where(P >= 1.0, at_one, u)
+    t = tl.sqrt(one_minus_abs_c) * _acos_poly(abs_c) * 0.3183098861837907  # acos(|c|) / pi
+    p = tl.where(negative, t, 1.0 - t)                 # > 0: 1 - |c| >= 1e-7 gives t >= 1e-4
+    P = tl.exp2(k_exp * tl.log2(p))
+    a = l_minus_1
+    x = a * P
+    # g1(P) = -log(1 - P) - P.
+    g = P * 0.08333333333333333 + 0.09090909090909091   # 1/12, 1/11
+    g = g * P + 0.1
+    g = g * P + 0.1111111111111111
+    g = g * P + 0.125
+    g = g * P + 0.14285714285714285
+    g = g * P + 0.16666666666666666
+    g = g * P + 0.2
+    g = g * P + 0.25
+    g = g * P + 0.3333333333333333
+    g = g * P + 0.5
+    big_p = P > 0.25
+    g1_far = tl.log2(tl.where(big_p, 1.0 - P, 0.5)) * -0.6931471805599453 - P
+    g1 = tl.where(big_p, g1_far, P * P * g)
+    # g2(x) = x - log(1 + x) for x <= 1 (atanh series).
+    xn = tl.minimum(tl.maximum(x, 0.0), 1.0)
+    r = recip(2.0 + xn)
+    y = xn * r
+    y2 = y * y
+    sr = y2 * 0.07692307692307693 + 0.09090909090909091  # 1/13, 1/11
+    sr = sr * y2 + 0.1111111111111111
+    sr = sr * y2 + 0.14285714285714285
+    sr = sr * y2 + 0.2
+    sr = sr * y2 + 0.3333333333333333
+    z = a * g1 + (xn * xn * r - 2.0 * y * y2 * sr)
+    # u = -expm1(-z) near 0.
+    e = z * 0.0001984126984126984 - 0.001388888888888889  # 1/5040, 1/720
+    e = e * z + 0.008333333333333333
+    e = e * z - 0.041666666666666664
+    e = e * z + 0.16666666666666666
+    e = e * z - 0.5
+    u_near = (e * z + 1.0) * z
+    far_x = x > 1.0
+    arg = tl.where(far_x, x + a * g1, z) * -1.4426950408889634
+    u_far = 1.0 - tl.exp2(arg) * tl.where(far_x, 1.0 + x, 1.0)
+    u = tl.where(far_x | (z > 0.5), u_far, u_near)
+    u = tl.maximum(tl.where(a > 0.0, u, 0.0), 1e-10)
+    return 1e-10 * recip(u)

@@ -9,11 +9,15 @@ every selected key k of the query head's KV head, with the query q of that head,
     score = q.k * scale - log(u)
 
 and o = softmax(score over the selected multiset) @ V, lse = logsumexp(score) (natural log). All
-in fp32 from the upcast values; |k| is computed per [BLOCK_N, D] tile inside the kernel. ``acos``
-and ``pow`` come from ``_math`` (portable: upstream Triton 3.6+ has neither ``tl.math.acos`` nor
-``tl.math.pow``). This is the origin kernel's clamp form, not the paper code's ``log(u + 1e-4)``.
-Where u is small the fp32 cancellation in ``1 - (1-P)^L - ...`` is real (compare with a tolerance
-that allows it).
+in fp32 from the upcast values; |k| is computed per tile inside the kernel. The kernel never takes
+log(u): it multiplies each softmax term by the weight 1e-10 / max(u, 1e-10) and adds log(1e10) to
+the LSE (the same scores), and evaluates u in a form without the literal one's cancellation
+(``_math.magicpig_weight``, which states its error bound: |d log u| <= 2e-6 from its series and
+branches). ``acos`` and ``pow`` are built from portable ops there (upstream Triton 3.6+ has
+neither ``tl.math.acos`` nor ``tl.math.pow``). This is the origin kernel's clamp form, not the
+paper code's ``log(u + 1e-4)``. Where u is small the fp32 cancellation in the literal
+``1 - (1-P)^L - ...`` is real: a reference computing that form in fp32 errs there (compare with a
+tolerance that allows it).
 """
 from __future__ import annotations
 

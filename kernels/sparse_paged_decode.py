@@ -11,8 +11,9 @@ vectorized torch pass; the in-kernel page lookup with a vector ``t // PAGE_SIZE`
 instead). The kernel then loads a contiguous window of row ids and gathers whole
 rows (``row[:, None] * unit + arange(D)[None, :]``), the portable gather form. Tail masks are
 arithmetic (``j < end``). ``MAGICPIG`` (constexpr) adds the LSH collision-probability correction
-``-log(u)`` to every score (see ``magicpig_decode``); the per-key norms are computed over the
-same [BLOCK_N, D] tile.
+``-log(u)`` to every score (see ``magicpig_decode``), as a weight on its softmax term; the per-key
+norms are computed over the same tile, which MagicPIG lays out as [D chunks, BLOCK_N, D_CHUNK]
+(``d_chunk``) so that fewer lanes repeat each key's weight.
 
 Long lists are split; each split writes a normalised partial output and its LSE and
 ``_split.merge_plan`` combines them. nnz == 0: o = 0, lse = -inf.
@@ -30,7 +31,7 @@ from ._checks import (cdiv, check_flag, check_gqa, check_int_range, check_launch
                       check_out_lse_aliases, check_scale, is_interpret, is_live, launch, LaunchPlan,
                       next_pow2, on_ascend, use_fast_path)
 from ._tune import pick
-from ._math import pow_nonneg, simhash_collision_prob, two_hit_prob
+from ._math import magicpig_weight, recip
 from ._split import merge_in_last_program, merge_meta, merge_plan, NO_MERGE, scratch_of, split_outputs
 from ._grid import NPU_VECTOR_CORES, npu_cores, npu_splits, plan_grid
 from ._paged import (check_index_values, check_layout, check_outputs, check_page_table,
@@ -56,7 +57,7 @@ def _sparse_paged_tile(
     Hq, D, G, SPLIT_LEN, NUM_SPLITS, qk_scale, pid, split,
     MAGICPIG: tl.constexpr, RETURN_LSE: tl.constexpr, LOOKUP: tl.constexpr,
     FUSED_MERGE: tl.constexpr, RETURN_LSE_OUT: tl.constexpr,
-    PAGE_SIZE: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
+    PAGE_SIZE: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, D_CHUNK: tl.constexpr,
     BLOCK_SPLITS: tl.constexpr, SPLIT_CHUNK: tl.constexpr,
 ):
     """One split of one row's token list: pid is batch * Hq + head. (Reading the next tile's
@@ -66,15 +67,18 @@ def _sparse_paged_tile(
     h = (pid % Hq).to(tl.int64)
     hk = h // G
     offs_n = tl.arange(0, BLOCK_N)
-    offs_d = tl.arange(0, BLOCK_D)
+    # D as [BLOCK_D // D_CHUNK, D_CHUNK]: a [chunks, BLOCK_N, D_CHUNK] tile puts fewer lanes on D
+    # and the rest on the keys, so a per-key value (MagicPIG's weight) is computed by fewer lanes
+    # each (D_CHUNK = BLOCK_D: the plain [BLOCK_N, BLOCK_D] tile).
+    offs_d = tl.arange(0, BLOCK_D // D_CHUNK)[:, None] * D_CHUNK + tl.arange(0, D_CHUNK)[None, :]
     d_ok = offs_d < D
 
     q = tl.load(Q + b * stride_qb + h * stride_qh + offs_d, mask=d_ok, other=0.0).to(tl.float32)
     if MAGICPIG:
-        q_norm = tl.sqrt(tl.sum(q * q, 0))
+        q_norm = tl.sqrt(tl.sum(tl.sum(q * q, 1), 0))
         q_hat = q * (1.0 / tl.maximum(q_norm, 1e-30))
         k_exp = tl.load(KP + b * stride_kpb + h * stride_kph)
-        l_exp = tl.load(LP + b * stride_lpb + h * stride_lph)
+        l_minus_1 = tl.load(LP + b * stride_lpb + h * stride_lph) - 1.0
     start = split * SPLIT_LEN
     row_ptr = ROWS + b * stride_rb + h * stride_rh
     if LOOKUP:
@@ -87,7 +91,7 @@ def _sparse_paged_tile(
     # is still -inf, so a fully masked tile or an empty split never produces NaN.
     m_i = tl.max(tl.full([BLOCK_N], float("-inf"), dtype=tl.float32), 0)  # 0-d fp32 -inf
     l_i = tl.sum(tl.zeros([BLOCK_N], dtype=tl.float32), 0)  # 0-d fp32 0
-    acc = tl.zeros([BLOCK_D], dtype=tl.float32)
+    acc = tl.zeros([BLOCK_D // D_CHUNK, D_CHUNK], dtype=tl.float32)
     for n in range(start, end, BLOCK_N):
         j = n + offs_n
         ok = j < end
@@ -100,39 +104,44 @@ def _sparse_paged_tile(
             row = page * stride_page + (t % PAGE_SIZE).to(tl.int64) * stride_slot
         else:
             row = tl.load(row_ptr + j, mask=ok, other=0).to(tl.int64) * row_unit
-        kv_mask = ok[:, None] & d_ok[None, :]
-        kv_off = row[:, None] + offs_d[None, :]
+        kv_mask = ok[None, :, None] & d_ok[:, None, :]
+        kv_off = row[None, :, None] + offs_d[:, None, :]
         # Both gathers issued before the math (H200: ~20% faster than loading V after the scores).
         k = tl.load(k_base + kv_off, mask=kv_mask, other=0.0).to(tl.float32)
         v = tl.load(k_base + stride_kv + kv_off, mask=kv_mask, other=0.0).to(tl.float32)
-        qk = tl.sum(k * q[None, :], 1)
+        qk = tl.sum(tl.sum(k * q[:, None, :], 2), 0)
+        s = qk * qk_scale
         if MAGICPIG:
-            # c = clamp(q.k / (|q||k| + 1e-8)), p = 1 - acos(c)/pi, P = p^K,
-            # u = 1 - (1-P)^L - L P (1-P)^(L-1), score = q.k * scale - log(u)  (u >= 1e-10).
-            # Same function, evaluated without cancellation. With q^, k^ the unit vectors and
-            # sg = sign(q.k): (1 - |c|)(|q||k| + eps) = |q||k| |q^ - sg k^|^2 / 2 + eps, a sum of
-            # squares, so near-(anti)parallel keys keep their accuracy; the clamp of c to
-            # +-(1 - 1e-7) is 1 - |c| >= 1e-7 (1e-7 itself, not the fp32 neighbour of 1 - 1e-7).
-            k_norm = tl.sqrt(tl.sum(k * k, 1))
+            # score = q.k * scale - log(max(u, 1e-10)) is s + log(weight) + log(1e10) (base 2 here):
+            # the weight multiplies the softmax terms below and log2(1e10) joins the LSE, so the
+            # running max stays the plain score's (_math.magicpig_weight).
+            # c = clamp(q.k / (|q||k| + 1e-8), -1 + 1e-7, 1 - 1e-7), as 1 - |c| >= 1e-7 and |c|.
+            k_norm = tl.sqrt(tl.sum(tl.sum(k * k, 2), 0))
             nn = q_norm * k_norm
-            denom = nn + 1e-8
-            cos = tl.minimum(tl.maximum(qk / denom, -1.0), 1.0)
-            w = tl.where(qk < 0, -1.0, 1.0) / tl.maximum(k_norm, 1e-30)
-            diff = q_hat[None, :] - k * w[:, None]
-            one_minus_abs = (nn * (tl.sum(diff * diff, 1) * 0.5) + 1e-8) / denom
-            one_minus_abs = tl.maximum(one_minus_abs, 1e-7)
-            p_k = pow_nonneg(simhash_collision_prob(cos, one_minus_abs), k_exp)
-            u = tl.maximum(two_hit_prob(p_k, l_exp), 1e-10)  # u: _math.two_hit_prob
-            s = qk * qk_scale - tl.log2(u)
-        else:
-            s = qk * qk_scale
+            inv = recip(nn + 1e-8)
+            abs_c = tl.minimum(tl.abs(qk) * inv, 1.0)
+            one_minus_abs = 1.0 - abs_c
+            if tl.max(abs_c, 0) > 0.5:
+                # Near |c| = 1 the difference 1 - |c| cancels; with q^, k^ the unit vectors and
+                # sg = sign(q.k): (1 - |c|)(|q||k| + eps) = |q||k| |q^ - sg k^|^2 / 2 + eps, a sum
+                # of squares. Below |c| = 1/2 the plain difference has the same relative accuracy
+                # (its absolute error, ~1e-7, is at most twice that relative to 1 - |c|), so the
+                # extra pass over the tile runs only for tiles holding such a key.
+                w = tl.where(qk < 0, -1.0, 1.0) / tl.maximum(k_norm, 1e-30)
+                diff = q_hat[:, None, :] - k * w[None, :, None]
+                exact = (nn * (tl.sum(tl.sum(diff * diff, 2), 0) * 0.5) + 1e-8) * inv
+                one_minus_abs = tl.where(abs_c > 0.5, exact, one_minus_abs)
+            weight = magicpig_weight(qk < 0, tl.maximum(one_minus_abs, 1e-7), abs_c, k_exp,
+                                     l_minus_1)
         s = tl.where(ok, s, float("-inf"))
         m_new = tl.maximum(m_i, tl.max(s, 0))
         m_use = tl.where(m_new == float("-inf"), 0.0, m_new)
         alpha = tl.exp2(m_i - m_use)
         pr = tl.exp2(s - m_use)
+        if MAGICPIG:
+            pr = pr * weight
         l_i = l_i * alpha + tl.sum(pr, 0)
-        acc = acc * alpha + tl.sum(pr[:, None] * v, 0)
+        acc = acc * alpha + tl.sum(pr[None, :, None] * v, 1)
         m_i = m_new
 
     nonempty = l_i > 0
@@ -140,8 +149,10 @@ def _sparse_paged_tile(
     tl.store(O + b * stride_ob + h * stride_oh + split * stride_osplit + offs_d,
              o.to(O.dtype.element_ty), mask=d_ok)
     if RETURN_LSE:
-        lse = tl.where(nonempty, (m_i + tl.log2(tl.where(nonempty, l_i, 1.0))) * 0.6931471805599453,
-                       float("-inf"))
+        lse2 = m_i + tl.log2(tl.where(nonempty, l_i, 1.0))
+        if MAGICPIG:
+            lse2 = lse2 + 33.219280948873624  # log2(1e10): the weights are 1e-10 / max(u, 1e-10)
+        lse = tl.where(nonempty, lse2 * 0.6931471805599453, float("-inf"))
         tl.store(LSE + b * stride_lb + h * stride_lh + split * stride_lsplit, lse)
     if FUSED_MERGE:  # one row's splits: a group of one head
         merge_in_last_program(O, LSE, OUT, LSE_OUT, COUNTER + pid, b, h, 1, D,
@@ -169,7 +180,7 @@ def _sparse_paged_fwd(
     Hq, D, G, SPLIT_LEN, NUM_SPLITS, qk_scale, n_bh, n_work, n_programs,
     MAGICPIG: tl.constexpr, RETURN_LSE: tl.constexpr, LOOKUP: tl.constexpr,
     FUSED_MERGE: tl.constexpr, RETURN_LSE_OUT: tl.constexpr,
-    PAGE_SIZE: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
+    PAGE_SIZE: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, D_CHUNK: tl.constexpr,
     BLOCK_SPLITS: tl.constexpr, SPLIT_CHUNK: tl.constexpr, PERSISTENT: tl.constexpr,
 ):
     if PERSISTENT:  # kernels/_grid.py: rows are the fast index, so every row's first split goes first
@@ -185,7 +196,7 @@ def _sparse_paged_fwd(
                                work // n_bh,
                                MAGICPIG, RETURN_LSE, LOOKUP, FUSED_MERGE, RETURN_LSE_OUT,
                                PAGE_SIZE,
-                           BLOCK_N, BLOCK_D, BLOCK_SPLITS, SPLIT_CHUNK)
+                           BLOCK_N, BLOCK_D, D_CHUNK, BLOCK_SPLITS, SPLIT_CHUNK)
     else:
         _sparse_paged_tile(Q, KV, ROWS, NNZ, KP, LP, O, LSE, PAGE_INDPTR, PAGE_INDICES,
                            OUT, LSE_OUT, COUNTER,
@@ -198,7 +209,7 @@ def _sparse_paged_fwd(
                            tl.program_id(1),
                            MAGICPIG, RETURN_LSE, LOOKUP, FUSED_MERGE, RETURN_LSE_OUT,
                                PAGE_SIZE,
-                           BLOCK_N, BLOCK_D, BLOCK_SPLITS, SPLIT_CHUNK)
+                           BLOCK_N, BLOCK_D, D_CHUNK, BLOCK_SPLITS, SPLIT_CHUNK)
 
 
 #: (BLOCK_N, num_warps, num_stages, target programs, least slots a split or 0 for MIN_SPLIT_LEN)
@@ -218,7 +229,8 @@ def sparse_paged_candidates(D: int, dtype: torch.dtype, magicpig: bool = False,
     small programs in flight more than big tiles: the default is 16-row tiles, 2 warps, splits of
     >= 64 slots over about 4096 programs (half that for the heavier MagicPIG math). H100, the
     bench cache (D=256) kept 2%: 85.6 us, against 96.5 with 32-row tiles over 672 programs and
-    138 with 4 warps. A tile holds at most 16 KB of input: the unified buffer on Ascend is 192 KB
+    138 with 4 warps. The default tile also comes with the other D chunk widths (``d_chunk``).
+    A tile holds at most 16 KB of input: the unified buffer on Ascend is 192 KB
     (fp16 D=256: 32 rows; fp32 D=128 with 64 rows overflows it).
     """
     block_d = max(16, next_pow2(D))
@@ -226,19 +238,44 @@ def sparse_paged_candidates(D: int, dtype: torch.dtype, magicpig: bool = False,
         return [dict(_ascend_tile(block_d, dtype, magicpig), BLOCK_D=block_d, num_warps=4,
                      num_stages=2, CORES=cores)]
     cap = max(16, 16384 // (block_d * dtype.itemsize))
-    return [dict(BLOCK_N=min(block_n, cap), BLOCK_D=block_d, num_warps=warps, num_stages=stages,
-                 TARGET=target // 2 if magicpig else target, **({"MIN_SPLIT": least} if least else {}))
-            for block_n, warps, stages, target, least in _TILES]
+    chunk = d_chunk(block_d, magicpig, False)
+    tiles = [dict(BLOCK_N=min(block_n, cap), BLOCK_D=block_d, D_CHUNK=chunk, num_warps=warps,
+                  num_stages=stages, TARGET=target // 2 if magicpig else target,
+                  **({"MIN_SPLIT": least} if least else {}))
+             for block_n, warps, stages, target, least in _TILES]
+    # The default tile with the other D chunk widths (more lanes on keys, or the whole row).
+    widths = {min(block_d, w) for w in (32, 64, 128)} | {block_d}
+    return tiles + [dict(tiles[0], D_CHUNK=c) for c in sorted(widths - {chunk})]
 
 
 def _ascend_tile(block_d: int, dtype: torch.dtype, magicpig: bool) -> dict:
     """The npu path's rows per gather step: 4096 fp32 elements a tile (64, 32, 16 rows at
     D = 64, 128, 256), MagicPIG at most 32. bishengir's UB plan is not monotonic in the tile
     (fp16, persistent grid, triton-ascend 3.2.0): the plain kernel takes 63% at 64x64, 67% at
-    32x128, 69% at 16x256, but 94% at 64x128 and 95% at 32x256; MagicPIG 50%, 53%, 54% at
-    32x64, 32x128, 16x256, but 95-97% with the GPU's rows (64x64, 64x128, 32x256)."""
+    32x128, 69% at 16x256, but 94% at 64x128 and 95% at 32x256; MagicPIG 50%, 57%, 59% at
+    32x64, 32x128, 16x256 (with its sampling weight; 50%, 53%, 54% with the log-form correction
+    before it), but 95-97% with the GPU's rows (64x64, 64x128, 32x256)."""
     rows = min(64, max(16, 8192 // (block_d * max(2, dtype.itemsize))))
     return dict(BLOCK_N=min(32, rows) if magicpig else rows)
+
+
+def d_chunk(block_d: int, magicpig: bool, ascend: bool, interpret: bool = False) -> int:
+    """Width of the tile's D chunks (``D_CHUNK``). MagicPIG's per-key weight runs on every lane
+    that holds part of a key, so its tile puts at most 64 of D on a warp's lanes (8 lanes of 8
+    fp16) and the other lanes on keys: at D = 256, 2 warps and 16 keys a thread holds 2 keys'
+    weights instead of 8. The key loop compiled for sm_90 at the bench shape: 1431 SASS
+    instructions per warp and tile with chunks of 64, 1624 with 32 (the reductions over keys take
+    more shuffles), 2491 with the whole row. Its cost is registers: 8 lanes on D hold the query,
+    its unit vector and the accumulator 4x over (230 registers a thread against 127 for the
+    log-form correction with the whole row, 220 for this weight with the whole row, 195 for
+    chunks of 64 without the tile-level branch), i.e. half the resident programs of a
+    latency-bound gather loop: the tuner's candidates carry widths 32, 64, 128 and the whole row.
+    32 in the interpreter, so that CPU runs cover several chunks at D = 64. The plain kernel (its
+    loop is 810 instructions with the whole row, 762 with chunks of 64: the tuner's candidates
+    have both) and the Ascend path keep the whole row."""
+    if not magicpig or ascend:
+        return block_d
+    return min(block_d, 32 if interpret else 64)
 
 
 def list_split(cfg: dict, B: int, Hq: int, L_max: int, num_splits: Optional[int]) -> dict:
@@ -268,7 +305,9 @@ def sparse_paged_config(B: int, Hq: int, L_max: int, D: int, dtype: torch.dtype,
     ~1.0 TB/s MagicPIG.)"""
     if interpret:
         block_n = min(128, max(16, next_pow2(L_max)))
-        cfg = dict(BLOCK_N=block_n, BLOCK_D=max(16, next_pow2(D)), num_warps=4, num_stages=1)
+        block_d = max(16, next_pow2(D))
+        cfg = dict(BLOCK_N=block_n, BLOCK_D=block_d, num_warps=4, num_stages=1,
+                   D_CHUNK=d_chunk(block_d, magicpig, ascend, interpret=True))
         return _with_split(cfg, L_max, cdiv(L_max, 512) if num_splits is None else num_splits)
     return list_split(sparse_paged_candidates(D, dtype, magicpig, ascend, cores)[0], B, Hq, L_max,
                       num_splits)
@@ -316,6 +355,7 @@ def sparse_kernel_plan(q: torch.Tensor, kv_cache: torch.Tensor, kv_page_indptr: 
         cfg = list_split(config, B, Hq, L_max, num_splits)
     splits = cfg.pop("NUM_SPLITS")
     split_len = cfg.pop("SPLIT_LEN")
+    cfg.setdefault("D_CHUNK", d_chunk(cfg["BLOCK_D"], magicpig, ascend))
     if lookup:
         rows, unit = sparse_ind, 1
     elif rows is not None:
