@@ -445,7 +445,15 @@ def _max_pages(kv_page_indptr, max_pages):
         return max_pages
     if kv_page_indptr.shape[0] < 2:
         return 0
+    if kv_page_indptr.shape[0] <= _READ_WHOLE:
+        # One copy to the host instead of two device ops and a copy of their result.
+        ptr = kv_page_indptr.tolist()
+        return max(0, max(b - a for a, b in zip(ptr, ptr[1:])))
     return max(0, int((kv_page_indptr[1:] - kv_page_indptr[:-1]).max()))
+
+
+#: Page tables of up to this many sequences are read whole for their longest sequence.
+_READ_WHOLE = 1025
 
 
 def mla_paged_decode(q_nope: torch.Tensor, q_pe: torch.Tensor, ckv_cache: torch.Tensor, kpe_cache: torch.Tensor,
