@@ -183,7 +183,8 @@ class Bound:
 def _bind(plan: _checks.LaunchPlan, tensors: tuple, live: bool, launcher) -> Optional[Bound]:
     """Launch ``plan`` through ``launcher`` and return it as a ``Bound``, or None when one of
     its tensor arguments cannot be told apart by position (the same tensor passed as two
-    arguments, or a tensor the wrapper did not name) or the launcher said nothing."""
+    arguments, or a tensor the wrapper did not name and the plan does not list among its
+    ``constants``) or the launcher said nothing."""
     workspace: list = []
     for p in plan.chain():
         for t, zero in p.workspace:
@@ -204,7 +205,9 @@ def _bind(plan: _checks.LaunchPlan, tensors: tuple, live: bool, launcher) -> Opt
             step.compiled, values = None, list(p.args)
         template, slots = [], []
         for pos, value in enumerate(values):
-            if isinstance(value, torch.Tensor):
+            if isinstance(value, torch.Tensor) and any(value is c for c in p.constants):
+                template.append(value)
+            elif isinstance(value, torch.Tensor):
                 hits = [i for i, s in enumerate(sources) if s is value]
                 ok = ok and len(hits) == 1
                 slots.append((pos, hits[0] if hits else -1))

@@ -332,6 +332,9 @@ class LaunchPlan:
     #: split partials, merge tickets the kernel leaves at zero. A repeat call may reuse them
     #: (``kernels._callcache``) instead of allocating.
     workspace: tuple = ()
+    #: Tensors the plan passes that are one object for every call of its key (a per-device
+    #: lookup table, built once and never written): the lean path keeps them as they are.
+    constants: tuple = ()
 
     def chain(self) -> Iterator["LaunchPlan"]:
         p: Optional[LaunchPlan] = self

@@ -29,12 +29,14 @@ import torch
 import triton
 import triton.language as tl
 
+from ._callcache import CallCache
 from ._checks import (DOT_INPUT_PRECISION, FLOAT_DTYPES, LaunchPlan, cdiv, check_flag, check_index_tensor,
-                      check_int_range, check_launchable, check_nonempty, check_out_lse, check_scale,
-                      check_tensor, check_values_in_range, is_interpret, launch, next_pow2, on_ascend)
-from ._fp8 import BITS, FP8_DTYPE, fp8_mode, kernel_view
+                      check_int_range, check_launchable, check_nonempty, check_out_lse, check_out_lse_aliases,
+                      check_scale, check_tensor, check_values_in_range, is_interpret, is_live, launch, next_pow2,
+                      on_ascend)
+from ._fp8 import BITS, FP8_DTYPE, fp8_mode
 from ._grid import plan_grid
-from .mla_paged import _e4m3_bits
+from .mla_paged import _e4m3_bits, kernel_caches
 from ._softmax import online_softmax_fold, softmax_finish
 from ._split import merge_plan, scratch_of, split_outputs
 
@@ -256,8 +258,11 @@ def row_offsets(cache: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
 
 def dsa_sparse_attention_plan(q_nope, q_pe, ckv_cache, kpe_cache, sparse_indices, out, lse, *, scale: float,
                               k_scale: float = 1.0, v_scale: float = 1.0,
-                              num_splits: Optional[int] = None) -> LaunchPlan:
-    """The launch chain for validated inputs and allocated outputs (``lse`` None: no LSE)."""
+                              num_splits: Optional[int] = None, offsets: Optional[tuple] = None,
+                              views: Optional[tuple] = None) -> LaunchPlan:
+    """The launch chain for validated inputs and allocated outputs (``lse`` None: no LSE).
+    ``offsets``: ``row_offsets`` of both caches, ``views``: ``kernel_caches`` of both, when the
+    caller made them already (a cached launch binds the tensors it was planned with)."""
     T, H, Dc = q_nope.shape
     Dr = q_pe.shape[2]
     topk = sparse_indices.shape[1]
@@ -269,11 +274,13 @@ def dsa_sparse_attention_plan(q_nope, q_pe, ckv_cache, kpe_cache, sparse_indices
     uniform = _uniform(ckv_cache) and _uniform(kpe_cache)
     if uniform:
         c_off = r_off = sparse_indices  # never read
+    elif offsets is not None:
+        c_off, r_off = offsets
     else:
         c_off, r_off = row_offsets(ckv_cache, sparse_indices), row_offsets(kpe_cache, sparse_indices)
     # fp8: the byte view keeps the element strides (one byte an element), so offsets are unchanged.
     mode = fp8_mode(ckv_cache)
-    ckv_cache, kpe_cache = kernel_view(ckv_cache, mode), kernel_view(kpe_cache, mode)
+    ckv_cache, kpe_cache = views if views is not None else kernel_caches(ckv_cache, kpe_cache)
     args = (q_nope, q_pe, ckv_cache, kpe_cache, sparse_indices, c_off, r_off, o_dst, l_dst,
             q_nope.stride(0), q_nope.stride(1), q_pe.stride(0), q_pe.stride(1),
             ckv_cache.stride(0), ckv_cache.stride(1), kpe_cache.stride(0), kpe_cache.stride(1),
@@ -308,12 +315,23 @@ def dsa_sparse_attention(q_nope: torch.Tensor, q_pe: torch.Tensor, ckv_cache: to
     ``k_scale``/``v_scale`` multiply the scores / the output (per-tensor dequantisation scales).
     ``check_indices=False`` skips the data-dependent id check (a device sync)."""
     fn = "dsa_sparse_attention"
-    scale, P = validate(fn, q_nope, q_pe, ckv_cache, kpe_cache, sparse_indices, scale, k_scale, v_scale,
-                        return_lse, out, lse, num_splits)
-    check_flag(fn, "check_indices", check_indices)
+    tensors_in = (q_nope, q_pe, ckv_cache, kpe_cache, sparse_indices)
+    key = _CALLS.key(tensors_in, (out, lse), (scale, k_scale, v_scale, return_lse, num_splits, check_indices))
+    slot = _CALLS.lookup(key)
+    if slot is None:
+        scale, P = validate(fn, q_nope, q_pe, ckv_cache, kpe_cache, sparse_indices, scale, k_scale, v_scale,
+                            return_lse, out, lse, num_splits)
+        check_flag(fn, "check_indices", check_indices)
+    else:
+        # Validated before for this key: the scale again (pure), the address checks anew.
+        scale, P = check_scale(fn, scale, q_nope.shape[2] + q_pe.shape[2]), ckv_cache.shape[1]
+        if out is not None or lse is not None:
+            check_out_lse_aliases(fn, out, lse, dict(zip(_INPUTS, tensors_in)))
     if check_indices:
         check_values_in_range(fn, "sparse_indices", sparse_indices, -1, ckv_cache.shape[0] * P,
                               what="entries (flat slot ids or -1)")
+    if slot is None:
+        slot = _CALLS.validated(key)
     T, H, Dc = q_nope.shape
     if out is None:
         out = torch.empty((T, H, Dc), dtype=q_nope.dtype, device=q_nope.device)
@@ -321,6 +339,22 @@ def dsa_sparse_attention(q_nope: torch.Tensor, q_pe: torch.Tensor, ckv_cache: to
         lse = torch.empty((T, H), dtype=torch.float32, device=q_nope.device)
     if not return_lse:
         lse = None
-    launch(dsa_sparse_attention_plan(q_nope, q_pe, ckv_cache, kpe_cache, sparse_indices, out, lse, scale=scale,
-                                     k_scale=k_scale, v_scale=v_scale, num_splits=num_splits))
+    # Row offsets are read from the ids (data): made per call and passed like the inputs.
+    offsets = None
+    if not (_uniform(ckv_cache) and _uniform(kpe_cache)):
+        offsets = (row_offsets(ckv_cache, sparse_indices), row_offsets(kpe_cache, sparse_indices))
+    views = kernel_caches(ckv_cache, kpe_cache)
+    tensors = (q_nope, q_pe, *views, sparse_indices, out, lse) + (offsets or ())
+    bound = None if slot is None else slot.get(())
+    if bound is not None:
+        bound.launch(tensors, launch)
+        return out, lse
+    plan = dsa_sparse_attention_plan(q_nope, q_pe, ckv_cache, kpe_cache, sparse_indices, out, lse, scale=scale,
+                                     k_scale=k_scale, v_scale=v_scale, num_splits=num_splits, offsets=offsets,
+                                     views=views)
+    _CALLS.run(slot, (), plan, tensors, is_live(q_nope), launch)
     return out, lse
+
+
+_INPUTS = ("q_nope", "q_pe", "ckv_cache", "kpe_cache", "sparse_indices")
+_CALLS = CallCache("dsa_sparse_attention")

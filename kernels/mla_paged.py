@@ -36,9 +36,10 @@ import torch
 import triton
 import triton.language as tl
 
+from ._callcache import CallCache
 from ._checks import (DOT_INPUT_PRECISION, FLOAT_DTYPES, LaunchPlan, cdiv, check_flag, check_index_tensor,
-                      check_int_range, check_launchable, check_nonempty, check_out_lse, check_scale,
-                      check_tensor, is_interpret, launch, next_pow2, on_ascend)
+                      check_int_range, check_launchable, check_nonempty, check_out_lse, check_out_lse_aliases,
+                      check_scale, check_tensor, is_interpret, is_live, launch, next_pow2, on_ascend)
 from ._fp8 import BITS, fp8_mode, kernel_view
 from ._grid import npu_cores, npu_splits, plan_grid
 from ._paged import check_index_values, check_page_table
@@ -215,12 +216,19 @@ def mla_config(rows: int, H: int, Dc: int, Dr: int, page_size: int, max_pages: i
                 num_stages=stages, PAGES_PER_SPLIT=per, NUM_SPLITS=max(1, cdiv(max(max_pages, 1), per)))
 
 
+def kernel_caches(ckv_cache: torch.Tensor, kpe_cache: torch.Tensor) -> tuple:
+    """The tensors the kernel is given for the two caches (byte views where fp8 is decoded)."""
+    return kernel_view(ckv_cache, fp8_mode(ckv_cache)), kernel_view(kpe_cache, fp8_mode(kpe_cache))
+
+
 def mla_plan(q_nope, q_pe, ckv_cache, kpe_cache, kv_page_indptr, kv_page_indices, kv_last_page_len,
              row_seq, row_limit, out, lse, *, scale: float, k_scale: float, v_scale: float, max_pages: int,
-             num_splits: Optional[int] = None, config: Optional[dict] = None) -> Optional[LaunchPlan]:
+             num_splits: Optional[int] = None, config: Optional[dict] = None,
+             views: Optional[tuple] = None) -> Optional[LaunchPlan]:
     """The launch chain for validated inputs: rows of ``q_nope`` ([R, H, Dc]) over the cache;
     ``row_seq`` / ``row_limit`` (int32 [R], prefill) give each row's sequence and visible token
-    count (None: row b is sequence b, all of it). None when there is no row at all."""
+    count (None: row b is sequence b, all of it). None when there is no row at all. ``views``:
+    ``kernel_caches(ckv_cache, kpe_cache)``, when the caller made them already."""
     R, H, Dc = q_nope.shape
     Dr = q_pe.shape[2]
     page_size = ckv_cache.shape[1]
@@ -238,7 +246,7 @@ def mla_plan(q_nope, q_pe, ckv_cache, kpe_cache, kv_page_indptr, kv_page_indices
     # fp8: compiled CUDA on sm_89+ converts with Triton's own cast; everywhere else the kernel
     # reads the same memory as bytes (a view, strides kept) and decodes them (kernels/_fp8.py).
     fp8 = fp8_mode(ckv_cache) == BITS
-    ckv_cache, kpe_cache = kernel_view(ckv_cache, fp8_mode(ckv_cache)), kernel_view(kpe_cache, fp8_mode(kpe_cache))
+    ckv_cache, kpe_cache = views if views is not None else kernel_caches(ckv_cache, kpe_cache)
     args = (q_nope, q_pe, ckv_cache, kpe_cache, kv_page_indptr, kv_page_indices, kv_last_page_len,
             row_seq if has_rows else kv_page_indptr, row_limit if has_rows else kv_page_indptr, o_dst, l_dst,
             q_nope.stride(0), q_nope.stride(1), q_pe.stride(0), q_pe.stride(1),
@@ -336,14 +344,49 @@ def _prepare(fn, q_nope, q_pe, ckv_cache, kpe_cache, kv_page_indptr, kv_page_ind
     check_page_table(fn, B, q_nope.device, kv_page_indptr, kv_page_indices, kv_last_page_len)
     check_outputs_free(fn, out, lse, return_lse, R, H, Dc, q_nope, inputs, rows_name)
     check_launchable(fn, "q_nope", q_nope)
-    max_pages = None
-    if check_indices:
-        extra, ok, raise_ = (), None, None
-        if prefill:
-            extra, ok, raise_ = _qo_checks(fn, qo_indptr, R, page_size, kv_page_indptr, kv_last_page_len, causal)
-        max_pages = check_index_values(fn, ckv_cache.shape[0], page_size, kv_page_indptr, kv_page_indices,
-                                       kv_last_page_len, extra_stats=extra, extra_ok=ok, extra_raise=raise_)
+    max_pages = _check_data(fn, q_nope, ckv_cache, kv_page_indptr, kv_page_indices, kv_last_page_len,
+                            check_indices, qo_indptr, causal)
     return scale, k_scale, v_scale, max_pages, B
+
+
+def _check_data(fn, q_nope, ckv_cache, kv_page_indptr, kv_page_indices, kv_last_page_len, check_indices,
+                qo_indptr, causal) -> Optional[int]:
+    """The data-dependent checks (one device sync) with ``check_indices``; returns the longest
+    sequence's page count they read (None without them)."""
+    if not check_indices:
+        return None
+    page_size = ckv_cache.shape[1]
+    extra, ok, raise_ = (), None, None
+    if qo_indptr is not None:
+        extra, ok, raise_ = _qo_checks(fn, qo_indptr, q_nope.shape[0], page_size, kv_page_indptr,
+                                       kv_last_page_len, causal)
+    return check_index_values(fn, ckv_cache.shape[0], page_size, kv_page_indptr, kv_page_indices,
+                              kv_last_page_len, extra_stats=extra, extra_ok=ok, extra_raise=raise_)
+
+
+def _checked(cache: CallCache, fn, q_nope, q_pe, ckv_cache, kpe_cache, kv_page_indptr, kv_page_indices,
+             kv_last_page_len, *, scale, return_lse, out, lse, k_scale, v_scale, num_splits, check_indices, inputs,
+             qo_indptr=None, causal=True):
+    """``_prepare`` through the call cache: a key validated before skips the shape checks (the
+    scalars are converted again, the output's address checks and the data checks run anew).
+    Returns (scale, k_scale, v_scale, max_pages, slot)."""
+    key = cache.key(tuple(inputs.values()), (out, lse),
+                    (scale, return_lse, k_scale, v_scale, num_splits, check_indices, causal))
+    slot = cache.lookup(key)
+    if slot is None:
+        scale, k_scale, v_scale, max_pages, _ = _prepare(
+            fn, q_nope, q_pe, ckv_cache, kpe_cache, kv_page_indptr, kv_page_indices, kv_last_page_len,
+            scale=scale, return_lse=return_lse, out=out, lse=lse, k_scale=k_scale, v_scale=v_scale,
+            num_splits=num_splits, check_indices=check_indices, inputs=inputs, qo_indptr=qo_indptr, causal=causal)
+        return scale, k_scale, v_scale, max_pages, cache.validated(key)
+    if out is not None or lse is not None:
+        check_out_lse_aliases(fn, out, lse, inputs)
+    scale = check_scale(fn, scale, q_nope.shape[2] + q_pe.shape[2])
+    k_scale = check_cache_scale(fn, "k_scale", k_scale)
+    v_scale = check_cache_scale(fn, "v_scale", v_scale)
+    max_pages = _check_data(fn, q_nope, ckv_cache, kv_page_indptr, kv_page_indices, kv_last_page_len,
+                            check_indices, qo_indptr, causal)
+    return scale, k_scale, v_scale, max_pages, slot
 
 
 def _qo_checks(fn, qo_indptr, T, page_size, kv_page_indptr, kv_last_page_len, causal):
@@ -393,7 +436,15 @@ def _max_pages(kv_page_indptr, max_pages):
         return max_pages
     if kv_page_indptr.shape[0] < 2:
         return 0
+    if kv_page_indptr.shape[0] <= _READ_WHOLE:
+        # One copy to the host instead of two device ops and a copy of their result.
+        ptr = kv_page_indptr.tolist()
+        return max(0, max(b - a for a, b in zip(ptr, ptr[1:])))
     return max(0, int((kv_page_indptr[1:] - kv_page_indptr[:-1]).max()))
+
+
+#: Page tables of up to this many sequences are read whole for their longest sequence.
+_READ_WHOLE = 1025
 
 
 def mla_paged_decode(q_nope: torch.Tensor, q_pe: torch.Tensor, ckv_cache: torch.Tensor, kpe_cache: torch.Tensor,
@@ -410,15 +461,22 @@ def mla_paged_decode(q_nope: torch.Tensor, q_pe: torch.Tensor, ckv_cache: torch.
     fn = "mla_paged_decode"
     inputs = dict(q_nope=q_nope, q_pe=q_pe, ckv_cache=ckv_cache, kpe_cache=kpe_cache, kv_page_indptr=kv_page_indptr,
                   kv_page_indices=kv_page_indices, kv_last_page_len=kv_last_page_len)
-    scale, k_scale, v_scale, max_pages, _ = _prepare(
-        fn, q_nope, q_pe, ckv_cache, kpe_cache, kv_page_indptr, kv_page_indices, kv_last_page_len, scale=scale,
-        return_lse=return_lse, out=out, lse=lse, k_scale=k_scale, v_scale=v_scale, num_splits=num_splits,
-        check_indices=check_indices, inputs=inputs)
+    scale, k_scale, v_scale, max_pages, slot = _checked(
+        _DECODE, fn, q_nope, q_pe, ckv_cache, kpe_cache, kv_page_indptr, kv_page_indices, kv_last_page_len,
+        scale=scale, return_lse=return_lse, out=out, lse=lse, k_scale=k_scale, v_scale=v_scale,
+        num_splits=num_splits, check_indices=check_indices, inputs=inputs)
     out, lse = _outputs(q_nope, out, lse, return_lse)
+    max_pages = _max_pages(kv_page_indptr, max_pages)
+    views = kernel_caches(ckv_cache, kpe_cache)
+    tensors = (q_nope, q_pe, *views, kv_page_indptr, kv_page_indices, kv_last_page_len, out, lse)
+    bound = None if slot is None else slot.get(max_pages)
+    if bound is not None:
+        bound.launch(tensors, launch)
+        return out, lse
     plan = mla_plan(q_nope, q_pe, ckv_cache, kpe_cache, kv_page_indptr, kv_page_indices, kv_last_page_len,
                     None, None, out, lse, scale=scale, k_scale=k_scale, v_scale=v_scale,
-                    max_pages=_max_pages(kv_page_indptr, max_pages), num_splits=num_splits)
-    launch(plan)
+                    max_pages=max_pages, num_splits=num_splits, views=views)
+    _DECODE.run(slot, max_pages, plan, tensors, is_live(q_nope), launch)
     return out, lse
 
 
@@ -457,16 +515,29 @@ def mla_paged_prefill(q_nope: torch.Tensor, q_pe: torch.Tensor, qo_indptr: torch
     inputs = dict(q_nope=q_nope, q_pe=q_pe, qo_indptr=qo_indptr, ckv_cache=ckv_cache, kpe_cache=kpe_cache,
                   kv_page_indptr=kv_page_indptr, kv_page_indices=kv_page_indices,
                   kv_last_page_len=kv_last_page_len)
-    scale, k_scale, v_scale, max_pages, _ = _prepare(
-        fn, q_nope, q_pe, ckv_cache, kpe_cache, kv_page_indptr, kv_page_indices, kv_last_page_len, scale=scale,
-        return_lse=return_lse, out=out, lse=lse, k_scale=k_scale, v_scale=v_scale, num_splits=num_splits,
-        check_indices=check_indices, inputs=inputs, qo_indptr=qo_indptr, causal=causal)
+    scale, k_scale, v_scale, max_pages, slot = _checked(
+        _PREFILL, fn, q_nope, q_pe, ckv_cache, kpe_cache, kv_page_indptr, kv_page_indices, kv_last_page_len,
+        scale=scale, return_lse=return_lse, out=out, lse=lse, k_scale=k_scale, v_scale=v_scale,
+        num_splits=num_splits, check_indices=check_indices, inputs=inputs, qo_indptr=qo_indptr, causal=causal)
     out, lse = _outputs(q_nope, out, lse, return_lse)
     T = q_nope.shape[0]
+    if T == 0:
+        return out, lse
     row_seq, row_limit = prefill_rows(qo_indptr, kv_page_indptr, kv_last_page_len, ckv_cache.shape[1], T, causal)
+    max_pages = _max_pages(kv_page_indptr, max_pages)
+    views = kernel_caches(ckv_cache, kpe_cache)
+    tensors = (q_nope, q_pe, *views, kv_page_indptr, kv_page_indices, kv_last_page_len, out, lse, row_seq,
+               row_limit)
+    bound = None if slot is None else slot.get(max_pages)
+    if bound is not None:
+        bound.launch(tensors, launch)
+        return out, lse
     plan = mla_plan(q_nope, q_pe, ckv_cache, kpe_cache, kv_page_indptr, kv_page_indices, kv_last_page_len,
                     row_seq, row_limit, out, lse, scale=scale, k_scale=k_scale, v_scale=v_scale,
-                    max_pages=_max_pages(kv_page_indptr, max_pages), num_splits=num_splits)
-    if plan is not None:
-        launch(plan)
+                    max_pages=max_pages, num_splits=num_splits, views=views)
+    _PREFILL.run(slot, max_pages, plan, tensors, is_live(q_nope), launch)
     return out, lse
+
+
+_DECODE = CallCache("mla_paged_decode")
+_PREFILL = CallCache("mla_paged_prefill")

@@ -416,7 +416,7 @@ def mustafar_keys_fast_plan(q: torch.Tensor, kc: Compressed, out: torch.Tensor,
                 TRANS=int(cfg["TRANS"]), HW=hw, DOT_PRECISION=DOT_INPUT_PRECISION, num_warps=cfg["keys_warps"],
                 num_stages=cfg["num_stages"], **_regs(cfg))
     return LaunchPlan(kernel=_fast._keys_fast, grid=(B * Hkv, cdiv(n_tblocks, per)), args=args,
-                      meta=meta)
+                      meta=meta, constants=(_prmt_lut(q.device),))
 
 
 def mustafar_values_fast_plan(p: torch.Tensor, vc: Compressed, out: torch.Tensor,
@@ -451,7 +451,8 @@ def mustafar_values_fast_plan(p: torch.Tensor, vc: Compressed, out: torch.Tensor
                                 out.stride(0), out.stride(1), Hq),
                           meta=dict(CB=min(64, next_pow2(n_chunks))))
     return LaunchPlan(kernel=_fast._values_fast, grid=(B * Hkv, nc, n_chunks), args=args,
-                      meta=meta, then=then, workspace=((dst, False),) if then is not None else ())
+                      meta=meta, then=then, workspace=((dst, False),) if then is not None else (),
+                      constants=(_prmt_lut(p.device),))
 
 
 # --- validation --------------------------------------------------------------------------------

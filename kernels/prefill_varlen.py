@@ -269,6 +269,10 @@ def _validate_packed(q, k, v, cu_seqlens, causal, max_seqlen, scale, return_lse,
     return scale
 
 
+#: cu_seqlens up to this length are read whole to find the longest sequence without a max_seqlen.
+_READ_WHOLE = 1025
+
+
 def _packed_rows(cu_seqlens: torch.Tensor, T: int, max_seqlen, check_indices: bool) -> int:
     """The grid's row count: ``max_seqlen``, checked against the contents of ``cu_seqlens``
     with ``check_indices`` (starts at 0, non-decreasing, ends at T; one device sync), or read
@@ -277,6 +281,10 @@ def _packed_rows(cu_seqlens: torch.Tensor, T: int, max_seqlen, check_indices: bo
     if not check_indices:
         if max_seqlen is not None:
             return check_int_range(fn, "max_seqlen", max_seqlen, 0, T)
+        if cu_seqlens.shape[0] <= _READ_WHOLE:
+            # One copy to the host instead of two device ops and a copy of their result.
+            cu = cu_seqlens.tolist()
+            return max(b - a for a, b in zip(cu, cu[1:]))
         return int((cu_seqlens[1:] - cu_seqlens[:-1]).max())
     # Contents (one device sync): starts at 0, non-decreasing, ends at T.
     first, last = int(cu_seqlens[0]), int(cu_seqlens[-1])
