@@ -1,0 +1,203 @@
+"""Top-k of each row of an fp32 [B, N] tensor by radix select, on the device, with no host sync.
+
+Each logit maps to an int32 ``key`` whose signed order is the float order (``order_key``). The
+k-th largest key of a row is found one byte at a time, most significant first (4 passes of 256
+bins): pass p counts, among the row's keys whose top p bytes equal the bytes found so far, how
+many have each value of byte p (a histogram in ``ws``, summed over the row's programs with
+atomic adds); the byte of the k-th key is the largest one with at least ``need`` keys at or
+above it, and ``need`` drops by the keys above it. After the 4th pass the k-th key ``thr`` is
+known exactly, with ``need`` = how many of the keys equal to it to take. The gather then writes
+every position with a key above ``thr`` and the first ``need`` (in atomic-ticket order: any of
+them are right, the contract leaves ties open) of those equal to it: exactly min(topk, seq_len)
+distinct positions, -1 after them.
+
+The launches: the caller's producer of the logits counts pass 0 itself (``count_digits`` +
+``flush_counts``, as the indexer's logits kernel does), then ``_radix_count`` for passes 1-3 and
+``_radix_gather``; each program of a later launch re-derives the bytes found so far from the
+histograms (a few 256-wide sums), so nothing but the histograms passes between launches. ``ws``
+must be zero before the first launch (one memset a call).
+
+Counting a tile's bytes: ``tl.histogram`` on the CUDA fast path (``use_fast_path``); a one-hot
+compare and sum on the portable path (Ascend, whose compiler is not known to lower a
+histogram, and the interpreter unless kernel_path is "fast").
+"""
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from ._checks import LaunchPlan, cdiv, is_interpret, launch, on_ascend, use_fast_path
+
+RADIX_BITS = 8
+RADIX = 1 << RADIX_BITS
+PASSES = 32 // RADIX_BITS
+#: int32 words of one row's workspace: PASSES histograms, then the two gather counters (above
+#: the threshold, equal to it), padded to keep rows 128-byte aligned.
+WS_COUNTERS = PASSES * RADIX
+WS_ROW = PASSES * RADIX + 32
+
+
+@triton.jit
+def order_key(x):
+    """fp32 -> int32 with the same order as signed ints (a positive NaN sorts above +inf, as in
+    torch.topk): non-negative floats keep their bits, negative ones flip their magnitude bits."""
+    bits = x.to(tl.int32, bitcast=True)
+    return tl.where(bits < 0, bits ^ 0x7FFFFFFF, bits)
+
+
+@triton.jit
+def key_digit(key, PASS: tl.constexpr, RADIX_BITS: tl.constexpr):
+    """Byte PASS (0 = most significant) of ``key`` read as unsigned (the sign bit flipped)."""
+    d = (key >> (32 - RADIX_BITS * (PASS + 1))) & ((1 << RADIX_BITS) - 1)
+    if PASS == 0:
+        d = d ^ (1 << (RADIX_BITS - 1))
+    return d
+
+
+@triton.jit
+def count_digits(d, HBINS: tl.constexpr, HISTOGRAM: tl.constexpr):
+    """Counts of the values 0 .. HBINS-1 in the 1-d tile ``d`` (a value >= RADIX is a key that
+    takes no part: HBINS is 2 * RADIX with ``tl.histogram``, RADIX for the one-hot sum)."""
+    if HISTOGRAM:
+        c = tl.histogram(d, HBINS)
+    else:
+        c = tl.sum((d[:, None] == tl.arange(0, HBINS)[None, :]).to(tl.int32), 0)
+    return c
+
+
+@triton.jit
+def flush_counts(WS_HIST, counts, HBINS: tl.constexpr, RADIX: tl.constexpr):
+    """Adds a program's counts to the row's histogram (only the bins it saw)."""
+    bins = tl.arange(0, HBINS)
+    tl.atomic_add(WS_HIST + bins, counts, mask=(bins < RADIX) & (counts > 0))
+
+
+@triton.jit
+def select_state(WS_ROW_PTR, need, UPTO: tl.constexpr, RADIX: tl.constexpr, RADIX_BITS: tl.constexpr):
+    """(the top UPTO bytes of the k-th largest key as an int32 bit pattern, how many of the keys
+    sharing them are still to take) from the first UPTO histograms; ``need`` = min(topk, seq_len)
+    >= 1 on entry."""
+    bins = tl.arange(0, RADIX)
+    prefix = need * 0
+    for p in tl.static_range(UPTO):
+        h = tl.load(WS_ROW_PTR + p * RADIX + bins)
+        at_or_above = tl.sum(h, 0) - tl.cumsum(h, 0) + h      # keys with this byte or a larger one
+        d = tl.max(tl.where(at_or_above >= need, bins, -1), 0)
+        need = need - tl.sum(tl.where(bins > d, h, 0), 0)
+        if p == 0:
+            d = d ^ (RADIX // 2)
+        prefix = (prefix << RADIX_BITS) | d
+    return prefix, need
+
+
+@triton.jit(do_not_specialize=["N", "topk"])
+def _radix_count(LOGITS, SEQ, WS, stride_lb, stride_wb, N, topk,
+                 PASS: tl.constexpr, BLOCK: tl.constexpr, RADIX: tl.constexpr, RADIX_BITS: tl.constexpr,
+                 HBINS: tl.constexpr, HISTOGRAM: tl.constexpr):
+    """Pass PASS: the histogram of byte PASS among the row's keys that match the bytes found
+    (pass 0, all of them, is usually counted by the producer of the logits instead)."""
+    b = tl.program_id(0).to(tl.int64)
+    g = tl.program_id(1)
+    n_prog = tl.num_programs(1)
+    seq_len = tl.minimum(tl.load(SEQ + b), N)
+    n = tl.minimum(seq_len, topk)
+    if n > 0:
+        ws = WS + b * stride_wb
+        prefix, need = select_state(ws, n, PASS, RADIX, RADIX_BITS)
+        high = 32 - RADIX_BITS * PASS
+        counts = tl.zeros([HBINS], dtype=tl.int32)
+        for start in range(g * BLOCK, seq_len, n_prog * BLOCK):
+            j = start + tl.arange(0, BLOCK)
+            ok = j < seq_len
+            key = order_key(tl.load(LOGITS + b * stride_lb + j, mask=ok, other=0.0))
+            if PASS == 0:
+                match = ok
+            else:
+                match = ok & (((key >> high) & ((1 << (RADIX_BITS * PASS)) - 1)) == prefix)
+            d = tl.where(match, key_digit(key, PASS, RADIX_BITS), RADIX)
+            counts += count_digits(d, HBINS, HISTOGRAM)
+        flush_counts(ws + PASS * RADIX, counts, HBINS, RADIX)
+
+
+@triton.jit(do_not_specialize=["N", "topk"])
+def _radix_gather(LOGITS, SEQ, WS, OUT, stride_lb, stride_wb, stride_ob, N, topk,
+                  BLOCK: tl.constexpr, RADIX: tl.constexpr, RADIX_BITS: tl.constexpr, PASSES: tl.constexpr,
+                  COUNTERS: tl.constexpr):
+    """The chosen positions into OUT[b, :n] (order unspecified), -1 into OUT[b, n:topk]."""
+    b = tl.program_id(0).to(tl.int64)
+    g = tl.program_id(1)
+    n_prog = tl.num_programs(1)
+    seq_len = tl.minimum(tl.load(SEQ + b), N)
+    n = tl.minimum(seq_len, topk)
+    out = OUT + b * stride_ob
+    offs = tl.arange(0, BLOCK)
+    for s in range(n + g * BLOCK, topk, n_prog * BLOCK):
+        tl.store(out + s + offs, tl.full([BLOCK], -1, tl.int32), mask=s + offs < topk)
+    if n > 0:
+        ws = WS + b * stride_wb
+        thr, need = select_state(ws, n, PASSES, RADIX, RADIX_BITS)
+        above = n - need                      # keys above thr: all taken, slots [0, above)
+        for start in range(g * BLOCK, seq_len, n_prog * BLOCK):
+            j = start + offs
+            ok = j < seq_len
+            key = order_key(tl.load(LOGITS + b * stride_lb + j, mask=ok, other=0.0))
+            gt = (ok & (key > thr)).to(tl.int32)
+            eq = (ok & (key == thr)).to(tl.int32)
+            base_gt = tl.atomic_add(ws + COUNTERS, tl.sum(gt, 0))
+            base_eq = tl.atomic_add(ws + COUNTERS + 1, tl.sum(eq, 0))
+            tl.store(out + base_gt + tl.cumsum(gt, 0) - gt, j, mask=gt > 0)
+            slot = base_eq + tl.cumsum(eq, 0) - eq
+            tl.store(out + above + slot, j, mask=(eq > 0) & (slot < need))
+
+
+def select_config(t: torch.Tensor) -> dict:
+    """Tile of the pass and gather launches for tensors like ``t``: ``tl.histogram`` on the CUDA
+    fast path (``use_fast_path``; the interpreter runs it too under kernel_path "fast"), the
+    one-hot count elsewhere."""
+    histogram = use_fast_path(t)
+    if on_ascend(t):
+        block = 32          # the one-hot [BLOCK, 256] int32 compare stays a small part of the UB
+    elif histogram or is_interpret():
+        block = 1024
+    else:
+        block = 64          # one-hot on a GPU: [64, 256] a step
+    return dict(BLOCK=block, HISTOGRAM=histogram, HBINS=2 * RADIX if histogram else RADIX)
+
+
+def workspace(B: int, device) -> torch.Tensor:
+    """The zeroed histograms and counters of B rows."""
+    return torch.zeros((B, WS_ROW), dtype=torch.int32, device=device)
+
+
+def select_plans(logits: torch.Tensor, seq_lens: torch.Tensor, topk: int, out: torch.Tensor, ws: torch.Tensor,
+                 grid: tuple, cfg: dict, first_pass: int = 1) -> tuple[LaunchPlan, LaunchPlan]:
+    """(first, last) of the chained launches of passes ``first_pass``..3 and the gather; a
+    producer that counted pass 0 itself starts at 1."""
+    N = logits.shape[1]
+    radix = dict(RADIX=RADIX, RADIX_BITS=RADIX_BITS, HBINS=cfg["HBINS"], HISTOGRAM=cfg["HISTOGRAM"])
+    plans = [LaunchPlan(kernel=_radix_count, grid=grid,
+                        args=(logits, seq_lens, ws, logits.stride(0), ws.stride(0), N, topk),
+                        meta=dict(PASS=p, BLOCK=cfg["BLOCK"], num_warps=4, **radix))
+             for p in range(first_pass, PASSES)]
+    plans.append(LaunchPlan(kernel=_radix_gather, grid=grid,
+                            args=(logits, seq_lens, ws, out, logits.stride(0), ws.stride(0), out.stride(0), N,
+                                  topk),
+                            meta=dict(BLOCK=cfg["BLOCK"], RADIX=RADIX, RADIX_BITS=RADIX_BITS, PASSES=PASSES,
+                                      COUNTERS=WS_COUNTERS, num_warps=4)))
+    for a, b in zip(plans, plans[1:]):
+        a.then = b
+    return plans[0], plans[-1]
+
+
+def radix_topk(logits: torch.Tensor, seq_lens: torch.Tensor, topk: int, out: torch.Tensor,
+               programs_per_row: int = 4) -> torch.Tensor:
+    """The top ``topk`` of ``logits[b, :seq_lens[b]]`` (fp32 [B, N], row stride any, unit column
+    stride) as positions into ``out`` [B, topk] int32, -1 past min(topk, seq_len): all four
+    passes and the gather here. For inputs the caller has checked."""
+    B, N = logits.shape
+    cfg = select_config(logits)
+    grid = (B, max(1, min(programs_per_row, cdiv(N, cfg["BLOCK"]))))
+    first, _ = select_plans(logits, seq_lens, int(topk), out, workspace(B, logits.device), grid, cfg, first_pass=0)
+    launch(first)
+    return out
