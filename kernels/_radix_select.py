@@ -100,7 +100,7 @@ def _radix_count(LOGITS, SEQ, WS, stride_lb, stride_wb, N, topk,
     b = tl.program_id(0).to(tl.int64)
     g = tl.program_id(1)
     n_prog = tl.num_programs(1)
-    seq_len = tl.minimum(tl.load(SEQ + b), N)
+    seq_len = tl.maximum(tl.minimum(tl.load(SEQ + b), N), 0)
     n = tl.minimum(seq_len, topk)
     if n > 0:
         ws = WS + b * stride_wb
@@ -128,7 +128,8 @@ def _radix_gather(LOGITS, SEQ, WS, OUT, stride_lb, stride_wb, stride_ob, N, topk
     b = tl.program_id(0).to(tl.int64)
     g = tl.program_id(1)
     n_prog = tl.num_programs(1)
-    seq_len = tl.minimum(tl.load(SEQ + b), N)
+    # Clamped: with the data checks off, a seq_len outside [0, N] must not move a store out of OUT.
+    seq_len = tl.maximum(tl.minimum(tl.load(SEQ + b), N), 0)
     n = tl.minimum(seq_len, topk)
     out = OUT + b * stride_ob
     offs = tl.arange(0, BLOCK)
@@ -144,8 +145,12 @@ def _radix_gather(LOGITS, SEQ, WS, OUT, stride_lb, stride_wb, stride_ob, N, topk
             key = order_key(tl.load(LOGITS + b * stride_lb + j, mask=ok, other=0.0))
             gt = (ok & (key > thr)).to(tl.int32)
             eq = (ok & (key == thr)).to(tl.int32)
-            base_gt = tl.atomic_add(ws + COUNTERS, tl.sum(gt, 0))
-            base_eq = tl.atomic_add(ws + COUNTERS + 1, tl.sum(eq, 0))
+            # Both tickets in one two-lane atomic (triton-ascend does not lower a scalar atomic
+            # whose old value is used).
+            pair = tl.arange(0, 2)
+            old = tl.atomic_add(ws + COUNTERS + pair, tl.where(pair == 0, tl.sum(gt, 0), tl.sum(eq, 0)))
+            base_gt = tl.sum(tl.where(pair == 0, old, 0), 0)
+            base_eq = tl.sum(tl.where(pair == 1, old, 0), 0)
             tl.store(out + base_gt + tl.cumsum(gt, 0) - gt, j, mask=gt > 0)
             slot = base_eq + tl.cumsum(eq, 0) - eq
             tl.store(out + above + slot, j, mask=(eq > 0) & (slot < need))

@@ -83,7 +83,7 @@ def _indexer_logits(Q, W, K, KS, BT, SEQ, LOGITS, WS,
     n_prog = tl.num_programs(1)
     offs_d = tl.arange(0, BLOCK_D)
     d_ok = offs_d < DI
-    seq_len = tl.minimum(tl.load(SEQ + b), N)
+    seq_len = tl.maximum(tl.minimum(tl.load(SEQ + b), N), 0)
     # Past seq_len only the -inf fill of a returned logits buffer is left to do.
     n_row = n_tiles if FILL_TAIL else tl.cdiv(seq_len, BLOCK_N)
     if CHUNK_H == BLOCK_H:  # every head at once: q decoded once for all the program's tiles
@@ -204,15 +204,16 @@ def validate(fn: str, q_idx, k_cache, weights, seq_lens, block_table, topk, k_sc
 
 
 def _device_programs(t: torch.Tensor) -> int:
-    """Programs that fill the device once or twice over: two per SM on a GPU, one per AI core
-    on Ascend, a few under the interpreter (``kernels.settings``' persistent_programs overrides)."""
+    """Programs a launch spreads over: four per SM on a GPU (what fits at once: a program's
+    tiles follow one another, its loads wait on a block-table load), one per AI core on Ascend,
+    a few under the interpreter (``kernels.settings``' persistent_programs overrides)."""
     wanted = settings.current().persistent_programs
-    if wanted:
-        return int(wanted)
+    if wanted is not None:
+        return int(wanted) if wanted > 0 else INT32_MAX     # 0: one program per tile
     if on_ascend(t):
         return npu_cores(t, vector=False)
     if is_live(t) and t.device.type == "cuda":
-        return 2 * _sm_count(t.device.index if t.device.index is not None else torch.cuda.current_device())
+        return 4 * _sm_count(t.device.index if t.device.index is not None else torch.cuda.current_device())
     return 4
 
 
