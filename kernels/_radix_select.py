@@ -68,27 +68,50 @@ def count_digits(d, HBINS: tl.constexpr, HISTOGRAM: tl.constexpr):
 
 @triton.jit
 def flush_counts(WS_HIST, counts, HBINS: tl.constexpr, RADIX: tl.constexpr):
-    """Adds a program's counts to the row's histogram (only the bins it saw)."""
+    """Adds a program's counts to the row's histogram: the bins it saw (``tl.histogram``'s
+    extra bins never); every bin on the portable path (triton-ascend rc2 does not lower a
+    masked vector atomic)."""
     bins = tl.arange(0, HBINS)
-    tl.atomic_add(WS_HIST + bins, counts, mask=(bins < RADIX) & (counts > 0))
+    if HBINS == RADIX:
+        tl.atomic_add(WS_HIST + bins, counts)
+    else:
+        tl.atomic_add(WS_HIST + bins, counts, mask=(bins < RADIX) & (counts > 0))
 
 
 @triton.jit
 def select_state(WS_ROW_PTR, need, UPTO: tl.constexpr, RADIX: tl.constexpr, RADIX_BITS: tl.constexpr):
     """(the top UPTO bytes of the k-th largest key as an int32 bit pattern, how many of the keys
     sharing them are still to take) from the first UPTO histograms; ``need`` = min(topk, seq_len)
-    >= 1 on entry."""
-    bins = tl.arange(0, RADIX)
+    >= 1 on entry. A histogram is read as a [16, 16] tile (bin = 16 * row + column) and its
+    suffix sums taken by masked sums, not ``tl.cumsum`` (triton-ascend rc2 does not lower it)."""
+    SIDE: tl.constexpr = 1 << (RADIX_BITS // 2)
+    r = tl.arange(0, SIDE)
+    bins = r[:, None] * SIDE + r[None, :]
     prefix = need * 0
     for p in tl.static_range(UPTO):
         h = tl.load(WS_ROW_PTR + p * RADIX + bins)
-        at_or_above = tl.sum(h, 0) - tl.cumsum(h, 0) + h      # keys with this byte or a larger one
-        d = tl.max(tl.where(at_or_above >= need, bins, -1), 0)
-        need = need - tl.sum(tl.where(bins > d, h, 0), 0)
+        rows = tl.sum(h, 1)
+        rows_above = tl.sum(tl.where(r[None, :] > r[:, None], rows[None, :], 0), 1)
+        in_row = tl.sum(tl.where(r[None, None, :] >= r[None, :, None], h[:, None, :], 0), 2)
+        at_or_above = rows_above[:, None] + in_row          # keys with this byte or a larger one
+        d = tl.max(tl.max(tl.where(at_or_above >= need, bins, -1), 1), 0)
+        need = need - tl.sum(tl.sum(tl.where(bins > d, h, 0), 1), 0)
         if p == 0:
             d = d ^ (RADIX // 2)
         prefix = (prefix << RADIX_BITS) | d
     return prefix, need
+
+
+@triton.jit
+def ranks_before(flags, BLOCK: tl.constexpr, CUMSUM: tl.constexpr):
+    """Exclusive prefix count of a 0/1 int32 tile: ``tl.cumsum`` on the fast path, a
+    [BLOCK, BLOCK] masked sum on the portable one (triton-ascend rc2 does not lower cumsum)."""
+    if CUMSUM:
+        rank = tl.cumsum(flags, 0) - flags
+    else:
+        i = tl.arange(0, BLOCK)
+        rank = tl.sum(tl.where(i[None, :] < i[:, None], flags[None, :], 0), 1)
+    return rank
 
 
 @triton.jit(do_not_specialize=["N", "topk"])
@@ -123,8 +146,10 @@ def _radix_count(LOGITS, SEQ, WS, stride_lb, stride_wb, N, topk,
 @triton.jit(do_not_specialize=["N", "topk"])
 def _radix_gather(LOGITS, SEQ, WS, OUT, stride_lb, stride_wb, stride_ob, N, topk,
                   BLOCK: tl.constexpr, RADIX: tl.constexpr, RADIX_BITS: tl.constexpr, PASSES: tl.constexpr,
-                  COUNTERS: tl.constexpr):
-    """The chosen positions into OUT[b, :n] (order unspecified), -1 into OUT[b, n:topk]."""
+                  COUNTERS: tl.constexpr, FAST: tl.constexpr):
+    """The chosen positions into OUT[b, :n] (order unspecified), -1 into OUT[b, n:topk]. FAST:
+    any number of programs a row, slots by atomic tickets, ranks by ``tl.cumsum``; else one
+    program a row (the portable path)."""
     b = tl.program_id(0).to(tl.int64)
     g = tl.program_id(1)
     n_prog = tl.num_programs(1)
@@ -139,20 +164,29 @@ def _radix_gather(LOGITS, SEQ, WS, OUT, stride_lb, stride_wb, stride_ob, N, topk
         ws = WS + b * stride_wb
         thr, need = select_state(ws, n, PASSES, RADIX, RADIX_BITS)
         above = n - need                      # keys above thr: all taken, slots [0, above)
+        base_gt = n * 0
+        base_eq = n * 0
         for start in range(g * BLOCK, seq_len, n_prog * BLOCK):
             j = start + offs
             ok = j < seq_len
             key = order_key(tl.load(LOGITS + b * stride_lb + j, mask=ok, other=0.0))
             gt = (ok & (key > thr)).to(tl.int32)
             eq = (ok & (key == thr)).to(tl.int32)
-            # Both tickets in one two-lane atomic (triton-ascend does not lower a scalar atomic
-            # whose old value is used).
-            pair = tl.arange(0, 2)
-            old = tl.atomic_add(ws + COUNTERS + pair, tl.where(pair == 0, tl.sum(gt, 0), tl.sum(eq, 0)))
-            base_gt = tl.sum(tl.where(pair == 0, old, 0), 0)
-            base_eq = tl.sum(tl.where(pair == 1, old, 0), 0)
-            tl.store(out + base_gt + tl.cumsum(gt, 0) - gt, j, mask=gt > 0)
-            slot = base_eq + tl.cumsum(eq, 0) - eq
+            if FAST:
+                # The row's programs take slots by atomic tickets, both in one two-lane atomic
+                # (triton-ascend 3.2.0 does not lower a scalar atomic whose old value is used).
+                pair = tl.arange(0, 2)
+                old = tl.atomic_add(ws + COUNTERS + pair, tl.where(pair == 0, tl.sum(gt, 0), tl.sum(eq, 0)))
+                at_gt = tl.sum(tl.where(pair == 0, old, 0), 0)
+                at_eq = tl.sum(tl.where(pair == 1, old, 0), 0)
+            else:
+                # One program a row (rc2 crashes on the tickets): running counts.
+                at_gt = base_gt
+                at_eq = base_eq
+                base_gt += tl.sum(gt, 0)
+                base_eq += tl.sum(eq, 0)
+            tl.store(out + at_gt + ranks_before(gt, BLOCK, FAST), j, mask=gt > 0)
+            slot = at_eq + ranks_before(eq, BLOCK, FAST)
             tl.store(out + above + slot, j, mask=(eq > 0) & (slot < need))
 
 
@@ -167,7 +201,9 @@ def select_config(t: torch.Tensor) -> dict:
         block = 1024
     else:
         block = 64          # one-hot on a GPU: [64, 256] a step
-    return dict(BLOCK=block, HISTOGRAM=histogram, HBINS=2 * RADIX if histogram else RADIX)
+    # The gather's ranks: tl.cumsum on the fast path, a [BLOCK, BLOCK] masked sum elsewhere.
+    gather = 1024 if histogram else (256 if is_interpret() else 32 if on_ascend(t) else 64)
+    return dict(BLOCK=block, GATHER_BLOCK=gather, HISTOGRAM=histogram, HBINS=2 * RADIX if histogram else RADIX)
 
 
 def workspace(B: int, device) -> torch.Tensor:
@@ -185,11 +221,11 @@ def select_plans(logits: torch.Tensor, seq_lens: torch.Tensor, topk: int, out: t
                         args=(logits, seq_lens, ws, logits.stride(0), ws.stride(0), N, topk),
                         meta=dict(PASS=p, BLOCK=cfg["BLOCK"], num_warps=4, **radix))
              for p in range(first_pass, PASSES)]
-    plans.append(LaunchPlan(kernel=_radix_gather, grid=grid,
+    plans.append(LaunchPlan(kernel=_radix_gather, grid=grid if cfg["HISTOGRAM"] else (grid[0], 1),
                             args=(logits, seq_lens, ws, out, logits.stride(0), ws.stride(0), out.stride(0), N,
                                   topk),
-                            meta=dict(BLOCK=cfg["BLOCK"], RADIX=RADIX, RADIX_BITS=RADIX_BITS, PASSES=PASSES,
-                                      COUNTERS=WS_COUNTERS, num_warps=4)))
+                            meta=dict(BLOCK=cfg["GATHER_BLOCK"], RADIX=RADIX, RADIX_BITS=RADIX_BITS, PASSES=PASSES,
+                                      COUNTERS=WS_COUNTERS, FAST=cfg["HISTOGRAM"], num_warps=4)))
     for a, b in zip(plans, plans[1:]):
         a.then = b
     return plans[0], plans[-1]

@@ -68,13 +68,13 @@ def _decode_fp8(x, NATIVE_FP8: tl.constexpr):
 
 
 @triton.jit(do_not_specialize=["HI", "N", "P", "n_tiles"])
-def _indexer_logits(Q, W, K, KS, BT, SEQ, LOGITS, WS,
+def _indexer_logits(Q, W, K, KS, BT, KOFF, SOFF, SEQ, LOGITS, WS,
                     stride_qb, stride_qh, stride_wb, stride_wh, stride_kp, stride_ks, stride_sp, stride_ss,
-                    stride_tb, stride_lb, stride_wsb,
+                    stride_tb, stride_ob, stride_lb, stride_wsb,
                     HI, DI, N, P, n_tiles,
                     BLOCK_H: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
                     CHUNK_H: tl.constexpr, DOT_PRECISION: tl.constexpr, NATIVE_FP8: tl.constexpr,
-                    FILL_TAIL: tl.constexpr, RADIX: tl.constexpr, RADIX_BITS: tl.constexpr,
+                    PAGE_LOOKUP: tl.constexpr, FILL_TAIL: tl.constexpr, RADIX: tl.constexpr, RADIX_BITS: tl.constexpr,
                     HBINS: tl.constexpr, HISTOGRAM: tl.constexpr):
     """Program (b, g) computes tiles g, g + G, ... of row b's logits and counts their top key
     bytes (pass 0 of kernels/_radix_select.py) in registers, added to the row's histogram once."""
@@ -96,12 +96,17 @@ def _indexer_logits(Q, W, K, KS, BT, SEQ, LOGITS, WS,
     for t in range(g, n_row, n_prog):
         j = t * BLOCK_N + tl.arange(0, BLOCK_N)
         ok = j < seq_len
-        # The page lookup, per token: no host-side offset table.
-        page = tl.load(BT + b * stride_tb + j // P, mask=ok, other=0).to(tl.int64)
-        slot = (j % P).to(tl.int64)
-        k = _decode_fp8(tl.load(K + page[:, None] * stride_kp + slot[:, None] * stride_ks + offs_d[None, :],
-                                mask=ok[:, None] & d_ok[None, :], other=0), NATIVE_FP8)
-        ks = tl.load(KS + page * stride_sp + slot * stride_ss, mask=ok, other=0.0)
+        if PAGE_LOOKUP:  # the fast path: each token's page read from the block table here
+            page = tl.load(BT + b * stride_tb + j // P, mask=ok, other=0).to(tl.int64)
+            slot = (j % P).to(tl.int64)
+            k_off = page * stride_kp + slot * stride_ks
+            s_off = page * stride_sp + slot * stride_ss
+        else:  # offsets from the host (porting_notes.md#page_div_zero)
+            k_off = tl.load(KOFF + b * stride_ob + j, mask=ok, other=0)
+            s_off = tl.load(SOFF + b * stride_ob + j, mask=ok, other=0)
+        k = _decode_fp8(tl.load(K + k_off[:, None] + offs_d[None, :], mask=ok[:, None] & d_ok[None, :], other=0),
+                        NATIVE_FP8)
+        ks = tl.load(KS + s_off, mask=ok, other=0.0)
         if CHUNK_H == BLOCK_H:
             s = tl.dot(q_all, tl.trans(k), input_precision=DOT_PRECISION)   # [BLOCK_H, BLOCK_N], fp32 sums
             logit = tl.sum(tl.maximum(s * ks[None, :], 0.0) * w_all[:, None], 0)
@@ -140,6 +145,17 @@ def split_index_cache(k_cache: torch.Tensor, k_scale: Optional[torch.Tensor]) ->
         scales = words.as_strided((pages, P), (page // 4, 1), words.storage_offset() + P * PACKED_DIM // 4)
         return keys, scales
     return k_cache.view(torch.uint8), k_scale
+
+
+def token_offsets(keys: torch.Tensor, scales: torch.Tensor, block_table: torch.Tensor, N: int):
+    """Element offsets [B, N] (int64) of each logical position's key row and scale, for the
+    portable kernel (vectorized torch, once per call); positions whose page the table does not
+    list read offset 0 (the kernel masks them by seq_len)."""
+    P = keys.shape[1]
+    pos = torch.arange(N, device=block_table.device)
+    page = block_table.to(torch.int64)[:, pos // P].clamp(min=0)
+    slot = (pos % P).to(torch.int64)
+    return (page * keys.stride(0) + slot * keys.stride(1), page * scales.stride(0) + slot * scales.stride(1))
 
 
 def validate(fn: str, q_idx, k_cache, weights, seq_lens, block_table, topk, k_scale, out, logits,
@@ -255,13 +271,17 @@ def indexer_plan(q_idx, keys, scales, weights, seq_lens, block_table, topk: int,
     tiles = max(1, cdiv(N, cfg["BLOCK_N"]))
     q_bytes = q_idx.view(torch.uint8)
     radix = dict(RADIX=RADIX, RADIX_BITS=RADIX_BITS, HBINS=sel["HBINS"], HISTOGRAM=sel["HISTOGRAM"])
-    args = (q_bytes, weights, keys, scales, block_table, seq_lens, logits, ws,
+    lookup = use_fast_path(q_idx)
+    # The portable kernel takes host offsets: triton-ascend scalarizes (3.2.0) or rejects (rc2)
+    # the per-token page lookup; the fast path reads the block table itself.
+    k_off, s_off = (block_table, block_table) if lookup else token_offsets(keys, scales, block_table, N)
+    args = (q_bytes, weights, keys, scales, block_table, k_off, s_off, seq_lens, logits, ws,
             q_bytes.stride(0), q_bytes.stride(1), weights.stride(0), weights.stride(1), keys.stride(0),
-            keys.stride(1), scales.stride(0), scales.stride(1), block_table.stride(0), logits.stride(0),
-            ws.stride(0), Hi, Di, N, P, tiles)
+            keys.stride(1), scales.stride(0), scales.stride(1), block_table.stride(0), k_off.stride(0),
+            logits.stride(0), ws.stride(0), Hi, Di, N, P, tiles)
     logits_plan = LaunchPlan(kernel=_indexer_logits, grid=(B, _per_row(B, tiles, q_idx)), args=args,
                              meta=dict(DOT_PRECISION=DOT_INPUT_PRECISION, NATIVE_FP8=_native_fp8(q_idx),
-                                       FILL_TAIL=fill_tail, **radix, **cfg))
+                                       PAGE_LOOKUP=lookup, FILL_TAIL=fill_tail, **radix, **cfg))
     grid = (B, _per_row(B, max(1, cdiv(N, sel["BLOCK"])), q_idx))
     logits_plan.then, _ = select_plans(logits, seq_lens, topk, out, ws, grid, sel)
     return logits_plan
