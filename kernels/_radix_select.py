@@ -7,19 +7,22 @@ many have each value of byte p (a histogram in ``ws``, summed over the row's pro
 atomic adds); the byte of the k-th key is the largest one with at least ``need`` keys at or
 above it, and ``need`` drops by the keys above it. After the 4th pass the k-th key ``thr`` is
 known exactly, with ``need`` = how many of the keys equal to it to take. The gather then writes
-every position with a key above ``thr`` and the first ``need`` (in atomic-ticket order: any of
+every position with a key above ``thr`` and the first ``need`` (in ticket or scan order: any of
 them are right, the contract leaves ties open) of those equal to it: exactly min(topk, seq_len)
 distinct positions, -1 after them.
 
-The launches: the caller's producer of the logits counts pass 0 itself (``count_digits`` +
-``flush_counts``, as the indexer's logits kernel does), then ``_radix_count`` for passes 1-3 and
-``_radix_gather``; each program of a later launch re-derives the bytes found so far from the
+The launches: ``_radix_count`` for passes 0-3 (a producer of the logits may count pass 0 itself
+with ``count_digits`` + ``flush_counts``, as the indexer's logits kernel does on the fast path),
+then ``_radix_gather``. Each program of a later launch re-derives the bytes found so far from the
 histograms (a few 256-wide sums), so nothing but the histograms passes between launches. ``ws``
 must be zero before the first launch (one memset a call).
 
-Counting a tile's bytes: ``tl.histogram`` on the CUDA fast path (``use_fast_path``); a one-hot
-compare and sum on the portable path (Ascend, whose compiler is not known to lower a
-histogram, and the interpreter unless kernel_path is "fast").
+The CUDA fast path (``use_fast_path``) counts a tile's bytes with ``tl.histogram`` and spreads
+the gather over many programs a row, which take their output slots by atomic tickets and rank
+within a tile by ``tl.cumsum``. The portable path (Ascend; the interpreter unless kernel_path is
+"fast") counts with a one-hot compare and sum and gathers with one program a row, ranking by a
+masked sum: triton-ascend is not known to lower ``tl.histogram``, and 3.2.0 does not lower a
+scalar atomic whose old value is used.
 """
 from __future__ import annotations
 
@@ -174,13 +177,13 @@ def _radix_gather(LOGITS, SEQ, WS, OUT, stride_lb, stride_wb, stride_ob, N, topk
             eq = (ok & (key == thr)).to(tl.int32)
             if FAST:
                 # The row's programs take slots by atomic tickets, both in one two-lane atomic
-                # (triton-ascend 3.2.0 does not lower a scalar atomic whose old value is used).
+                # (one round trip).
                 pair = tl.arange(0, 2)
                 old = tl.atomic_add(ws + COUNTERS + pair, tl.where(pair == 0, tl.sum(gt, 0), tl.sum(eq, 0)))
                 at_gt = tl.sum(tl.where(pair == 0, old, 0), 0)
                 at_eq = tl.sum(tl.where(pair == 1, old, 0), 0)
             else:
-                # One program a row (rc2 crashes on the tickets): running counts.
+                # One program a row: running counts.
                 at_gt = base_gt
                 at_eq = base_eq
                 base_gt += tl.sum(gt, 0)

@@ -8,14 +8,18 @@ decodes the NaN codes wrongly). Every e4m3 value is exact in fp16, so the decode
 fp16 ``tl.dot`` with an fp32 accumulator: the products are exact and only the fp32 sums round
 (docs/dsa.md derives the tolerance from that).
 
-One call is one memset (the selection's histograms) and a chain of five launches, with no host
-sync and no host-side index math:
+One call is one memset (the selection's histograms) and a chain of launches, with no host sync:
 
-1. ``_indexer_logits``: program (b, g) walks tiles g, g + G, ... of row b; each token's page is
-   looked up in the block table in the kernel; q is decoded once per program. It stores the
-   fp32 logits (-inf past seq_len) and counts their keys' top byte, pass 0 of the radix select.
-2. ``kernels/_radix_select.py``: passes 1-3 over the row's logits, then the gather of
-   min(topk, seq_len) positions, -1 after them.
+1. ``_indexer_logits``: program (b, g) walks tiles g, g + G, ... of row b, with q decoded once
+   per program (all heads at once, off Ascend), and stores the fp32 logits (-inf past seq_len). On the CUDA fast path
+   (``use_fast_path``) it looks each token's page up in the block table itself and counts the
+   logits' top key byte (pass 0 of the radix select); on the portable path the host computes
+   the element offsets of each position's key row and scale (vectorized torch: triton-ascend
+   scalarizes or rejects the in-kernel lookup, porting_notes.md#page_div_zero) and pass 0 is a
+   launch of its own.
+2. ``kernels/_radix_select.py``: the remaining count passes over the row's logits, then the
+   gather of min(topk, seq_len) positions, -1 after them (five launches in all on the fast
+   path, six on the portable one).
 
 The plain layout (fp8 [pages, P, Di] + fp32 scales [pages, P]) and FlashInfer's packed pages
 (uint8 [pages, P, 1, 132]: per page, its P rows of 128 fp8 values, then its P fp32 scales;
