@@ -2,24 +2,32 @@
 
 ``logit[b, t] = sum_h weights[b, h] * relu(q_idx[b, h] . k_idx[t] * k_scale[t])`` over the paged
 index-key cache, for logical positions t < seq_lens[b]. fp8 e4m3 values are read as bytes and
-decoded in the kernel by bit arithmetic (sign, 4 exponent bits, 3 mantissa bits): the same code
-on every backend, Ascend 910B included, which has no fp8 type, and under the interpreter. Every
-e4m3 value is exact in fp16, so the decoded tiles feed an fp16 ``tl.dot`` with an fp32
-accumulator: the products are exact and only the fp32 sums round (docs/dsa.md derives the
-tolerance from that).
+converted in the kernel: by the hardware on compiled CUDA (sm_89+), elsewhere by bit arithmetic
+(sign, 4 exponent bits, 3 mantissa bits; Ascend 910B has no fp8 type, and the interpreter
+decodes the NaN codes wrongly). Every e4m3 value is exact in fp16, so the decoded tiles feed an
+fp16 ``tl.dot`` with an fp32 accumulator: the products are exact and only the fp32 sums round
+(docs/dsa.md derives the tolerance from that).
 
-The page lookup is done on the host, once per call (``token_offsets``: vectorized torch), into
-element offsets of each token's key row and scale; the kernel then gathers whole rows
-(``off[:, None] + arange(Di)[None, :]``), with no division by the page size. The plain layout
-(fp8 [pages, P, Di] + fp32 scales [pages, P]) and FlashInfer's packed pages (uint8 [pages, P, 1,
-132]: per page, its P rows of 128 fp8 values, then its P fp32 scales; DeepGEMM's layout) are two
-sets of strides over the same kernel.
+One call is one memset (the selection's histograms) and a chain of launches, with no host sync:
 
-The top-k of the logits is ``torch.topk`` in the wrapper; positions past min(topk, seq_len)
-are -1.
+1. ``_indexer_logits``: program (b, g) walks tiles g, g + G, ... of row b, with q decoded once
+   per program (all heads at once, off Ascend), and stores the fp32 logits (-inf past seq_len). On the CUDA fast path
+   (``use_fast_path``) it looks each token's page up in the block table itself and counts the
+   logits' top key byte (pass 0 of the radix select); on the portable path the host computes
+   the element offsets of each position's key row and scale (vectorized torch: triton-ascend
+   scalarizes or rejects the in-kernel lookup, porting_notes.md#page_div_zero) and pass 0 is a
+   launch of its own.
+2. ``kernels/_radix_select.py``: the remaining count passes over the row's logits, then the
+   gather of min(topk, seq_len) positions, -1 after them (five launches in all on the fast
+   path, six on the portable one).
+
+The plain layout (fp8 [pages, P, Di] + fp32 scales [pages, P]) and FlashInfer's packed pages
+(uint8 [pages, P, 1, 132]: per page, its P rows of 128 fp8 values, then its P fp32 scales;
+DeepGEMM's layout) are two sets of strides over the same kernel.
 """
 from __future__ import annotations
 
+import functools
 import numbers
 from typing import Optional
 
@@ -29,8 +37,12 @@ import triton.language as tl
 
 from ._checks import (DOT_INPUT_PRECISION, INT32_MAX, LaunchPlan, cdiv, check_flag, check_index_tensor,
                       check_launchable, check_nonempty, check_output, check_tensor, check_values_in_range,
-                      is_interpret, launch, next_pow2, on_ascend)
-from ._grid import plan_grid
+                      is_interpret, is_live, launch, next_pow2, on_ascend,
+                      use_fast_path)
+from ._grid import npu_cores
+from ._radix_select import (RADIX, RADIX_BITS, count_digits, flush_counts, key_digit, order_key, select_config,
+                            select_plans, workspace)
+from . import settings
 
 FP8 = torch.float8_e4m3fn
 PACKED_DIM = 128
@@ -50,51 +62,79 @@ def _e4m3(x):
 
 
 @triton.jit
-def _indexer_tile(Q, W, K, KS, KOFF, SOFF, SEQ, LOGITS,
-                  stride_qb, stride_qh, stride_wb, stride_wh, stride_ob, stride_lb,
-                  HI, DI, N, b, n,
-                  BLOCK_H: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
-                  CHUNK_H: tl.constexpr, DOT_PRECISION: tl.constexpr):
-    b = b.to(tl.int64)
+def _decode_fp8(x, NATIVE_FP8: tl.constexpr):
+    """fp8 bytes -> fp16: the hardware conversion on compiled CUDA (sm_89+), else ``_e4m3``."""
+    if NATIVE_FP8:
+        h = x.to(tl.float8e4nv, bitcast=True).to(tl.float16)
+    else:
+        h = _e4m3(x)
+    return h
+
+
+@triton.jit(do_not_specialize=["HI", "N", "P", "n_tiles"])
+def _indexer_logits(Q, W, K, KS, BT, KOFF, SOFF, SEQ, LOGITS, WS,
+                    stride_qb, stride_qh, stride_wb, stride_wh, stride_kp, stride_ks, stride_sp, stride_ss,
+                    stride_tb, stride_ob, stride_lb, stride_wsb,
+                    HI, DI, N, P, n_tiles,
+                    BLOCK_H: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
+                    CHUNK_H: tl.constexpr, DOT_PRECISION: tl.constexpr, NATIVE_FP8: tl.constexpr,
+                    PAGE_LOOKUP: tl.constexpr, FILL_TAIL: tl.constexpr, COUNT_KEYS: tl.constexpr, RADIX: tl.constexpr, RADIX_BITS: tl.constexpr,
+                    HBINS: tl.constexpr, HISTOGRAM: tl.constexpr):
+    """Program (b, g) computes tiles g, g + G, ... of row b's logits; with COUNT_KEYS (the fast
+    path) it also counts their top key bytes (pass 0 of kernels/_radix_select.py) in registers,
+    added to the row's histogram once. The portable path counts them in a launch of its own:
+    the one-hot count here took Ascend's UB from 42% to 88% at 64 heads."""
+    b = tl.program_id(0).to(tl.int64)
+    g = tl.program_id(1)
+    n_prog = tl.num_programs(1)
     offs_d = tl.arange(0, BLOCK_D)
     d_ok = offs_d < DI
-    seq_len = tl.load(SEQ + b)
-    j = n * BLOCK_N + tl.arange(0, BLOCK_N)
-    ok = j < seq_len
-    k_off = tl.load(KOFF + b * stride_ob + j, mask=ok, other=0)
-    s_off = tl.load(SOFF + b * stride_ob + j, mask=ok, other=0)
-    k = _e4m3(tl.load(K + k_off[:, None] + offs_d[None, :], mask=ok[:, None] & d_ok[None, :], other=0))
-    ks = tl.load(KS + s_off, mask=ok, other=0.0)
-    logit = tl.zeros([BLOCK_N], dtype=tl.float32)
-    # Heads in chunks of CHUNK_H (all of them at once on a GPU; 16 on Ascend, where 64 decoded
-    # query rows and their scores at once took 99.5% of the unified buffer).
-    for h0 in tl.static_range(0, BLOCK_H, CHUNK_H):
-        heads = h0 + tl.arange(0, CHUNK_H)
+    seq_len = tl.maximum(tl.minimum(tl.load(SEQ + b), N), 0)
+    # Past seq_len only the -inf fill of a returned logits buffer is left to do.
+    n_row = n_tiles if FILL_TAIL else tl.cdiv(seq_len, BLOCK_N)
+    if CHUNK_H == BLOCK_H:  # every head at once: q decoded once for all the program's tiles
+        heads = tl.arange(0, BLOCK_H)
         h_ok = heads < HI
-        q = _e4m3(tl.load(Q + b * stride_qb + heads[:, None] * stride_qh + offs_d[None, :],
-                          mask=h_ok[:, None] & d_ok[None, :], other=0))
-        w = tl.load(W + b * stride_wb + heads * stride_wh, mask=h_ok, other=0.0)
-        s = tl.dot(q, tl.trans(k), input_precision=DOT_PRECISION)      # [CHUNK_H, BLOCK_N], fp32 sums
-        logit += tl.sum(tl.maximum(s * ks[None, :], 0.0) * w[:, None], 0)
-    logit = tl.where(ok, logit, float("-inf"))
-    tl.store(LOGITS + b * stride_lb + j, logit, mask=j < N)
-
-
-@triton.jit(do_not_specialize=["HI", "N", "n_tiles", "n_work", "n_programs"])
-def _indexer_fwd(Q, W, K, KS, KOFF, SOFF, SEQ, LOGITS,
-                 stride_qb, stride_qh, stride_wb, stride_wh, stride_ob, stride_lb,
-                 HI, DI, N, n_tiles, n_work, n_programs,
-                 BLOCK_H: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
-                 CHUNK_H: tl.constexpr, DOT_PRECISION: tl.constexpr, PERSISTENT: tl.constexpr):
-    if PERSISTENT:  # kernels/_grid.py
-        for work in range(tl.program_id(0), n_work, n_programs):
-            _indexer_tile(Q, W, K, KS, KOFF, SOFF, SEQ, LOGITS, stride_qb, stride_qh, stride_wb, stride_wh,
-                          stride_ob, stride_lb, HI, DI, N, work // n_tiles, work % n_tiles,
-                          BLOCK_H, BLOCK_N, BLOCK_D, CHUNK_H, DOT_PRECISION)
-    else:
-        _indexer_tile(Q, W, K, KS, KOFF, SOFF, SEQ, LOGITS, stride_qb, stride_qh, stride_wb, stride_wh,
-                      stride_ob, stride_lb, HI, DI, N, tl.program_id(0), tl.program_id(1),
-                      BLOCK_H, BLOCK_N, BLOCK_D, CHUNK_H, DOT_PRECISION)
+        q_all = _decode_fp8(tl.load(Q + b * stride_qb + heads[:, None] * stride_qh + offs_d[None, :],
+                                    mask=h_ok[:, None] & d_ok[None, :], other=0), NATIVE_FP8)
+        w_all = tl.load(W + b * stride_wb + heads * stride_wh, mask=h_ok, other=0.0)
+    counts = tl.zeros([HBINS], dtype=tl.int32)
+    for t in range(g, n_row, n_prog):
+        j = t * BLOCK_N + tl.arange(0, BLOCK_N)
+        ok = j < seq_len
+        if PAGE_LOOKUP:  # the fast path: each token's page read from the block table here
+            page = tl.load(BT + b * stride_tb + j // P, mask=ok, other=0).to(tl.int64)
+            slot = (j % P).to(tl.int64)
+            k_off = page * stride_kp + slot * stride_ks
+            s_off = page * stride_sp + slot * stride_ss
+        else:  # offsets from the host (porting_notes.md#page_div_zero)
+            k_off = tl.load(KOFF + b * stride_ob + j, mask=ok, other=0)
+            s_off = tl.load(SOFF + b * stride_ob + j, mask=ok, other=0)
+        k = _decode_fp8(tl.load(K + k_off[:, None] + offs_d[None, :], mask=ok[:, None] & d_ok[None, :], other=0),
+                        NATIVE_FP8)
+        ks = tl.load(KS + s_off, mask=ok, other=0.0)
+        if CHUNK_H == BLOCK_H:
+            s = tl.dot(q_all, tl.trans(k), input_precision=DOT_PRECISION)   # [BLOCK_H, BLOCK_N], fp32 sums
+            logit = tl.sum(tl.maximum(s * ks[None, :], 0.0) * w_all[:, None], 0)
+        else:
+            # Heads in chunks of CHUNK_H (16 on Ascend, where 64 decoded query rows and their
+            # scores at once took 99.5% of the unified buffer).
+            logit = tl.zeros([BLOCK_N], dtype=tl.float32)
+            for h0 in tl.static_range(0, BLOCK_H, CHUNK_H):
+                hc = h0 + tl.arange(0, CHUNK_H)
+                hc_ok = hc < HI
+                q = _decode_fp8(tl.load(Q + b * stride_qb + hc[:, None] * stride_qh + offs_d[None, :],
+                                        mask=hc_ok[:, None] & d_ok[None, :], other=0), NATIVE_FP8)
+                w = tl.load(W + b * stride_wb + hc * stride_wh, mask=hc_ok, other=0.0)
+                s = tl.dot(q, tl.trans(k), input_precision=DOT_PRECISION)
+                logit += tl.sum(tl.maximum(s * ks[None, :], 0.0) * w[:, None], 0)
+        logit = tl.where(ok, logit, float("-inf"))
+        tl.store(LOGITS + b * stride_lb + j, logit, mask=j < N)
+        if COUNT_KEYS:
+            d = tl.where(ok, key_digit(order_key(logit), 0, RADIX_BITS), RADIX)
+            counts += count_digits(d, HBINS, HISTOGRAM)
+    if COUNT_KEYS:
+        flush_counts(WS + b * stride_wsb, counts, HBINS, RADIX)
 
 
 PACKED_DTYPES = (torch.uint8, torch.int8)
@@ -116,8 +156,9 @@ def split_index_cache(k_cache: torch.Tensor, k_scale: Optional[torch.Tensor]) ->
 
 
 def token_offsets(keys: torch.Tensor, scales: torch.Tensor, block_table: torch.Tensor, N: int):
-    """Element offsets [B, N] (int64) of each logical position's key row and scale; positions
-    whose page the table does not list read offset 0 (the kernel masks them by seq_len)."""
+    """Element offsets [B, N] (int64) of each logical position's key row and scale, for the
+    portable kernel (vectorized torch, once per call); positions whose page the table does not
+    list read offset 0 (the kernel masks them by seq_len)."""
     P = keys.shape[1]
     pos = torch.arange(N, device=block_table.device)
     page = block_table.to(torch.int64)[:, pos // P].clamp(min=0)
@@ -186,46 +227,74 @@ def validate(fn: str, q_idx, k_cache, weights, seq_lens, block_table, topk, k_sc
     return pages, P, N
 
 
+def _device_programs(t: torch.Tensor) -> int:
+    """Programs a launch spreads over: four per SM on a GPU (what fits at once: a program's
+    tiles follow one another, its loads wait on a block-table load), one per AI core on Ascend,
+    a few under the interpreter (``kernels.settings``' persistent_programs overrides)."""
+    wanted = settings.current().persistent_programs
+    if wanted is not None:
+        return int(wanted) if wanted > 0 else INT32_MAX     # 0: one program per tile
+    if on_ascend(t):
+        return npu_cores(t, vector=False)
+    if is_live(t) and t.device.type == "cuda":
+        return 4 * _sm_count(t.device.index if t.device.index is not None else torch.cuda.current_device())
+    return 4
+
+
+@functools.lru_cache(maxsize=None)
+def _sm_count(index: int) -> int:
+    return torch.cuda.get_device_properties(index).multi_processor_count
+
+
+def _native_fp8(t: torch.Tensor) -> bool:
+    """The hardware fp8 conversion: the fast path on a CUDA device of sm_89+ (the interpreter
+    decodes the NaN codes as +-480, sm_80 and Ascend have no fp8 type: they take the bit decode)."""
+    return (use_fast_path(t) and is_live(t) and t.device.type == "cuda"
+            and torch.cuda.get_device_capability(t.device) >= (8, 9))
+
+
 def indexer_config(Hi: int, Di: int, *, interpret: bool, ascend: bool) -> dict:
     """BLOCK_N tokens a tile against all Hi heads (BLOCK_H >= 16 for tl.dot's M)."""
     block_h, block_d = max(16, next_pow2(Hi)), max(16, next_pow2(Di))
-    if interpret:
-        block_n = 64
-    elif ascend:
-        block_n = 16
-    else:
-        block_n = 64
+    block_n = 16 if ascend and not interpret else 64
     return dict(BLOCK_H=block_h, BLOCK_N=block_n, BLOCK_D=block_d, CHUNK_H=16 if ascend else block_h,
                 num_warps=4, num_stages=1 if interpret else 2)
 
 
-def indexer_logits_plan(q_idx, keys, scales, k_off, s_off, weights, seq_lens, logits) -> LaunchPlan:
-    """The logits launch for validated inputs (``keys`` uint8 rows, ``scales`` fp32)."""
+def _per_row(B: int, work: int, t: torch.Tensor) -> int:
+    """Programs per row: enough that B rows fill the device, no more than the row has tiles."""
+    return max(1, min(work, cdiv(_device_programs(t), B)))
+
+
+def indexer_plan(q_idx, keys, scales, weights, seq_lens, block_table, topk: int, logits, out, ws,
+                 fill_tail: bool) -> LaunchPlan:
+    """The logits launch (with pass 0 of the selection), then the selection's passes and gather
+    (kernels/_radix_select.py), for validated inputs (``keys`` uint8 rows, ``scales`` fp32)."""
     B, Hi, Di = q_idx.shape
     N = logits.shape[1]
-    cfg = indexer_config(Hi, Di, interpret=is_interpret(), ascend=on_ascend(q_idx))
+    P = keys.shape[1]
+    interpret, ascend = is_interpret(), on_ascend(q_idx)
+    cfg = indexer_config(Hi, Di, interpret=interpret, ascend=ascend)
+    sel = select_config(q_idx)
     tiles = max(1, cdiv(N, cfg["BLOCK_N"]))
-    g = plan_grid((B, tiles), q_idx, vector=False)
     q_bytes = q_idx.view(torch.uint8)
-    args = (q_bytes, weights, keys, scales, k_off, s_off, seq_lens, logits,
-            q_bytes.stride(0), q_bytes.stride(1), weights.stride(0), weights.stride(1), k_off.stride(0),
-            logits.stride(0), Hi, Di, N, tiles, g.n_work, g.n_programs)
-    return LaunchPlan(kernel=_indexer_fwd, grid=g.grid, args=args,
-                      meta=dict(DOT_PRECISION=DOT_INPUT_PRECISION, PERSISTENT=g.persistent, **cfg))
-
-
-def select_topk(logits: torch.Tensor, seq_lens: torch.Tensor, topk: int, out: torch.Tensor) -> torch.Tensor:
-    """The top ``topk`` positions of each row into ``out``, -1 past min(topk, seq_len)."""
-    B, N = logits.shape
-    k = min(topk, N)
-    out.fill_(-1)
-    if k == 0 or B == 0:
-        return out
-    idx = torch.topk(logits, k, dim=1).indices
-    slot = torch.arange(k, device=logits.device)
-    keep = slot[None, :] < torch.clamp(seq_lens.to(torch.int64), max=topk)[:, None]
-    out[:, :k] = torch.where(keep, idx, -1).to(torch.int32)
-    return out
+    radix = dict(RADIX=RADIX, RADIX_BITS=RADIX_BITS, HBINS=sel["HBINS"], HISTOGRAM=sel["HISTOGRAM"])
+    lookup = use_fast_path(q_idx)
+    # The portable kernel takes host offsets: triton-ascend scalarizes (3.2.0) or rejects (rc2)
+    # the per-token page lookup; the fast path reads the block table itself.
+    k_off, s_off = (block_table, block_table) if lookup else token_offsets(keys, scales, block_table, N)
+    args = (q_bytes, weights, keys, scales, block_table, k_off, s_off, seq_lens, logits, ws,
+            q_bytes.stride(0), q_bytes.stride(1), weights.stride(0), weights.stride(1), keys.stride(0),
+            keys.stride(1), scales.stride(0), scales.stride(1), block_table.stride(0), k_off.stride(0),
+            logits.stride(0), ws.stride(0), Hi, Di, N, P, tiles)
+    logits_plan = LaunchPlan(kernel=_indexer_logits, grid=(B, _per_row(B, tiles, q_idx)), args=args,
+                             meta=dict(DOT_PRECISION=DOT_INPUT_PRECISION, NATIVE_FP8=_native_fp8(q_idx),
+                                       PAGE_LOOKUP=lookup, FILL_TAIL=fill_tail, COUNT_KEYS=sel["HISTOGRAM"],
+                                       **radix, **cfg))
+    grid = (B, _per_row(B, max(1, cdiv(N, sel["BLOCK"])), q_idx))
+    logits_plan.then, _ = select_plans(logits, seq_lens, topk, out, ws, grid, sel,
+                                       first_pass=1 if sel["HISTOGRAM"] else 0)
+    return logits_plan
 
 
 def dsa_topk_indexer(q_idx: torch.Tensor, k_cache: torch.Tensor, weights: torch.Tensor, seq_lens: torch.Tensor,
@@ -257,7 +326,6 @@ def dsa_topk_indexer(q_idx: torch.Tensor, k_cache: torch.Tensor, weights: torch.
         out = torch.empty((B, topk), dtype=torch.int32, device=q_idx.device)
     buf = logits if logits is not None else torch.empty((B, N), dtype=torch.float32, device=q_idx.device)
     keys, scales = split_index_cache(k_cache, k_scale)
-    k_off, s_off = token_offsets(keys, scales, block_table, N)
-    launch(indexer_logits_plan(q_idx, keys, scales, k_off, s_off, weights, seq_lens, buf))
-    select_topk(buf, seq_lens, int(topk), out)
+    launch(indexer_plan(q_idx, keys, scales, weights, seq_lens, block_table, int(topk), buf, out,
+                        workspace(B, q_idx.device), fill_tail=logits is not None or return_logits))
     return out, (buf if return_logits else None)

@@ -1,0 +1,247 @@
+"""Top-k of each row of an fp32 [B, N] tensor by radix select, on the device, with no host sync.
+
+Each logit maps to an int32 ``key`` whose signed order is the float order (``order_key``). The
+k-th largest key of a row is found one byte at a time, most significant first (4 passes of 256
+bins): pass p counts, among the row's keys whose top p bytes equal the bytes found so far, how
+many have each value of byte p (a histogram in ``ws``, summed over the row's programs with
+atomic adds); the byte of the k-th key is the largest one with at least ``need`` keys at or
+above it, and ``need`` drops by the keys above it. After the 4th pass the k-th key ``thr`` is
+known exactly, with ``need`` = how many of the keys equal to it to take. The gather then writes
+every position with a key above ``thr`` and the first ``need`` (in ticket or scan order: any of
+them are right, the contract leaves ties open) of those equal to it: exactly min(topk, seq_len)
+distinct positions, -1 after them.
+
+The launches: ``_radix_count`` for passes 0-3 (a producer of the logits may count pass 0 itself
+with ``count_digits`` + ``flush_counts``, as the indexer's logits kernel does on the fast path),
+then ``_radix_gather``. Each program of a later launch re-derives the bytes found so far from the
+histograms (a few 256-wide sums), so nothing but the histograms passes between launches. ``ws``
+must be zero before the first launch (one memset a call).
+
+The CUDA fast path (``use_fast_path``) counts a tile's bytes with ``tl.histogram`` and spreads
+the gather over many programs a row, which take their output slots by atomic tickets and rank
+within a tile by ``tl.cumsum``. The portable path (Ascend; the interpreter unless kernel_path is
+"fast") counts with a one-hot compare and sum and gathers with one program a row, ranking by a
+masked sum: triton-ascend is not known to lower ``tl.histogram``, and 3.2.0 does not lower a
+scalar atomic whose old value is used.
+"""
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from ._checks import LaunchPlan, cdiv, is_interpret, launch, on_ascend, use_fast_path
+
+RADIX_BITS = 8
+RADIX = 1 << RADIX_BITS
+PASSES = 32 // RADIX_BITS
+#: int32 words of one row's workspace: PASSES histograms, then the two gather counters (above
+#: the threshold, equal to it), padded to keep rows 128-byte aligned.
+WS_COUNTERS = PASSES * RADIX
+WS_ROW = PASSES * RADIX + 32
+
+
+@triton.jit
+def order_key(x):
+    """fp32 -> int32 with the same order as signed ints (a positive NaN sorts above +inf, as in
+    torch.topk): non-negative floats keep their bits, negative ones flip their magnitude bits."""
+    bits = x.to(tl.int32, bitcast=True)
+    return tl.where(bits < 0, bits ^ 0x7FFFFFFF, bits)
+
+
+@triton.jit
+def key_digit(key, PASS: tl.constexpr, RADIX_BITS: tl.constexpr):
+    """Byte PASS (0 = most significant) of ``key`` read as unsigned (the sign bit flipped)."""
+    d = (key >> (32 - RADIX_BITS * (PASS + 1))) & ((1 << RADIX_BITS) - 1)
+    if PASS == 0:
+        d = d ^ (1 << (RADIX_BITS - 1))
+    return d
+
+
+@triton.jit
+def count_digits(d, HBINS: tl.constexpr, HISTOGRAM: tl.constexpr):
+    """Counts of the values 0 .. HBINS-1 in the 1-d tile ``d`` (a value >= RADIX is a key that
+    takes no part: HBINS is 2 * RADIX with ``tl.histogram``, RADIX for the one-hot sum)."""
+    if HISTOGRAM:
+        c = tl.histogram(d, HBINS)
+    else:
+        c = tl.sum((d[:, None] == tl.arange(0, HBINS)[None, :]).to(tl.int32), 0)
+    return c
+
+
+@triton.jit
+def flush_counts(WS_HIST, counts, HBINS: tl.constexpr, RADIX: tl.constexpr):
+    """Adds a program's counts to the row's histogram: the bins it saw (``tl.histogram``'s
+    extra bins never); every bin on the portable path (triton-ascend rc2 does not lower a
+    masked vector atomic)."""
+    bins = tl.arange(0, HBINS)
+    if HBINS == RADIX:
+        tl.atomic_add(WS_HIST + bins, counts)
+    else:
+        tl.atomic_add(WS_HIST + bins, counts, mask=(bins < RADIX) & (counts > 0))
+
+
+@triton.jit
+def select_state(WS_ROW_PTR, need, UPTO: tl.constexpr, RADIX: tl.constexpr, RADIX_BITS: tl.constexpr):
+    """(the top UPTO bytes of the k-th largest key as an int32 bit pattern, how many of the keys
+    sharing them are still to take) from the first UPTO histograms; ``need`` = min(topk, seq_len)
+    >= 1 on entry. A histogram is read as a [16, 16] tile (bin = 16 * row + column) and its
+    suffix sums taken by masked sums, not ``tl.cumsum`` (triton-ascend rc2 does not lower it)."""
+    SIDE: tl.constexpr = 1 << (RADIX_BITS // 2)
+    r = tl.arange(0, SIDE)
+    bins = r[:, None] * SIDE + r[None, :]
+    prefix = need * 0
+    for p in tl.static_range(UPTO):
+        h = tl.load(WS_ROW_PTR + p * RADIX + bins)
+        rows = tl.sum(h, 1)
+        rows_above = tl.sum(tl.where(r[None, :] > r[:, None], rows[None, :], 0), 1)
+        in_row = tl.sum(tl.where(r[None, None, :] >= r[None, :, None], h[:, None, :], 0), 2)
+        at_or_above = rows_above[:, None] + in_row          # keys with this byte or a larger one
+        d = tl.max(tl.max(tl.where(at_or_above >= need, bins, -1), 1), 0)
+        need = need - tl.sum(tl.sum(tl.where(bins > d, h, 0), 1), 0)
+        if p == 0:
+            d = d ^ (RADIX // 2)
+        prefix = (prefix << RADIX_BITS) | d
+    return prefix, need
+
+
+@triton.jit
+def ranks_before(flags, BLOCK: tl.constexpr, CUMSUM: tl.constexpr):
+    """Exclusive prefix count of a 0/1 int32 tile: ``tl.cumsum`` on the fast path, a
+    [BLOCK, BLOCK] masked sum on the portable one (triton-ascend rc2 does not lower cumsum)."""
+    if CUMSUM:
+        rank = tl.cumsum(flags, 0) - flags
+    else:
+        i = tl.arange(0, BLOCK)
+        rank = tl.sum(tl.where(i[None, :] < i[:, None], flags[None, :], 0), 1)
+    return rank
+
+
+@triton.jit(do_not_specialize=["N", "topk"])
+def _radix_count(LOGITS, SEQ, WS, stride_lb, stride_wb, N, topk,
+                 PASS: tl.constexpr, BLOCK: tl.constexpr, RADIX: tl.constexpr, RADIX_BITS: tl.constexpr,
+                 HBINS: tl.constexpr, HISTOGRAM: tl.constexpr):
+    """Pass PASS: the histogram of byte PASS among the row's keys that match the bytes found
+    (pass 0, all of them, is usually counted by the producer of the logits instead)."""
+    b = tl.program_id(0).to(tl.int64)
+    g = tl.program_id(1)
+    n_prog = tl.num_programs(1)
+    seq_len = tl.maximum(tl.minimum(tl.load(SEQ + b), N), 0)
+    n = tl.minimum(seq_len, topk)
+    if n > 0:
+        ws = WS + b * stride_wb
+        prefix, need = select_state(ws, n, PASS, RADIX, RADIX_BITS)
+        high = 32 - RADIX_BITS * PASS
+        counts = tl.zeros([HBINS], dtype=tl.int32)
+        for start in range(g * BLOCK, seq_len, n_prog * BLOCK):
+            j = start + tl.arange(0, BLOCK)
+            ok = j < seq_len
+            key = order_key(tl.load(LOGITS + b * stride_lb + j, mask=ok, other=0.0))
+            if PASS == 0:
+                match = ok
+            else:
+                match = ok & (((key >> high) & ((1 << (RADIX_BITS * PASS)) - 1)) == prefix)
+            d = tl.where(match, key_digit(key, PASS, RADIX_BITS), RADIX)
+            counts += count_digits(d, HBINS, HISTOGRAM)
+        flush_counts(ws + PASS * RADIX, counts, HBINS, RADIX)
+
+
+@triton.jit(do_not_specialize=["N", "topk"])
+def _radix_gather(LOGITS, SEQ, WS, OUT, stride_lb, stride_wb, stride_ob, N, topk,
+                  BLOCK: tl.constexpr, RADIX: tl.constexpr, RADIX_BITS: tl.constexpr, PASSES: tl.constexpr,
+                  COUNTERS: tl.constexpr, FAST: tl.constexpr):
+    """The chosen positions into OUT[b, :n] (order unspecified), -1 into OUT[b, n:topk]. FAST:
+    any number of programs a row, slots by atomic tickets, ranks by ``tl.cumsum``; else one
+    program a row (the portable path)."""
+    b = tl.program_id(0).to(tl.int64)
+    g = tl.program_id(1)
+    n_prog = tl.num_programs(1)
+    # Clamped: with the data checks off, a seq_len outside [0, N] must not move a store out of OUT.
+    seq_len = tl.maximum(tl.minimum(tl.load(SEQ + b), N), 0)
+    n = tl.minimum(seq_len, topk)
+    out = OUT + b * stride_ob
+    offs = tl.arange(0, BLOCK)
+    for s in range(n + g * BLOCK, topk, n_prog * BLOCK):
+        tl.store(out + s + offs, tl.full([BLOCK], -1, tl.int32), mask=s + offs < topk)
+    if n > 0:
+        ws = WS + b * stride_wb
+        thr, need = select_state(ws, n, PASSES, RADIX, RADIX_BITS)
+        above = n - need                      # keys above thr: all taken, slots [0, above)
+        base_gt = n * 0
+        base_eq = n * 0
+        for start in range(g * BLOCK, seq_len, n_prog * BLOCK):
+            j = start + offs
+            ok = j < seq_len
+            key = order_key(tl.load(LOGITS + b * stride_lb + j, mask=ok, other=0.0))
+            gt = (ok & (key > thr)).to(tl.int32)
+            eq = (ok & (key == thr)).to(tl.int32)
+            if FAST:
+                # The row's programs take slots by atomic tickets, both in one two-lane atomic
+                # (one round trip).
+                pair = tl.arange(0, 2)
+                old = tl.atomic_add(ws + COUNTERS + pair, tl.where(pair == 0, tl.sum(gt, 0), tl.sum(eq, 0)))
+                at_gt = tl.sum(tl.where(pair == 0, old, 0), 0)
+                at_eq = tl.sum(tl.where(pair == 1, old, 0), 0)
+            else:
+                # One program a row: running counts.
+                at_gt = base_gt
+                at_eq = base_eq
+                base_gt += tl.sum(gt, 0)
+                base_eq += tl.sum(eq, 0)
+            tl.store(out + at_gt + ranks_before(gt, BLOCK, FAST), j, mask=gt > 0)
+            slot = at_eq + ranks_before(eq, BLOCK, FAST)
+            tl.store(out + above + slot, j, mask=(eq > 0) & (slot < need))
+
+
+def select_config(t: torch.Tensor) -> dict:
+    """Tile of the pass and gather launches for tensors like ``t``: ``tl.histogram`` on the CUDA
+    fast path (``use_fast_path``; the interpreter runs it too under kernel_path "fast"), the
+    one-hot count elsewhere."""
+    histogram = use_fast_path(t)
+    if on_ascend(t):
+        block = 32          # the one-hot [BLOCK, 256] int32 compare stays a small part of the UB
+    elif histogram or is_interpret():
+        block = 1024
+    else:
+        block = 64          # one-hot on a GPU: [64, 256] a step
+    # The gather's ranks: tl.cumsum on the fast path, a [BLOCK, BLOCK] masked sum elsewhere.
+    gather = 1024 if histogram else (256 if is_interpret() else 32 if on_ascend(t) else 64)
+    return dict(BLOCK=block, GATHER_BLOCK=gather, HISTOGRAM=histogram, HBINS=2 * RADIX if histogram else RADIX)
+
+
+def workspace(B: int, device) -> torch.Tensor:
+    """The zeroed histograms and counters of B rows."""
+    return torch.zeros((B, WS_ROW), dtype=torch.int32, device=device)
+
+
+def select_plans(logits: torch.Tensor, seq_lens: torch.Tensor, topk: int, out: torch.Tensor, ws: torch.Tensor,
+                 grid: tuple, cfg: dict, first_pass: int = 1) -> tuple[LaunchPlan, LaunchPlan]:
+    """(first, last) of the chained launches of passes ``first_pass``..3 and the gather; a
+    producer that counted pass 0 itself starts at 1."""
+    N = logits.shape[1]
+    radix = dict(RADIX=RADIX, RADIX_BITS=RADIX_BITS, HBINS=cfg["HBINS"], HISTOGRAM=cfg["HISTOGRAM"])
+    plans = [LaunchPlan(kernel=_radix_count, grid=grid,
+                        args=(logits, seq_lens, ws, logits.stride(0), ws.stride(0), N, topk),
+                        meta=dict(PASS=p, BLOCK=cfg["BLOCK"], num_warps=4, **radix))
+             for p in range(first_pass, PASSES)]
+    plans.append(LaunchPlan(kernel=_radix_gather, grid=grid if cfg["HISTOGRAM"] else (grid[0], 1),
+                            args=(logits, seq_lens, ws, out, logits.stride(0), ws.stride(0), out.stride(0), N,
+                                  topk),
+                            meta=dict(BLOCK=cfg["GATHER_BLOCK"], RADIX=RADIX, RADIX_BITS=RADIX_BITS, PASSES=PASSES,
+                                      COUNTERS=WS_COUNTERS, FAST=cfg["HISTOGRAM"], num_warps=4)))
+    for a, b in zip(plans, plans[1:]):
+        a.then = b
+    return plans[0], plans[-1]
+
+
+def radix_topk(logits: torch.Tensor, seq_lens: torch.Tensor, topk: int, out: torch.Tensor,
+               programs_per_row: int = 4) -> torch.Tensor:
+    """The top ``topk`` of ``logits[b, :seq_lens[b]]`` (fp32 [B, N], row stride any, unit column
+    stride) as positions into ``out`` [B, topk] int32, -1 past min(topk, seq_len): all four
+    passes and the gather here. For inputs the caller has checked."""
+    B, N = logits.shape
+    cfg = select_config(logits)
+    grid = (B, max(1, min(programs_per_row, cdiv(N, cfg["BLOCK"]))))
+    first, _ = select_plans(logits, seq_lens, int(topk), out, workspace(B, logits.device), grid, cfg, first_pass=0)
+    launch(first)
+    return out
