@@ -62,31 +62,48 @@ def run_suite(tmp_path):
     return _run
 
 
+def made_once(request, tmp_path_factory, name: str, make) -> tuple[Path, dict]:
+    """``make(directory) -> dict`` (JSON-able) once per session, in a directory named ``name``:
+    under ``-n`` (tox -e tests runs two workers) the directory the workers share, so the first
+    worker to ask makes it under a lock and another waits and reads it, instead of each worker
+    making its own (a session or module fixture runs once per worker). Returns the directory and
+    what ``make`` returned. Treat the directory as read-only."""
+    # Not xdist's worker_id fixture (missing under -p no:xdist), nor PYTEST_XDIST_WORKER (which
+    # pytest_configure below removes).
+    if not hasattr(request.config, "workerinput"):
+        where = tmp_path_factory.mktemp(name)
+        return where, make(where)
+    shared = tmp_path_factory.getbasetemp().parent / name
+    shared.mkdir(exist_ok=True)
+    done = shared / "made.json"
+    with open(shared / "lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not done.exists():
+            made = make(shared)
+            done.write_text(json.dumps(made))
+            return shared, made
+    return shared, json.loads(done.read_text())
+
+
+def suite_run_made_once(request, tmp_path_factory, name: str, *args: str, env: dict | None = None) -> SuiteRun:
+    """``_run_suite(directory, *args)`` once per session (``made_once``), read back from its records."""
+    def make(where: Path) -> dict:
+        run = _run_suite(where, *args, env=env)
+        return {"returncode": run.returncode, "output": run.output}
+
+    where, made = made_once(request, tmp_path_factory, name, make)
+    records = where / "records"
+    return SuiteRun(made["returncode"], made["output"],
+                    read_records([records]) if records.is_dir() else [], where / "index.html")
+
+
 @pytest.fixture(scope="session")
 def quick_cpu_run(tmp_path_factory, request) -> SuiteRun:
     """The whole quick profile on cpu under two xdist workers, once per session. It is the
     most expensive run these tests make; every test that needs one (the plugin end to end, the
     report in a browser) reads this one instead of repeating it. Treat it as read-only.
-
-    Once per session under ``-n`` too (tox -e tests runs two workers): the first worker to ask
-    makes it in the directory the workers share, under a lock; another waits and reads it."""
-    # Not xdist's worker_id fixture (missing under -p no:xdist), nor PYTEST_XDIST_WORKER (which
-    # pytest_configure below removes).
-    if not hasattr(request.config, "workerinput"):
-        return _run_suite(tmp_path_factory.mktemp("quick-cpu"), "-n", "2")
-    shared = tmp_path_factory.getbasetemp().parent / "quick-cpu"
-    shared.mkdir(exist_ok=True)
-    with open(shared / "lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        done = shared / "run.json"
-        if not done.exists():
-            run = _run_suite(shared, "-n", "2")
-            done.write_text(json.dumps({"returncode": run.returncode, "output": run.output}))
-            return run
-    made = json.loads(done.read_text())
-    records = shared / "records"
-    return SuiteRun(made["returncode"], made["output"],
-                    read_records([records]) if records.is_dir() else [], shared / "index.html")
+    Once per session under ``-n`` too (``made_once``)."""
+    return suite_run_made_once(request, tmp_path_factory, "quick-cpu", "-n", "2")
 
 
 def _language_namespaces() -> list:
@@ -150,19 +167,28 @@ def pytest_sessionstart(session):
 
 
 #: The slowest tests, longest first (``--durations`` of ``tox -e tests`` on a 2-core machine,
-#: tree i28): started first, so they overlap each other instead of trailing at the end. A test
-#: renamed here only loses its place in the order.
+#: tree i29): started first, so they overlap each other instead of trailing at the end. A test
+#: renamed here only loses its place in the order. The fast-path run leads: it is the longest
+#: test that runs in one process, so nothing can overlap it but the other worker's tests.
 SLOW = (
-    "tests/test_plugin.py::test_quick_profile_under_xdist_passes_records_every_case_and_writes_the_report",
-    "tests/test_mutants.py::test_the_quick_profile_on_cpu_kills_every_mutant_and_passes_every_control",
     "tests/test_fast_paths.py::test_fast_paths_pass_the_quick_conformance_cases_in_the_interpreter",
-    "tests/test_records_stay_true.py::test_a_case_stuck_in_native_code_is_ended_by_the_watchdog_and_the_run_goes_on",
-    "tests/test_mustafar_paths.py::test_mustafar_plan_in_interpreter",
-    "tests/test_mutants.py::test_any_catalog_module_hung_and_crashing_implementations_counted",
+    "tests/test_plugin.py::test_quick_profile_under_xdist_passes_records_every_case_and_writes_the_report",
+    "tests/test_records_stay_true.py::test_an_implementation_that_aborts_on_every_call_is_recorded_case_by_case_"
+    "and_the_rest_as_not_run",
+    "tests/test_reproducible.py::test_a_case_alone_and_inside_a_run_records_the_same_numbers",
+    "tests/test_mutants.py::test_the_quick_profile_on_cpu_kills_every_mutant_and_passes_every_control",
+    "tests/test_fuzz.py::test_the_ci_slice_passes_on_cpu_on_the_persistent_grid",
     "tests/test_records_stay_true.py::test_a_dead_worker_is_recorded_as_crash_naming_the_implementation_the_"
     "environment_and_the_time_and_the_run_goes_on",
+    "tests/test_records_stay_true.py::test_a_case_stuck_in_native_code_is_ended_by_the_watchdog_and_the_run_goes_on",
+    "tests/test_mustafar_paths.py::test_mustafar_plan_in_interpreter",
+    "tests/test_several_hosts.py::test_workers_in_other_directories_send_their_records_and_the_controller_writes_"
+    "one_report",
+    "tests/test_program_order.py::test_a_store_into_the_next_program_s_row_passes_in_grid_order_and_fails_shuffled",
+    "tests/test_side_by_side.py::test_bare_all_runs_every_registered_implementation_of_every_family",
+    "tests/test_impls.py::test_the_interpreter_bf16_entry_judges_only_cases_that_ran_a_triton_kernel",
+    "tests/test_mutants.py::test_any_catalog_module_hung_and_crashing_implementations_counted",
     "tests/test_plugin.py::test_a_hung_case_is_stopped_and_recorded_as_timeout",
-    "tests/test_fuzz.py::test_the_ci_slice_passes_on_cpu_on_the_persistent_grid",
     "tests/test_compile_only.py::test_cuda_compile_only_builds_every_launch_for_each_arch",
     "tests/test_report_browser.py",  # after the quick run it reads (quick_cpu_run)
 )

@@ -9,8 +9,8 @@ from it and then set up the way ``subprocess.run`` would set up a fresh one: its
 working directory, ``sys.path`` (the ``PYTHONPATH`` it is given), ``sys.argv``, standard output
 and error, exit status (a signal's negative number included) and exit handlers.
 
-Nothing the tests exercise is imported ahead: not triton (it reads ``TRITON_INTERPRET`` as the
-kernels are defined), not attnsuite, kernels or cases (they read the environment as they load),
+Nothing the tests exercise is imported ahead but upstream triton (it reads ``TRITON_INTERPRET`` as
+a kernel is defined, not as it loads): not attnsuite, kernels or cases (they read the environment as they load),
 not xdist (pytest rewrites the asserts of plugins it loads, so they must load in the run). A
 suite run's xdist workers are still fresh interpreters, as they are for a user.
 
@@ -28,6 +28,22 @@ from pathlib import Path
 
 #: What the forkserver imports once (the rest of what torch pulls in comes with it).
 PRELOAD = ("torch", "numpy", "pytest", "jinja2")
+#: Upstream Triton too (0.2 s of CPU a process): it reads its settings, TRITON_INTERPRET among
+#: them, from the environment when asked (triton/knobs.py), not as it loads, so a kernel the child
+#: defines is interpreted or compiled as the child's environment says. Not triton-ascend (the npu
+#: compile tiers), which installs a package of the same name under another distribution.
+UPSTREAM_TRITON = ("triton", "triton.language")
+
+
+def _preload() -> list[str]:
+    from importlib import metadata
+
+    try:
+        metadata.distribution("triton")
+    except metadata.PackageNotFoundError:
+        return list(PRELOAD)
+    return [*PRELOAD, *UPSTREAM_TRITON]
+
 
 _context = None
 _base_path: list[str] | None = None
@@ -37,7 +53,7 @@ def _forkserver():
     global _context
     if _context is None:
         _context = multiprocessing.get_context("forkserver")
-        _context.set_forkserver_preload(list(PRELOAD))
+        _context.set_forkserver_preload(_preload())
     return _context
 
 

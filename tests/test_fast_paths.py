@@ -15,7 +15,9 @@ def test_fast_paths_pass_the_quick_conformance_cases_in_the_interpreter(run_suit
     files = [f"cases/{name}.py" for name in FAST_FAMILIES]
     # One process: no xdist worker to start (the quick run and the runs of test_records_stay_true
     # cover the suite under xdist).
-    run = run_suite(*files, "--device", "cpu", "--kernel-path", "fast")
+    # 1200 s: about 100 s on an idle 2-core machine, but the longest run of these tests in one
+    # process, and past 600 s on one shared by several suites at once.
+    run = run_suite(*files, "--device", "cpu", "--kernel-path", "fast", timeout=1200)
     assert run.returncode == 0, run.output[-3000:]
     outcomes = run.outcomes()
     assert outcomes and set(outcomes.values()) <= {"pass", "xfail", "skip"}

@@ -34,6 +34,7 @@ from attnsuite.report.bench import bench_context
 from attnsuite.report.load import load, merge
 from attnsuite.report.rows import case_anchor
 from attnsuite.report.timing import SLOWEST
+from tests.conftest import made_once
 from tests.test_report_bench import (
     GATHER_NOTE,
     bench_record,
@@ -228,30 +229,37 @@ def write_run(run_dir: Path, recs: list[dict], status: dict | None = None) -> Pa
 
 
 # Session-scoped: the slow tests run first and in between these (tests/conftest.py), which
-# would tear a module's fixtures down and render the page again each time.
+# would tear a module's fixtures down and render the page again each time. Made once for the
+# workers together (``made_once``): this module's tests go to both.
 @pytest.fixture(scope="session")
-def runs(quick_cpu_run, tmp_path_factory) -> list[Path]:
+def runs(quick_cpu_run, tmp_path_factory, request) -> list[Path]:
     assert quick_cpu_run.records, quick_cpu_run.output[-3000:]
-    tmp = tmp_path_factory.mktemp("browser")
-    cpu = quick_cpu_run.report.parent / "records"
-    cuda_records = gpu_like(quick_cpu_run.records)
-    cuda = write_run(tmp / "runs" / "cuda-20261124-090000-1", cuda_records, status={
-        "run_id": "cuda-20261124-090000-1", "collected": len(cuda_records) + 3, "recorded": len(cuda_records),
-        "interrupted": "SIGTERM", "not_run_reason": "the job's time limit ended the run",
-        "finished_at": "2026-11-24T09:05:00+00:00"})
-    npu = write_run(tmp / "runs" / "npu-compile-20261124", npu_compile(quick_cpu_run.records))
-    bench = write_run(tmp / "runs" / "bench-20261124", benchmarks())
-    return [cpu, cuda, npu, bench]
+
+    def make(tmp: Path) -> dict:
+        cpu = quick_cpu_run.report.parent / "records"
+        cuda_records = gpu_like(quick_cpu_run.records)
+        cuda = write_run(tmp / "runs" / "cuda-20261124-090000-1", cuda_records, status={
+            "run_id": "cuda-20261124-090000-1", "collected": len(cuda_records) + 3, "recorded": len(cuda_records),
+            "interrupted": "SIGTERM", "not_run_reason": "the job's time limit ended the run",
+            "finished_at": "2026-11-24T09:05:00+00:00"})
+        npu = write_run(tmp / "runs" / "npu-compile-20261124", npu_compile(quick_cpu_run.records))
+        bench = write_run(tmp / "runs" / "bench-20261124", benchmarks())
+        return {"runs": [str(p) for p in (cpu, cuda, npu, bench)]}
+
+    return [Path(p) for p in made_once(request, tmp_path_factory, "browser", make)[1]["runs"]]
 
 
 @pytest.fixture(scope="session")
-def report(runs, tmp_path_factory) -> Path:
+def report(runs, tmp_path_factory, request) -> Path:
     """The page, rendered by the CLI from the four run directories."""
-    out = tmp_path_factory.mktemp("page") / "index.html"
-    res = subprocess.run([sys.executable, "-m", "attnsuite.report", *map(str, runs), "-o", str(out)],
-                         cwd=ROOT, capture_output=True, text=True, timeout=120)
-    assert res.returncode == 0, res.stderr
-    return out
+    def make(where: Path) -> dict:
+        out = where / "index.html"
+        res = subprocess.run([sys.executable, "-m", "attnsuite.report", *map(str, runs), "-o", str(out)],
+                             cwd=ROOT, capture_output=True, text=True, timeout=120)
+        assert res.returncode == 0, res.stderr
+        return {"page": str(out)}
+
+    return Path(made_once(request, tmp_path_factory, "page", make)[1]["page"])
 
 
 @pytest.fixture(scope="session")

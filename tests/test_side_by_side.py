@@ -19,7 +19,7 @@ from attnsuite.records import normalize
 from attnsuite.registry import families
 from attnsuite.report import render_html
 from attnsuite.report.side_by_side import side_by_side
-from tests.conftest import ROOT, _run_suite
+from tests.conftest import ROOT, _run_suite, made_once, suite_run_made_once
 from tests.processes import run_python
 from tests.test_report_bench import bench_record, conformance_record
 
@@ -83,9 +83,7 @@ SELECT = ("-k", "decode and (S33-D128 or Hq4-Hkv4-S1-) or prefill and fp16-B2-Hq
 BROKEN_CASE = "decode[fp16-B1-Hq8-Hkv2-S33-D128]"
 
 
-@pytest.fixture(scope="module")
-def fakelib(tmp_path_factory):
-    root = tmp_path_factory.mktemp("fakelib")
+def _write_fakelib(root) -> dict:
     (root / "fakelib").mkdir()
     (root / "fakelib" / "__init__.py").write_text("")
     (root / "fakelib" / "adapters.py").write_text(textwrap.dedent(ADAPTERS))
@@ -99,10 +97,17 @@ def fakelib(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def every_impl_run(tmp_path_factory, fakelib):
-    """``--impl all`` over two families, each case once per registered implementation."""
-    return _run_suite(tmp_path_factory.mktemp("all"), "cases/decode.py", "cases/prefill.py", *SELECT,
-                      "--impl", "all", env=fakelib)
+def fakelib(request, tmp_path_factory):
+    # Made once for the workers together: the shared run below names these paths in its records.
+    return made_once(request, tmp_path_factory, "fakelib", _write_fakelib)[1]
+
+
+@pytest.fixture(scope="module")
+def every_impl_run(request, tmp_path_factory, fakelib):
+    """``--impl all`` over two families, each case once per registered implementation (one run
+    for the session, whichever worker runs this module's tests)."""
+    return suite_run_made_once(request, tmp_path_factory, "side-by-side-all", "cases/decode.py", "cases/prefill.py",
+                               *SELECT, "--impl", "all", env=fakelib)
 
 
 def _by_family_impl(records):
