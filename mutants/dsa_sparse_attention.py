@@ -3,7 +3,8 @@ fail each. Vectorized torch written from the spec (nothing here calls references
 project's kernel, but the two wrappers that take the kernel's own result and break it).
 
 ``_sparse_mla`` gathers the listed slots by (page, slot) of the 3-D caches, so it honours any
-strides; its switches are the bugs.
+strides; its switches are the bugs. Every implementation here takes the fp8 scales (``k_scale``
+on the score side, ``v_scale`` on the value side), so fp8 cases judge the bug, not a keyword.
 """
 from __future__ import annotations
 
@@ -37,7 +38,7 @@ def _gather(cache, ids, *, pow2_pages=False, flat_rows=False):
 
 def _sparse_mla(q_nope, q_pe, ckv_cache, kpe_cache, sparse_indices, *, scale=None, return_lse=False, out=None,
                 lse=None, minus_one_is_slot0=False, dedup=False, empty_nan=False, no_kpe=False, pow2_pages=False,
-                flat_rows=False, lse_base2=False, online=None, merge_clamped=False):
+                flat_rows=False, lse_base2=False, online=None, merge_clamped=False, k_scale=1.0, v_scale=1.0):
     T, H, Dc = q_nope.shape
     Dr = q_pe.shape[-1]
     scale = 1.0 / math.sqrt(Dc + Dr) if scale is None else float(scale)
@@ -51,12 +52,14 @@ def _sparse_mla(q_nope, q_pe, ckv_cache, kpe_cache, sparse_indices, *, scale=Non
     ckv = _gather(ckv_cache, ids, pow2_pages=pow2_pages, flat_rows=flat_rows).double()
     kpe = _gather(kpe_cache, ids, pow2_pages=pow2_pages, flat_rows=flat_rows).double()
     ckv = torch.where(valid[..., None], ckv, 0.0)
-    kpe = torch.where(valid[..., None], kpe, 0.0)
+    kpe = torch.where(valid[..., None], kpe, 0.0) * float(k_scale)
+    val = ckv * float(v_scale)
+    ckv = ckv * float(k_scale)
     if online is not None:
         q = torch.cat([q_nope, q_pe], -1)
         k = torch.cat([ckv, kpe], -1).to(q.dtype)
         # The values are the latent rows; padded to the score dim, as online_attention takes one D.
-        v = torch.cat([ckv, torch.zeros_like(kpe)], -1).to(q.dtype)
+        v = torch.cat([val, torch.zeros_like(kpe)], -1).to(q.dtype)
         o, l = online_attention(q, k, v, scale, valid[:, None, :], **online)
         return finish(q_nope, o[..., :Dc], l, return_lse, out, lse)
     s = q_nope.double() @ ckv.transpose(1, 2)
@@ -64,13 +67,13 @@ def _sparse_mla(q_nope, q_pe, ckv_cache, kpe_cache, sparse_indices, *, scale=Non
         s = s + q_pe.double() @ kpe.transpose(1, 2)
     s = (s * scale).masked_fill(~valid[:, None, :], float("-inf"))
     if merge_clamped:
-        return finish(q_nope, *_merge_clamped_at_zero(s, ckv), return_lse, out, lse)
+        return finish(q_nope, *_merge_clamped_at_zero(s, val), return_lse, out, lse)
     m = s.amax(-1, keepdim=True)
     if not empty_nan:
         m = torch.where(torch.isfinite(m), m, 0.0)
     p = torch.exp(s - m)
     l = p.sum(-1)
-    o = (p @ ckv) / (l[..., None] if empty_nan else torch.where(l > 0, l, 1.0)[..., None])
+    o = (p @ val) / (l[..., None] if empty_nan else torch.where(l > 0, l, 1.0)[..., None])
     lse_v = torch.log(l) + m[..., 0]
     if lse_base2:
         lse_v = lse_v * LOG2E
@@ -101,9 +104,9 @@ def _merge_clamped_at_zero(s, ckv):
 
 def _mutant(name: str, doc: str, **bug):
     def run(q_nope, q_pe, ckv_cache, kpe_cache, sparse_indices, *, scale=None, return_lse=False, out=None,
-            lse=None):
+            lse=None, k_scale=1.0, v_scale=1.0):
         return _sparse_mla(q_nope, q_pe, ckv_cache, kpe_cache, sparse_indices, scale=scale,
-                           return_lse=return_lse, out=out, lse=lse, **bug)
+                           return_lse=return_lse, out=out, lse=lse, k_scale=k_scale, v_scale=v_scale, **bug)
 
     return documented(run, f"dsa_sparse_attention_{name}", doc)
 
@@ -114,11 +117,11 @@ def _softmax_bug(name):
 
 
 def _kernel(q_nope, q_pe, ckv_cache, kpe_cache, sparse_indices, *, scale=None, return_lse=False, out=None,
-            lse=None):
+            lse=None, k_scale=1.0, v_scale=1.0):
     from kernels.dsa_sparse_attention import dsa_sparse_attention
 
     return dsa_sparse_attention(q_nope, q_pe, ckv_cache, kpe_cache, sparse_indices, scale=scale,
-                                return_lse=return_lse, out=out, lse=lse)
+                                return_lse=return_lse, out=out, lse=lse, k_scale=k_scale, v_scale=v_scale)
 
 
 MUTANTS = {f.__name__: f for f in (
@@ -145,14 +148,14 @@ MUTANTS = {f.__name__: f for f in (
 # --- controls --------------------------------------------------------------------------------
 
 def dsa_sparse_attention_gather_fp64(q_nope, q_pe, ckv_cache, kpe_cache, sparse_indices, *, scale=None,
-                                     return_lse=False, out=None, lse=None):
+                                     return_lse=False, out=None, lse=None, k_scale=1.0, v_scale=1.0):
     """The listed slots gathered by (page, slot), softmax over them in float64."""
     return _sparse_mla(q_nope, q_pe, ckv_cache, kpe_cache, sparse_indices, scale=scale, return_lse=return_lse,
-                       out=out, lse=lse)
+                       out=out, lse=lse, k_scale=k_scale, v_scale=v_scale)
 
 
 def dsa_sparse_attention_counts_fp32(q_nope, q_pe, ckv_cache, kpe_cache, sparse_indices, *, scale=None,
-                                     return_lse=False, out=None, lse=None):
+                                     return_lse=False, out=None, lse=None, k_scale=1.0, v_scale=1.0):
     """Dense attention over every slot of the pool (fp32), each score raised by the log of how many
     times the row lists that slot (0 times: -inf)."""
     T, H, Dc = q_nope.shape
@@ -164,22 +167,21 @@ def dsa_sparse_attention_counts_fp32(q_nope, q_pe, ckv_cache, kpe_cache, sparse_
     counts.scatter_add_(1, torch.where(ids >= 0, ids, pages * P), torch.ones_like(ids, dtype=torch.float32))
     counts = counts[:, :-1]
     listed = counts > 0
-    ckv = torch.where(listed.any(0)[:, None], ckv_cache.reshape(-1, Dc) if ckv_cache.is_contiguous()
-                      else ckv_cache.contiguous().reshape(-1, Dc), 0).float()
-    kpe = torch.where(listed.any(0)[:, None], kpe_cache.contiguous().reshape(-1, Dr), 0).float()
-    s = (q_nope.float() @ ckv.T + q_pe.float() @ kpe.T) * scale + torch.log(counts)[:, None, :]
+    ckv = torch.where(listed.any(0)[:, None], ckv_cache.float().reshape(-1, Dc), 0)
+    kpe = torch.where(listed.any(0)[:, None], kpe_cache.float().reshape(-1, Dr), 0)
+    s = (q_nope.float() @ ckv.T + q_pe.float() @ kpe.T) * (scale * float(k_scale)) + torch.log(counts)[:, None, :]
     s = s.masked_fill(~listed[:, None, :], float("-inf"))
     l_v = torch.logsumexp(s, -1)
     p = torch.where(torch.isfinite(l_v)[..., None], torch.exp(s - torch.where(torch.isfinite(l_v), l_v, 0.0)[..., None]),
                     0.0)
-    return finish(q_nope, p @ ckv, l_v, return_lse, out, lse)
+    return finish(q_nope, p @ ckv * float(v_scale), l_v, return_lse, out, lse)
 
 
 def dsa_sparse_attention_online_fp32(q_nope, q_pe, ckv_cache, kpe_cache, sparse_indices, *, scale=None,
-                                     return_lse=False, out=None, lse=None):
+                                     return_lse=False, out=None, lse=None, k_scale=1.0, v_scale=1.0):
     """The mutants' tiled online softmax over the listed slots, no bug switched in."""
     return _sparse_mla(q_nope, q_pe, ckv_cache, kpe_cache, sparse_indices, scale=scale, return_lse=return_lse,
-                       out=out, lse=lse, online={})
+                       out=out, lse=lse, online={}, k_scale=k_scale, v_scale=v_scale)
 
 
 CONTROLS = {f.__name__: f for f in (dsa_sparse_attention_gather_fp64, dsa_sparse_attention_counts_fp32,
