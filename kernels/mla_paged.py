@@ -40,7 +40,7 @@ from ._callcache import CallCache
 from ._checks import (DOT_INPUT_PRECISION, FLOAT_DTYPES, LaunchPlan, cdiv, check_flag, check_index_tensor,
                       check_int_range, check_launchable, check_nonempty, check_out_lse, check_out_lse_aliases,
                       check_scale, check_tensor, is_interpret, is_live, launch, next_pow2, on_ascend)
-from ._fp8 import BITS, fp8_mode, kernel_view
+from ._fp8 import BITS, NOT_FP8, fp8_mode, kernel_view
 from ._grid import npu_cores, npu_splits, plan_grid
 from ._paged import check_index_values, check_page_table
 from ._softmax import online_softmax_fold, softmax_finish
@@ -75,18 +75,48 @@ def _e4m3_bits(bits):
 
 
 @triton.jit
+def _fp16_queries(qn, qp):
+    """bf16 queries as fp16 for the fp8-cache dots: each head's rows times a power of two that
+    puts its largest magnitude in [2^14, 2^15) (exact: bf16's 8 mantissa bits fit fp16's 11;
+    only elements below 2^-38 of the head's largest round). Returns (qn, qp, pow2 [BLOCK_H]),
+    the factor the head's scores are multiplied by to undo it. Why fp16: e4m3 -> fp16 is one
+    conversion per two elements in hardware, e4m3 -> bf16 goes through fp32 (four)."""
+    amax = tl.maximum(tl.max(tl.abs(qn.to(tl.float32)), axis=1), tl.max(tl.abs(qp.to(tl.float32)), axis=1))
+    shift = tl.minimum(tl.maximum(((amax.to(tl.int32, bitcast=True) >> 23) & 255) - 141, -100), 100)
+    # fp32 products (exact: a power of two): the interpreter's bf16 arithmetic is not to be trusted.
+    down = ((127 - shift) << 23).to(tl.float32, bitcast=True)
+    qn16 = (qn.to(tl.float32) * down[:, None]).to(tl.float16)
+    qp16 = (qp.to(tl.float32) * down[:, None]).to(tl.float16)
+    return qn16, qp16, ((127 + shift) << 23).to(tl.float32, bitcast=True)
+
+
+@triton.jit
+def _latent_f16(ptrs, mask, rows, FP8_BYTES: tl.constexpr):
+    """An fp8 latent tile as fp16 (``rows``: its tokens' part of ``mask``). The select after the
+    cast keeps Triton from moving the cast past the shared-memory load into the dot operand
+    layouts, where 8-bit tiles are read one byte per instruction (sm_90 has no transposing 8-bit
+    ldmatrix); a row mask costs fewer registers than the tile's own."""
+    if FP8_BYTES:
+        x = _e4m3_bits(tl.load(ptrs, mask=mask, other=0))
+    else:
+        x = tl.where(rows[:, None], tl.load(ptrs, mask=mask, other=0.0).to(tl.float16), 0.0)
+    return x
+
+
+@triton.jit
 def _mla_tile(
     QN, QP, CKV, KPE, PAGE_INDPTR, PAGE_INDICES, LAST_LEN, ROW_SEQ, ROW_LIMIT, O, LSE,
     stride_qnr, stride_qnh, stride_qpr, stride_qph,
     stride_cp, stride_cs, stride_kp, stride_ks,
     stride_or, stride_oh, stride_osplit, stride_lr, stride_lh, stride_lsplit,
-    H, DC, DR, PAGES_PER_SPLIT, qk_scale, v_scale, row, hb, split,
+    H, DC, DR, NUM_SPLITS, qk_scale, v_scale, row, hb, split,
     PAGE_SIZE: tl.constexpr, HAS_ROWS: tl.constexpr, RETURN_LSE: tl.constexpr,
     DOT_PRECISION: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_N: tl.constexpr,
-    BLOCK_DC: tl.constexpr, BLOCK_DR: tl.constexpr, FP8_BYTES: tl.constexpr,
+    BLOCK_DC: tl.constexpr, BLOCK_DR: tl.constexpr, FP8: tl.constexpr, FP8_BYTES: tl.constexpr,
 ):
-    """One page split of one query row for BLOCK_H heads. FP8_BYTES: the caches are e4m3fn bytes
-    seen as uint8, decoded in the kernel."""
+    """One page split of one query row for BLOCK_H heads: the row's visible pages in NUM_SPLITS
+    near-equal runs, so the host needs no sequence length. FP8: the caches are e4m3fn, read as
+    fp16 tiles (FP8_BYTES: through their uint8 view, decoded in the kernel)."""
     offs_h = hb * BLOCK_H + tl.arange(0, BLOCK_H)
     offs_n = tl.arange(0, BLOCK_N)
     offs_c = tl.arange(0, BLOCK_DC)
@@ -113,8 +143,17 @@ def _mla_tile(
         # last_page_len of a sequence without pages is 0: limit is then <= 0 and no page is walked.
         limit = (n_pages - 1) * PAGE_SIZE + tl.load(LAST_LEN + seq)
     n_visible = tl.minimum((limit + PAGE_SIZE - 1) // PAGE_SIZE, n_pages)
-    p_start = split * PAGES_PER_SPLIT
-    p_end = tl.minimum(p_start + PAGES_PER_SPLIT, n_visible)
+    per_split = (n_visible + NUM_SPLITS - 1) // NUM_SPLITS
+    p_start = split * per_split
+    p_end = tl.minimum(p_start + per_split, n_visible)
+    if FP8:
+        if qn.dtype == tl.bfloat16:
+            qn, qp, q_pow2 = _fp16_queries(qn, qp)
+            qk_row = qk_scale * q_pow2
+        else:
+            qk_row = tl.full([BLOCK_H], 1.0, tl.float32) * qk_scale
+    else:
+        qk_row = tl.full([BLOCK_H], 1.0, tl.float32) * qk_scale
 
     # Base-2 scores: qk_scale carries scale * k_scale * log2(e).
     m_i = tl.full([BLOCK_H], float("-inf"), dtype=tl.float32)
@@ -128,17 +167,15 @@ def _mla_tile(
             tok_ok = (slot < PAGE_SIZE) & (p * PAGE_SIZE + slot < limit)
             c_ptrs = CKV + page * stride_cp + slot[:, None] * stride_cs + offs_c[None, :]
             r_ptrs = KPE + page * stride_kp + slot[:, None] * stride_ks + offs_r[None, :]
-            if FP8_BYTES:
-                kc = _e4m3_bits(tl.load(c_ptrs, mask=tok_ok[:, None] & c_ok[None, :], other=0))
-                kr = _e4m3_bits(tl.load(r_ptrs, mask=tok_ok[:, None] & r_ok[None, :], other=0))
-            else:  # a float fill: an fp8 tile (Triton's own cast) takes no int32 constant
+            if FP8:
+                kc = _latent_f16(c_ptrs, tok_ok[:, None] & c_ok[None, :], tok_ok, FP8_BYTES)
+                kr = _latent_f16(r_ptrs, tok_ok[:, None] & r_ok[None, :], tok_ok, FP8_BYTES)
+            else:
                 kc = tl.load(c_ptrs, mask=tok_ok[:, None] & c_ok[None, :], other=0.0)
                 kr = tl.load(r_ptrs, mask=tok_ok[:, None] & r_ok[None, :], other=0.0)
-            kc = kc.to(qn.dtype)
-            kr = kr.to(qp.dtype)
             s = tl.dot(qn, tl.trans(kc), input_precision=DOT_PRECISION)
             s += tl.dot(qp, tl.trans(kr), input_precision=DOT_PRECISION)
-            s = tl.where(tok_ok[None, :], s * qk_scale, float("-inf"))
+            s = tl.where(tok_ok[None, :], s * qk_row[:, None], float("-inf"))
             m_i, l_i, acc = online_softmax_fold(s, kc, m_i, l_i, acc, DOT_PRECISION)
 
     o, lse = softmax_finish(acc, m_i, l_i, v_scale)
@@ -149,17 +186,18 @@ def _mla_tile(
 
 
 # sizes and LSE strides unspecialized: see kernels/__init__.py
-@triton.jit(do_not_specialize=["H", "PAGES_PER_SPLIT", "stride_lr", "stride_lh", "stride_lsplit",
+@triton.jit(do_not_specialize=["H", "NUM_SPLITS", "stride_lr", "stride_lh", "stride_lsplit",
                                "n_hblk", "n_rows", "n_work", "n_programs"])
 def _mla_paged_fwd(
     QN, QP, CKV, KPE, PAGE_INDPTR, PAGE_INDICES, LAST_LEN, ROW_SEQ, ROW_LIMIT, O, LSE,
     stride_qnr, stride_qnh, stride_qpr, stride_qph,
     stride_cp, stride_cs, stride_kp, stride_ks,
     stride_or, stride_oh, stride_osplit, stride_lr, stride_lh, stride_lsplit,
-    H, DC, DR, PAGES_PER_SPLIT, qk_scale, v_scale, n_hblk, n_rows, n_work, n_programs,
+    H, DC, DR, NUM_SPLITS, qk_scale, v_scale, n_hblk, n_rows, n_work, n_programs,
     PAGE_SIZE: tl.constexpr, HAS_ROWS: tl.constexpr, RETURN_LSE: tl.constexpr,
     DOT_PRECISION: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_N: tl.constexpr,
-    BLOCK_DC: tl.constexpr, BLOCK_DR: tl.constexpr, FP8_BYTES: tl.constexpr, PERSISTENT: tl.constexpr,
+    BLOCK_DC: tl.constexpr, BLOCK_DR: tl.constexpr, FP8: tl.constexpr, FP8_BYTES: tl.constexpr,
+    PERSISTENT: tl.constexpr,
 ):
     """Plain grid: (rows * head blocks, splits). Persistent (Ascend): one program per core walks
     the tiles, (row, head block) the fast index, so the first (always full) splits go first."""
@@ -170,25 +208,29 @@ def _mla_paged_fwd(
             _mla_tile(QN, QP, CKV, KPE, PAGE_INDPTR, PAGE_INDICES, LAST_LEN, ROW_SEQ, ROW_LIMIT, O, LSE,
                       stride_qnr, stride_qnh, stride_qpr, stride_qph, stride_cp, stride_cs, stride_kp,
                       stride_ks, stride_or, stride_oh, stride_osplit, stride_lr, stride_lh, stride_lsplit,
-                      H, DC, DR, PAGES_PER_SPLIT, qk_scale, v_scale, rh // n_hblk, rh % n_hblk, work // n_rh,
+                      H, DC, DR, NUM_SPLITS, qk_scale, v_scale, rh // n_hblk, rh % n_hblk, work // n_rh,
                       PAGE_SIZE, HAS_ROWS, RETURN_LSE, DOT_PRECISION, BLOCK_H, BLOCK_N, BLOCK_DC, BLOCK_DR,
-                      FP8_BYTES)
+                      FP8, FP8_BYTES)
     else:
         rh = tl.program_id(0)
         _mla_tile(QN, QP, CKV, KPE, PAGE_INDPTR, PAGE_INDICES, LAST_LEN, ROW_SEQ, ROW_LIMIT, O, LSE,
                   stride_qnr, stride_qnh, stride_qpr, stride_qph, stride_cp, stride_cs, stride_kp,
                   stride_ks, stride_or, stride_oh, stride_osplit, stride_lr, stride_lh, stride_lsplit,
-                  H, DC, DR, PAGES_PER_SPLIT, qk_scale, v_scale, rh // n_hblk, rh % n_hblk, tl.program_id(1),
+                  H, DC, DR, NUM_SPLITS, qk_scale, v_scale, rh // n_hblk, rh % n_hblk, tl.program_id(1),
                   PAGE_SIZE, HAS_ROWS, RETURN_LSE, DOT_PRECISION, BLOCK_H, BLOCK_N, BLOCK_DC, BLOCK_DR,
-                      FP8_BYTES)
+                  FP8, FP8_BYTES)
 
 
 # ----------------------------------------------------------------------------- planning
 
 def mla_config(rows: int, H: int, Dc: int, Dr: int, page_size: int, max_pages: int, cache_dtype: torch.dtype,
-               interpret: bool, num_splits: Optional[int] = None, cores: Optional[int] = None) -> dict:
+               interpret: bool, num_splits: Optional[int] = None, cores: Optional[int] = None,
+               decode: bool = True) -> dict:
     """Tiles and the page split: BLOCK_H, BLOCK_N, BLOCK_DC, BLOCK_DR, num_warps, num_stages,
-    PAGES_PER_SPLIT, NUM_SPLITS. ``cores``: planning for Ascend's persistent grid.
+    NUM_SPLITS (each row's visible pages are cut into that many runs in the kernel).
+    ``max_pages``: the page count of the longest or of an average row (``_split_pages``). ``cores``:
+    planning for Ascend's persistent grid; ``decode``: one query row per sequence (prefill's tiles
+    were not re-measured and keep the 32-token tile).
 
     Ascend: a 512-wide latent row makes the q, ckv and accumulator tiles [16, 512] each (16 KB,
     16 KB and 32 KB, plus the product and the rescaled accumulator in fp32): BLOCK_H = BLOCK_N =
@@ -205,15 +247,21 @@ def mla_config(rows: int, H: int, Dc: int, Dr: int, page_size: int, max_pages: i
         block_h, block_n, warps, stages = 16, min(16, page_n), 4, 1
         auto = npu_splits(rows * cdiv(H, 16), cores, cdiv(tokens, MIN_SPLIT_TOKENS))
     else:
-        # [16, 512] fp32 accumulator over 4 warps: 64 registers a thread.
+        # [16, 512] fp32 accumulator over 4 warps: 64 registers a thread. Measured on an H100
+        # (docs/hardware-log.md, MLA decode tiles): a 16-bit cache streams best in 64-token
+        # tiles (0.88 of the copy bandwidth at B = 128, 8k tokens, against 0.79 with 32); an fp8
+        # cache, whose tiles go through fp16 in shared memory, in 32-token tiles and twice the
+        # programs.
+        fp8 = cache_dtype in FP8_DTYPES
         block_h = 16 if H <= 16 or block_dc > 256 else 32
-        block_n = min(32 if block_dc > 256 else 64, page_n)
+        block_n = min(32 if block_dc > 256 and (fp8 or not decode) else 64, page_n)
         warps, stages = 4, 2
-        auto = min(cdiv(TARGET_PROGRAMS, rows * cdiv(H, block_h)), cdiv(tokens, MIN_SPLIT_TOKENS))
-    want = max(1, auto if num_splits is None else num_splits)
-    per = max(1, cdiv(max(max_pages, 1), want))
+        target = TARGET_PROGRAMS * (2 if fp8 else 1)
+        auto = min(cdiv(target, rows * cdiv(H, block_h)), cdiv(tokens, MIN_SPLIT_TOKENS))
+    # Never more runs than the longest row has pages: the rest would only ever be empty.
+    want = min(max(1, auto if num_splits is None else num_splits), max(1, max_pages))
     return dict(BLOCK_H=block_h, BLOCK_N=block_n, BLOCK_DC=block_dc, BLOCK_DR=block_dr, num_warps=warps,
-                num_stages=stages, PAGES_PER_SPLIT=per, NUM_SPLITS=max(1, cdiv(max(max_pages, 1), per)))
+                num_stages=stages, NUM_SPLITS=want)
 
 
 def kernel_caches(ckv_cache: torch.Tensor, kpe_cache: torch.Tensor) -> tuple:
@@ -237,24 +285,24 @@ def mla_plan(q_nope, q_pe, ckv_cache, kpe_cache, kv_page_indptr, kv_page_indices
     ascend = on_ascend(q_nope)
     cfg = dict(config) if config is not None else mla_config(
         R, H, Dc, Dr, page_size, max_pages, ckv_cache.dtype, is_interpret(), num_splits,
-        npu_cores(q_nope, vector=False) if ascend else None)
-    splits, per = cfg.pop("NUM_SPLITS"), cfg.pop("PAGES_PER_SPLIT")
+        npu_cores(q_nope, vector=False) if ascend else None, decode=row_seq is None)
+    splits = cfg.pop("NUM_SPLITS")
     return_lse = lse is not None
     o_dst, l_dst, write_lse, o_strides, l_strides = split_outputs(out, lse, splits, R, H, Dc)
     has_rows = row_seq is not None
     n_hblk = cdiv(H, cfg["BLOCK_H"])
     # fp8: compiled CUDA on sm_89+ converts with Triton's own cast; everywhere else the kernel
     # reads the same memory as bytes (a view, strides kept) and decodes them (kernels/_fp8.py).
-    fp8 = fp8_mode(ckv_cache) == BITS
+    mode = fp8_mode(ckv_cache)
     ckv_cache, kpe_cache = views if views is not None else kernel_caches(ckv_cache, kpe_cache)
     args = (q_nope, q_pe, ckv_cache, kpe_cache, kv_page_indptr, kv_page_indices, kv_last_page_len,
             row_seq if has_rows else kv_page_indptr, row_limit if has_rows else kv_page_indptr, o_dst, l_dst,
             q_nope.stride(0), q_nope.stride(1), q_pe.stride(0), q_pe.stride(1),
             ckv_cache.stride(0), ckv_cache.stride(1), kpe_cache.stride(0), kpe_cache.stride(1),
-            *o_strides, *l_strides, H, Dc, Dr, per, float(scale) * float(k_scale) * LOG2E, float(v_scale))
+            *o_strides, *l_strides, H, Dc, Dr, splits, float(scale) * float(k_scale) * LOG2E, float(v_scale))
     g = plan_grid((R * n_hblk, splits), q_nope, vector=False)
     meta = dict(PAGE_SIZE=page_size, HAS_ROWS=has_rows, RETURN_LSE=write_lse, DOT_PRECISION=DOT_INPUT_PRECISION,
-                FP8_BYTES=fp8, PERSISTENT=g.persistent, **cfg)
+                FP8=mode != NOT_FP8, FP8_BYTES=mode == BITS, PERSISTENT=g.persistent, **cfg)
     workspace = () if o_dst is out else ((o_dst, False), (l_dst, False))
     plan = LaunchPlan(kernel=_mla_paged_fwd, grid=g.grid, args=args + (n_hblk, R, g.n_work, g.n_programs),
                       meta=meta, workspace=workspace)
@@ -431,20 +479,19 @@ def _outputs(q_nope, out, lse, return_lse):
     return out, (lse if return_lse else None)
 
 
-def _max_pages(kv_page_indptr, max_pages):
-    if max_pages is not None:
-        return max_pages
+def _split_pages(q_nope, kv_page_indptr, kv_page_indices, checked_max):
+    """The page count the split is sized by. On a device, the average sequence's, from shapes
+    alone (exact for one sequence or equal lengths): no device sync, so a call can be captured in
+    a CUDA graph and a checked call plans as an unchecked one; a longer sequence still gets all
+    of its pages, in longer runs. Under the interpreter the longest sequence's own count (host
+    memory, free to read)."""
+    if not is_interpret():
+        return cdiv(kv_page_indices.shape[0], max(1, kv_page_indptr.shape[0] - 1))
+    if checked_max is not None:
+        return checked_max
     if kv_page_indptr.shape[0] < 2:
         return 0
-    if kv_page_indptr.shape[0] <= _READ_WHOLE:
-        # One copy to the host instead of two device ops and a copy of their result.
-        ptr = kv_page_indptr.tolist()
-        return max(0, max(b - a for a, b in zip(ptr, ptr[1:])))
     return max(0, int((kv_page_indptr[1:] - kv_page_indptr[:-1]).max()))
-
-
-#: Page tables of up to this many sequences are read whole for their longest sequence.
-_READ_WHOLE = 1025
 
 
 def mla_paged_decode(q_nope: torch.Tensor, q_pe: torch.Tensor, ckv_cache: torch.Tensor, kpe_cache: torch.Tensor,
@@ -466,7 +513,7 @@ def mla_paged_decode(q_nope: torch.Tensor, q_pe: torch.Tensor, ckv_cache: torch.
         scale=scale, return_lse=return_lse, out=out, lse=lse, k_scale=k_scale, v_scale=v_scale,
         num_splits=num_splits, check_indices=check_indices, inputs=inputs)
     out, lse = _outputs(q_nope, out, lse, return_lse)
-    max_pages = _max_pages(kv_page_indptr, max_pages)
+    max_pages = _split_pages(q_nope, kv_page_indptr, kv_page_indices, max_pages)
     views = kernel_caches(ckv_cache, kpe_cache)
     tensors = (q_nope, q_pe, *views, kv_page_indptr, kv_page_indices, kv_last_page_len, out, lse)
     bound = None if slot is None else slot.get(max_pages)
@@ -524,7 +571,7 @@ def mla_paged_prefill(q_nope: torch.Tensor, q_pe: torch.Tensor, qo_indptr: torch
     if T == 0:
         return out, lse
     row_seq, row_limit = prefill_rows(qo_indptr, kv_page_indptr, kv_last_page_len, ckv_cache.shape[1], T, causal)
-    max_pages = _max_pages(kv_page_indptr, max_pages)
+    max_pages = _split_pages(q_nope, kv_page_indptr, kv_page_indices, max_pages)
     views = kernel_caches(ckv_cache, kpe_cache)
     tensors = (q_nope, q_pe, *views, kv_page_indptr, kv_page_indices, kv_last_page_len, out, lse, row_seq,
                row_limit)

@@ -33,7 +33,7 @@ def main(wanted):
             name, impl = family.default_impl()
             inputs, outputs, call = prepare(family, case, device, impl)
             calls = {name: call}
-            calls.update({b: fn for b, (fn, _) in family.extra_baselines(case, inputs, impl).items()})
+            calls.update({b: entry[0] for b, entry in family.extra_baselines(case, inputs, impl).items()})
             vendor = vendor_baselines(device, family.vendor_problem(case, inputs))
             calls.update({b: fn for b, (fn, _) in vendor.items() if fn is not None})
             for what, fn in calls.items():

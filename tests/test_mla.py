@@ -272,3 +272,46 @@ def test_decode_reference_in_blocks_of_sequences_is_the_same(monkeypatch):
     blocks = ref.mla_paged_decode_reference(*args, scale=0.3)
     for a, b in zip(whole, blocks):
         torch.testing.assert_close(a, b, rtol=0, atol=0)
+
+
+def _lengths_table(lengths, P=4, pool=40, seed=1):
+    g = torch.Generator().manual_seed(seed)
+    pages = [(n + P - 1) // P for n in lengths]
+    ids = torch.randperm(pool, generator=g)[:sum(pages)].to(torch.int32)
+    indptr = torch.tensor([0] + list(torch.tensor(pages).cumsum(0)), dtype=torch.int32)
+    last = torch.tensor([n - (p - 1) * P if p else 0 for n, p in zip(lengths, pages)], dtype=torch.int32)
+    return indptr, ids, last
+
+
+def test_a_device_plan_reads_no_page_table_data():
+    """On a device the split is sized from shapes alone (no sync, so the call can be captured
+    in a CUDA graph): two page tables of equal shapes but other lengths plan the same launch."""
+    H, Dc, Dr, P = 4, 32, 16, 4
+    ckv, kpe = torch.zeros(40, P, Dc, dtype=torch.float16), torch.zeros(40, P, Dr, dtype=torch.float16)
+    q = torch.zeros(3, H, Dc + Dr, dtype=torch.float16)
+    grids = []
+    for lengths in ((100, 1, 1), (34, 34, 34)):
+        indptr, ids, last = _lengths_table(lengths, P)
+        assert indptr[-1] == ids.shape[0] == 27
+        with capture_launches() as plans:
+            mla.mla_paged_decode(q[..., :Dc], q[..., Dc:], ckv, kpe, indptr, ids, last, check_indices=False)
+        grids.append((tuple(plans[0].grid), plans[0].args[-7]))  # the grid and NUM_SPLITS
+    assert grids[0] == grids[1]
+
+
+@pytest.mark.parametrize("num_splits", [1, 3, 40])
+def test_each_sequence_is_cut_into_the_runs_asked_for(num_splits):
+    """A split is a run of a sequence's own pages: sequences longer and shorter than the number
+    of runs (empty runs included) and an empty one all come out as the reference."""
+    H, Dc, Dr, P = 4, 32, 16, 4
+    g = torch.Generator().manual_seed(2)
+    lengths = (101, 2, 0, 37)
+    indptr, ids, last = _lengths_table(lengths, P)
+    ckv = torch.randn(40, P, Dc, generator=g).to(torch.float16)
+    kpe = torch.randn(40, P, Dr, generator=g).to(torch.float16)
+    qn = torch.randn(4, H, Dc, generator=g).to(torch.float16)
+    qp = torch.randn(4, H, Dr, generator=g).to(torch.float16)
+    o, lse = mla.mla_paged_decode(qn, qp, ckv, kpe, indptr, ids, last, return_lse=True, num_splits=num_splits)
+    ro, rl = mla_paged_decode_reference(qn, qp, ckv, kpe, indptr, ids, last)
+    torch.testing.assert_close(o.float(), ro.float(), atol=2e-3, rtol=2e-3)
+    torch.testing.assert_close(lse, rl.float(), atol=1e-3, rtol=1e-3)
