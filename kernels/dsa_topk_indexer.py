@@ -36,9 +36,11 @@ import triton
 import triton.language as tl
 
 from ._checks import (DOT_INPUT_PRECISION, INT32_MAX, LaunchPlan, cdiv, check_flag, check_index_tensor,
-                      check_launchable, check_nonempty, check_output, check_tensor, check_values_in_range,
+                      check_launchable, check_no_alias, check_nonempty, check_output, check_tensor,
+                      check_values_in_range,
                       is_interpret, is_live, launch, next_pow2, on_ascend,
                       use_fast_path)
+from ._callcache import CallCache
 from ._grid import npu_cores
 from ._radix_select import (RADIX, RADIX_BITS, count_digits, flush_counts, key_digit, order_key, select_config,
                             select_plans, workspace)
@@ -267,7 +269,8 @@ def _per_row(B: int, work: int, t: torch.Tensor) -> int:
 
 
 def indexer_plan(q_idx, keys, scales, weights, seq_lens, block_table, topk: int, logits, out, ws,
-                 fill_tail: bool) -> LaunchPlan:
+                 fill_tail: bool, q_bytes: Optional[torch.Tensor] = None, offsets: Optional[tuple] = None,
+                 ) -> LaunchPlan:
     """The logits launch (with pass 0 of the selection), then the selection's passes and gather
     (kernels/_radix_select.py), for validated inputs (``keys`` uint8 rows, ``scales`` fp32)."""
     B, Hi, Di = q_idx.shape
@@ -277,12 +280,14 @@ def indexer_plan(q_idx, keys, scales, weights, seq_lens, block_table, topk: int,
     cfg = indexer_config(Hi, Di, interpret=interpret, ascend=ascend)
     sel = select_config(q_idx)
     tiles = max(1, cdiv(N, cfg["BLOCK_N"]))
-    q_bytes = q_idx.view(torch.uint8)
+    q_bytes = q_idx.view(torch.uint8) if q_bytes is None else q_bytes
     radix = dict(RADIX=RADIX, RADIX_BITS=RADIX_BITS, HBINS=sel["HBINS"], HISTOGRAM=sel["HISTOGRAM"])
     lookup = use_fast_path(q_idx)
     # The portable kernel takes host offsets: triton-ascend scalarizes (3.2.0) or rejects (rc2)
     # the per-token page lookup; the fast path reads the block table itself.
-    k_off, s_off = (block_table, block_table) if lookup else token_offsets(keys, scales, block_table, N)
+    if offsets is None:
+        offsets = (block_table, block_table) if lookup else token_offsets(keys, scales, block_table, N)
+    k_off, s_off = offsets
     args = (q_bytes, weights, keys, scales, block_table, k_off, s_off, seq_lens, logits, ws,
             q_bytes.stride(0), q_bytes.stride(1), weights.stride(0), weights.stride(1), keys.stride(0),
             keys.stride(1), scales.stride(0), scales.stride(1), block_table.stride(0), k_off.stride(0),
@@ -313,9 +318,24 @@ def dsa_topk_indexer(q_idx: torch.Tensor, k_cache: torch.Tensor, weights: torch.
     unspecified, -1 past min(topk, seq_len); logits [B, max_pages * page_size] fp32 (-inf from
     seq_len on) or None). ``check_indices=False`` skips the data-dependent checks."""
     fn = "dsa_topk_indexer"
-    pages, P, N = validate(fn, q_idx, k_cache, weights, seq_lens, block_table, topk, k_scale, out, logits,
-                           return_logits)
-    check_flag(fn, "check_indices", check_indices)
+    key = _CALLS.key((q_idx, k_cache, weights, seq_lens, block_table), (k_scale, out, logits),
+                     (topk, return_logits, check_indices))
+    slot = _CALLS.lookup(key)
+    if slot is None:
+        pages, P, N = validate(fn, q_idx, k_cache, weights, seq_lens, block_table, topk, k_scale, out, logits,
+                               return_logits)
+        check_flag(fn, "check_indices", check_indices)
+        slot = _CALLS.validated(key)
+    else:  # shapes seen valid before: only what depends on addresses is checked again
+        pages, P = k_cache.shape[0], k_cache.shape[1]
+        N = block_table.shape[1] * P
+        if out is not None or logits is not None:
+            inputs = {"q_idx": q_idx, "k_cache": k_cache, "weights": weights, "seq_lens": seq_lens,
+                      "block_table": block_table, "k_scale": k_scale}
+            if out is not None:
+                check_no_alias(fn, "out", out, inputs)
+            if logits is not None:
+                check_no_alias(fn, "logits", logits, {**inputs, "out": out})
     if check_indices:
         check_values_in_range(fn, "seq_lens", seq_lens, 0, N, closed=True)
         used = torch.arange(block_table.shape[1], device=block_table.device)[None, :] * P < seq_lens[:, None]
@@ -326,6 +346,23 @@ def dsa_topk_indexer(q_idx: torch.Tensor, k_cache: torch.Tensor, weights: torch.
         out = torch.empty((B, topk), dtype=torch.int32, device=q_idx.device)
     buf = logits if logits is not None else torch.empty((B, N), dtype=torch.float32, device=q_idx.device)
     keys, scales = split_index_cache(k_cache, k_scale)
-    launch(indexer_plan(q_idx, keys, scales, weights, seq_lens, block_table, int(topk), buf, out,
-                        workspace(B, q_idx.device), fill_tail=logits is not None or return_logits))
+    ws = workspace(B, q_idx.device)
+    q_bytes = q_idx.view(torch.uint8)
+    # The plan's tensors, each once (the bound plan finds its arguments among them by identity);
+    # the portable kernel's per-token offsets are made anew from this call's block table.
+    tensors = (q_bytes, weights, keys, scales, block_table, seq_lens, buf, ws, out)
+    offsets = None
+    if not use_fast_path(q_idx):
+        offsets = token_offsets(keys, scales, block_table, N)
+        tensors += offsets
+    bound = None if slot is None else slot.get(())
+    if bound is not None:
+        bound.launch(tensors, launch)
+        return out, (buf if return_logits else None)
+    plan = indexer_plan(q_idx, keys, scales, weights, seq_lens, block_table, int(topk), buf, out, ws,
+                        fill_tail=logits is not None or return_logits, q_bytes=q_bytes, offsets=offsets)
+    _CALLS.run(slot, (), plan, tensors, is_live(q_idx), launch)
     return out, (buf if return_logits else None)
+
+
+_CALLS = CallCache("dsa_topk_indexer")
