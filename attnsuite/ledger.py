@@ -42,8 +42,12 @@ class KnownFailure:
     #: parameter is not constrained by it.
     where: Mapping[str, tuple] = field(default_factory=dict)
     #: Case parameters that exempt a case (all of them must match): e.g. a batch with no tokens
-    #: never reaches the construct.
-    unless: Mapping[str, tuple] = field(default_factory=dict)
+    #: never reaches the construct. Several such sets (a TOML array of tables): any one exempts.
+    unless: Mapping[str, tuple] | tuple[Mapping[str, tuple], ...] = field(default_factory=dict)
+    #: Parameters a case must carry for the entry to apply: ``where`` lets a case without a
+    #: parameter through, which is wrong when its absence means a default that never fails
+    #: (no ``scale`` parameter: the default softmax scale, not a negative one).
+    requires: tuple[str, ...] = ()
     #: Upstream tracker or issue.
     reference: str = ""
     #: The case id of the minimal probe that reproduces it.
@@ -76,7 +80,10 @@ class KnownFailure:
         installed = versions.get(self.package)
         if installed is None or not _in_range(installed, self.versions):
             return False
-        if self.unless and all(k in case.params and case.params[k] in values for k, values in self.unless.items()):
+        if any(k not in case.params for k in self.requires):
+            return False
+        exempt = (self.unless,) if isinstance(self.unless, Mapping) else self.unless
+        if any(m and all(k in case.params and case.params[k] in values for k, values in m.items()) for m in exempt):
             return False
         return all(k not in case.params or case.params[k] in allowed for k, allowed in self.where.items())
 
@@ -99,10 +106,13 @@ def load(path: str | Path) -> list[KnownFailure]:
     entries = []
     for raw in data.get("failure", []):
         raw = dict(raw)
-        for key in ("devices", "families", "impls", "strict_impls"):
+        for key in ("devices", "families", "impls", "strict_impls", "requires"):
             raw[key] = tuple(raw.get(key, ("*",) if key in ("impls", "strict_impls") else ()))
         raw["where"] = {k: tuple(_frozen(x) for x in v) for k, v in raw.get("where", {}).items()}
-        raw["unless"] = {k: tuple(_frozen(x) for x in v) for k, v in raw.get("unless", {}).items()}
+        unless = raw.get("unless", {})
+        frozen = [{k: tuple(_frozen(x) for x in v) for k, v in m.items()}
+                  for m in (unless if isinstance(unless, list) else [unless])]
+        raw["unless"] = frozen[0] if not isinstance(unless, list) else tuple(frozen)
         try:
             entries.append(KnownFailure(**raw))
         except TypeError as exc:

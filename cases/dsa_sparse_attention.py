@@ -416,8 +416,9 @@ class DsaSparseAttention(Family):
         q_nope, q_pe, ckv = inputs["q_nope"], inputs["q_pe"], inputs["ckv_cache"]
         T, P, k = q_nope.shape[0], case["P"], case["topk"]
         pages = math.ceil(k / P)
-        dense_ckv = torch.randn((T * pages, P, case["Dc"]), dtype=ckv.dtype, device=ckv.device)
-        dense_kpe = torch.randn((T * pages, P, case["Dr"]), dtype=ckv.dtype, device=ckv.device)
+        # Drawn in fp32 and cast: torch draws no fp8 values itself (an fp8 case's dense cache is fp8 too).
+        dense_ckv = torch.randn((T * pages, P, case["Dc"]), device=ckv.device).to(ckv.dtype)
+        dense_kpe = torch.randn((T * pages, P, case["Dr"]), device=ckv.device).to(ckv.dtype)
         indptr = torch.arange(0, T * pages + 1, pages, dtype=torch.int32, device=ckv.device)
         indices = torch.arange(T * pages, dtype=torch.int32, device=ckv.device)
         last = torch.full((T,), k - P * (pages - 1), dtype=torch.int32, device=ckv.device)

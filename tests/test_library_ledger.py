@@ -62,6 +62,23 @@ def test_library_entries_apply_to_their_implementation_version_and_device_only()
     assert not flex.explains("numeric", "o: max abs err 1 > allowed 0.1")
 
 
+@pytest.mark.parametrize("entry_id", ("sdpa_cuda_nonpositive_scale", "sdpa_cudnn_nonpositive_scale",
+                                      "flag_gems_nonpositive_scale"))
+def test_a_scale_entry_applies_to_cases_of_that_scale_only(entry_id):
+    """A case with no ``scale`` parameter runs the default scale: a scale entry does not apply
+    to it (an H100 run once counted 116 such cases as stale strict entries)."""
+    from cases.prefill import FAMILY as PREFILL
+
+    entry = LEDGER[entry_id]
+    impl = entry.impls[0]
+    versions = {entry.package: "2.11.0" if entry.package == "torch" else "5.0.2"}
+    scaled = [c for c in PREFILL.cases if c.params.get("scale") in ("neg", "zero")]
+    default = [c for c in PREFILL.cases if "scale" not in c.params]
+    assert scaled and default
+    assert all(entry.applies(c, "cuda", versions, impl=impl) for c in scaled)
+    assert not any(entry.applies(c, "cuda", versions, impl=impl) for c in default)
+
+
 @pytest.mark.parametrize("entry_id", LIBRARY_ENTRIES)
 def test_each_library_entry_has_a_stand_alone_reproduction(entry_id):
     note = (ROOT / "porting_notes.md").read_text()
