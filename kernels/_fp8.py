@@ -17,6 +17,7 @@ kernel can decode to q's dtype, feed ``tl.dot`` as usual and apply the scales in
 """
 from __future__ import annotations
 
+import functools
 import math
 import struct
 
@@ -138,8 +139,15 @@ def fp8_mode(cache: torch.Tensor) -> int:
     if not is_fp8(cache):
         return NOT_FP8
     native_ok = (cache.device.type == "cuda" and not is_interpret()
-                 and torch.cuda.get_device_capability(cache.device) >= (8, 9))
+                 and _capability(torch.cuda.current_device() if cache.device.index is None
+                                 else cache.device.index) >= (8, 9))
     return kv_read_mode(cache, native_ok)
+
+
+@functools.lru_cache(maxsize=None)
+def _capability(index: int) -> tuple:
+    """A CUDA device's compute capability, asked once (the wrappers ask on every call)."""
+    return torch.cuda.get_device_capability(index)
 
 
 def kernel_view(cache: torch.Tensor, mode: int) -> torch.Tensor:
