@@ -114,6 +114,10 @@ def _main(argv: list[str], cwd: str, env: dict, base_path: list[str], out: str, 
     first = os.path.dirname(os.path.abspath(argv[0])) if argv[0] not in ("-m", "-c") else os.getcwd()
     extra = [os.path.abspath(p) for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
     sys.path[:] = [first, *extra, *base_path]
+    # Where bytecode is read and written, as a fresh interpreter takes it from its environment
+    # (the forkserver was started with its parent's flags: -B where that one had it).
+    sys.dont_write_bytecode = bool(env.get("PYTHONDONTWRITEBYTECODE"))
+    sys.pycache_prefix = env.get("PYTHONPYCACHEPREFIX") or None
     # torch sized its thread pool from the forkserver's environment as it loaded.
     if env.get("OMP_NUM_THREADS", threads) != threads and env["OMP_NUM_THREADS"].isdigit():
         import torch
