@@ -6,6 +6,7 @@ import fcntl
 import json
 import os
 import sys
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -24,6 +25,17 @@ if "OMP_NUM_THREADS" not in os.environ:
     os.environ["OMP_NUM_THREADS"] = "1"
     if "torch" in sys.modules:  # loaded with the suite's plugin, before this file
         sys.modules["torch"].set_num_threads(1)
+
+# Bytecode for the ~150 Python processes these tests start (suite runs, their xdist workers,
+# scripts). With PYTHONDONTWRITEBYTECODE set (some images set it; tox does not pass it on) each
+# of them compiled the project's sources again: about 1 s of CPU a process, a sixth of the
+# whole directory's time on two cores. Instead they keep their bytecode under a directory of
+# the system's temporary one (PYTHONPYCACHEPREFIX), still writing nothing into the checkout;
+# the first process fills it (torch's modules included, a few seconds once), the rest read it.
+# Bytecode is checked against its source's mtime and size, so a stale entry is never used.
+if os.environ.get("PYTHONDONTWRITEBYTECODE") and not os.environ.get("PYTHONPYCACHEPREFIX"):
+    os.environ["PYTHONPYCACHEPREFIX"] = os.path.join(tempfile.gettempdir(), f"attnsuite-tests-pycache-{os.getuid()}")
+    del os.environ["PYTHONDONTWRITEBYTECODE"]
 
 
 @dataclass

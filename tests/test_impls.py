@@ -288,13 +288,15 @@ def test_ledger_entries_can_be_limited_to_implementations():
 def test_the_interpreter_bf16_entry_judges_only_cases_that_ran_a_triton_kernel(run_suite, mypkg):
     """interp_bf16_dot explains a failure only where the interpreter ran a Triton kernel: our
     kernel's bf16 case stays a known failure, a torch implementation's bf16 path is judged."""
-    ours = run_suite(BF16_CASES, "--impl", "decode=mypkg.mykernel:decode", env=mypkg)
-    assert [r["outcome"] for r in ours.records] == ["xfail"], ours.output[-2000:]
-    right = run_suite(BF16_CASES, "--impl", "decode=mypkg.mykernel:torch_decode", env=mypkg)
-    assert [r["outcome"] for r in right.records] == ["pass"], right.output[-2000:]
-    wrong = run_suite(BF16_CASES, "--impl", "decode=mypkg.mykernel:torch_decode_bf16_unscaled", env=mypkg)
-    assert [r["outcome"] for r in wrong.records] == ["fail"], wrong.output[-2000:]
-    assert wrong.returncode == 1
+    # The three side by side in one run (each gets its own inputs and buffers): one process.
+    expected = {"decode": "xfail", "torch_decode": "pass", "torch_decode_bf16_unscaled": "fail"}
+    ids = [f"{BF16_CASES}@mypkg.mykernel:{name}" for name in expected]  # a case's id names its impl
+    run = run_suite(*ids, *(arg for name in expected for arg in ("--impl", f"decode=mypkg.mykernel:{name}")),
+                    env=mypkg)
+    outcomes = {r["impl"]: r["outcome"] for r in run.records}
+    assert len(run.records) == len(expected), run.output[-2000:]
+    assert outcomes == {f"mypkg.mykernel:{name}": outcome for name, outcome in expected.items()}, run.output[-2000:]
+    assert run.returncode == 1
 
 
 def test_interpreted_launches_are_counted():

@@ -5,7 +5,7 @@ kills every mutant and passes every control (python -m attnsuite.mutate), and th
 catalog module, counting a hung or crashing implementation without losing the others."""
 import importlib
 import json
-import subprocess
+import os
 import sys
 
 import pytest
@@ -16,6 +16,7 @@ from attnsuite.interfaces import check_impl
 from attnsuite.mutate import FAMILIES, Job, catalog, catalog_family, jobs_for, load_catalog
 from attnsuite.registry import family as family_of
 from tests.conftest import ROOT
+from tests.processes import run_python
 
 
 @pytest.mark.parametrize("name", FAMILIES)
@@ -33,8 +34,9 @@ def test_five_documented_mutants_and_two_controls_that_fit_the_interface(name):
 
 def _mutate(tmp_path, *args, timeout=900):
     out = tmp_path / "verdicts.json"
-    proc = subprocess.run([sys.executable, "-m", "attnsuite.mutate", "--json", str(out), *args], cwd=ROOT,
-                          capture_output=True, text=True, timeout=timeout)
+    # Forked from the tests' forkserver (tests/processes.py): the runner's own workers are fresh.
+    proc = run_python(["-m", "attnsuite.mutate", "--json", str(out), *args], cwd=ROOT,
+                      env=dict(os.environ), timeout=timeout)
     return proc, (json.loads(out.read_text()) if out.exists() else [])
 
 

@@ -2,12 +2,11 @@
 execnet gateways (``--tx popen//chdir=...``), each in its own checkout, under a relative
 --records-dir. Their records reach the controller over xdist's channel (attnsuite/transport.py)."""
 import os
-import subprocess
-import sys
 
 from attnsuite.records import read_records, read_run_status
 from attnsuite.transport import CACHE_DIR
 from tests.conftest import ROOT
+from tests.processes import run_python
 
 SELECT = "decode and S17 and fp16 and not paged and not sparse and not magicpig"
 
@@ -25,11 +24,13 @@ def _checkout(path):
 def test_workers_in_other_directories_send_their_records_and_the_controller_writes_one_report(tmp_path):
     controller, a, b = (_checkout(tmp_path / name) for name in ("controller", "A", "B"))
     # Cases are chosen with -k: xdist maps path arguments onto rsync roots for such gateways.
-    proc = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--tx", f"popen//chdir={a}",
+    # The controller is forked from the tests' forkserver (tests/processes.py); its two gateways
+    # are fresh interpreters, as another host's would be.
+    proc = run_python(
+        ["-m", "pytest", "-q", "-p", "no:cacheprovider", "--tx", f"popen//chdir={a}",
          "--tx", f"popen//chdir={b}", "--dist", "load", "-k", SELECT,
          "--records-dir", "records", "--report-html", "index.html"],
-        cwd=controller, env={**os.environ, "PYTHONPATH": str(ROOT)}, capture_output=True, text=True, timeout=600)
+        cwd=controller, env={**os.environ, "PYTHONPATH": str(ROOT)}, timeout=600)
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, out[-3000:]
     records = read_records([controller / "records"])

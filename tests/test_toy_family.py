@@ -3,8 +3,6 @@ nothing in attnsuite/: a toy family written here, in a package of its own, runs 
 cases and its mutation catalog through the suite's normal entry points."""
 import json
 import os
-import subprocess
-import sys
 import textwrap
 from pathlib import Path
 
@@ -124,9 +122,8 @@ def test_a_toy_family_runs_its_cases_with_four_files_and_one_registry_line(tmp_p
 
 def test_the_toy_mutant_is_killed_and_the_control_passes(tmp_path):
     _write(tmp_path)
-    proc = subprocess.run([sys.executable, "-m", "attnsuite.mutate", "--catalog", "toy_mutants",
-                           "--jobs", "1", "--json", str(tmp_path / "verdicts.json")],
-                          cwd=tmp_path, env=_env(tmp_path), capture_output=True, text=True, timeout=300)
+    proc = run_python(["-m", "attnsuite.mutate", "--catalog", "toy_mutants", "--jobs", "1",
+                       "--json", str(tmp_path / "verdicts.json")], cwd=tmp_path, env=_env(tmp_path), timeout=300)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
     verdicts = {v["name"]: v for v in json.loads((tmp_path / "verdicts.json").read_text())}
     assert verdicts["forgets_the_tail"]["ok"] and verdicts["triton"]["ok"], verdicts
