@@ -191,7 +191,7 @@ def entries() -> dict:
               dict(num_splits=1, **lse_on), (2, 2, 16), (2, 2)),
         Entry(dsa_topk_indexer, dsa_indexer_args(),
               dict(k_scale=torch.rand((3, 4), generator=torch.Generator().manual_seed(4)) + 0.5, return_logits=True),
-              (2, 4), (2, 8), out_dtype=torch.int32, second="logits", cached=False),
+              (2, 4), (2, 8), out_dtype=torch.int32, second="logits"),
     ]}
 
 
