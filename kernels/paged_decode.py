@@ -30,6 +30,7 @@ from ._checks import (cdiv, DOT_INPUT_PRECISION, check_flag, check_gqa, check_in
 from ._tune import pick
 from ._grid import npu_cores, npu_splits, plan_grid
 from ._split import merge_in_last_program, merge_meta, merge_plan, NO_MERGE, scratch_of, split_outputs
+from ._softmax import online_softmax_fold
 from ._fp8 import FP8_DTYPE, NOT_FP8, call_scales, check_kv_scales, fp8_mode, kernel_view, load_kv
 from ._paged import (check_index_values, check_layout, check_outputs, check_page_table,
                      check_paged_kv, check_q, kv_dims, kv_strides)
@@ -45,17 +46,11 @@ FP8_NPU_TILE = 4096
 
 @triton.jit
 def _guarded_step(q, k, v, tok_ok, m_i, l_i, acc, qk_scale, DOT_PRECISION: tl.constexpr):
-    """One chunk of keys into the running (max, sum, acc) of the G packed query rows. The running
-    max is replaced by 0 while it is still -inf, so a fully masked chunk never produces NaN."""
+    """One chunk of keys into the running (max, sum, acc) of the G packed query rows; a fully
+    masked chunk never produces NaN (``online_softmax_fold``'s guard)."""
     s = tl.dot(q, tl.trans(k), input_precision=DOT_PRECISION) * qk_scale
     s = tl.where(tok_ok[None, :], s, float("-inf"))
-    m_new = tl.maximum(m_i, tl.max(s, 1))
-    m_use = tl.where(m_new == float("-inf"), 0.0, m_new)
-    alpha = tl.exp2(m_i - m_use)
-    pr = tl.exp2(s - m_use[:, None])
-    l_i = l_i * alpha + tl.sum(pr, 1)
-    acc = acc * alpha[:, None] + tl.dot(pr.to(v.dtype), v, input_precision=DOT_PRECISION)
-    return m_new, l_i, acc
+    return online_softmax_fold(s, v, m_i, l_i, acc, DOT_PRECISION)
 
 
 @triton.jit
