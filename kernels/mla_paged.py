@@ -53,6 +53,7 @@ MAX_DC, MAX_DR, DIM_MULTIPLE = 512, 128, 16
 FP8_DTYPES = tuple(getattr(torch, n) for n in ("float8_e4m3fn",) if hasattr(torch, n))
 #: Split a row over pages past this many tokens (as the paged decode kernel does).
 MIN_SPLIT_TOKENS = 512
+#: Programs of the decode tiles resident at once on an H100 or H200: 132 SMs, two each.
 TARGET_PROGRAMS = 264
 
 
@@ -223,6 +224,23 @@ def _mla_paged_fwd(
 
 # ----------------------------------------------------------------------------- planning
 
+def wave_splits(programs: int, slots: int, most: int) -> int:
+    """Runs per row for ``programs`` (row, head block) pairs on a GPU running ``slots`` programs
+    at once: the fewest runs whose grid comes within 5% of the best fill of whole waves, at most
+    ``most``. Two programs of these tiles fit an SM, so a grid just past a multiple of ``slots``
+    runs a nearly empty last wave: measured on an H200 (docs/hardware-log.md, MLA decode
+    splits), 32 rows x 9 runs (288 programs) took 102.5 us where 8 runs took 90.1, 128 rows x 3
+    runs 353 us where 2 took 297."""
+    def fill(runs: int) -> float:
+        waves = programs * runs / slots
+        return waves / math.ceil(waves)
+
+    if programs * most <= slots:  # not one wave even at the most runs: every run adds programs
+        return most
+    best = max(fill(r) for r in range(1, most + 1))
+    return next(r for r in range(1, most + 1) if fill(r) >= 0.95 * best)
+
+
 def mla_config(rows: int, H: int, Dc: int, Dr: int, page_size: int, max_pages: int, cache_dtype: torch.dtype,
                interpret: bool, num_splits: Optional[int] = None, cores: Optional[int] = None,
                decode: bool = True) -> dict:
@@ -250,14 +268,12 @@ def mla_config(rows: int, H: int, Dc: int, Dr: int, page_size: int, max_pages: i
         # [16, 512] fp32 accumulator over 4 warps: 64 registers a thread. Measured on an H100
         # (docs/hardware-log.md, MLA decode tiles): a 16-bit cache streams best in 64-token
         # tiles (0.88 of the copy bandwidth at B = 128, 8k tokens, against 0.79 with 32); an fp8
-        # cache, whose tiles go through fp16 in shared memory, in 32-token tiles and twice the
-        # programs.
+        # cache, whose tiles go through fp16 in shared memory, in 32-token tiles.
         fp8 = cache_dtype in FP8_DTYPES
         block_h = 16 if H <= 16 or block_dc > 256 else 32
         block_n = min(32 if block_dc > 256 and (fp8 or not decode) else 64, page_n)
         warps, stages = 4, 2
-        target = TARGET_PROGRAMS * (2 if fp8 else 1)
-        auto = min(cdiv(target, rows * cdiv(H, block_h)), cdiv(tokens, MIN_SPLIT_TOKENS))
+        auto = wave_splits(rows * cdiv(H, block_h), TARGET_PROGRAMS, cdiv(tokens, MIN_SPLIT_TOKENS))
     # Never more runs than the longest row has pages: the rest would only ever be empty.
     want = min(max(1, auto if num_splits is None else num_splits), max(1, max_pages))
     return dict(BLOCK_H=block_h, BLOCK_N=block_n, BLOCK_DC=block_dc, BLOCK_DR=block_dr, num_warps=warps,

@@ -150,6 +150,13 @@ def _undo_interpreter_patches():
 _ABSENT = object()
 
 
+#: Tests that run a whole conformance profile in a child suite run (the quick profile under
+#: xdist and what reads it, the fast kernel paths' quick cases, the mutation catalog, the fuzz
+#: profile's CI slice): minutes of CPU on a 2-core machine. ``tox -e tests`` leaves them to
+#: ``tox -e profile-runs``; CI (.ci/run) runs both.
+PROFILE_RUN = "profile_run"
+
+
 def pytest_configure(config):
     """In an xdist worker (tox -e tests runs two), forget xdist's environment variables: the suite
     runs these tests start inherit the environment, and a child pytest that saw them would take
@@ -159,6 +166,8 @@ def pytest_configure(config):
     of a quarter of the collection: with the slow tests first (``pytest_collection_modifyitems``)
     each worker takes the next slow test as it frees up, and no worker is left alone with a
     minute-long test at the end while the other sits idle."""
+    config.addinivalue_line("markers", f"{PROFILE_RUN}: runs a whole conformance profile in a child suite run "
+                            "(tox -e profile-runs)")
     if hasattr(config, "workerinput"):
         for name in [n for n in os.environ if n.startswith("PYTEST_XDIST_")]:
             del os.environ[name]
@@ -214,6 +223,7 @@ def _slowness(item) -> int:
     return len(SLOW) if {"run_suite", "quick_cpu_run"} & set(getattr(item, "fixturenames", ())) else len(SLOW) + 1
 
 
+@pytest.hookimpl(tryfirst=True)  # before -m deselects by the marks given here
 def pytest_collection_modifyitems(config, items):
     """The slow tests first, each followed by a quick one: an xdist worker keeps the next test
     queued while it runs one, so the one queued behind a slow test is a quick one and the next
@@ -223,6 +233,11 @@ def pytest_collection_modifyitems(config, items):
     ours = [i for i in items if i.nodeid.startswith("tests/")]
     if len(ours) != len(items):
         return
+    # Every test that reads the shared quick-profile run is a profile run, so a new one cannot
+    # land in tox -e tests by forgetting the mark.
+    for item in items:
+        if "quick_cpu_run" in getattr(item, "fixturenames", ()):
+            item.add_marker(PROFILE_RUN)
     ranked = sorted(items, key=_slowness)
     slow = [i for i in ranked if _slowness(i) < len(SLOW)]
     rest = [i for i in ranked if _slowness(i) >= len(SLOW)]

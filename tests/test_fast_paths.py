@@ -2,6 +2,7 @@
 the dense core's descriptor loads and flat block-sparse loop)
 run in the interpreter with ``--kernel-path fast``, so CPU CI checks them against the same
 references as the portable kernels; and the switch picks the kernel it says it does."""
+import pytest
 import torch
 
 import kernels.settings as ks
@@ -11,6 +12,7 @@ FAST_FAMILIES = ("decode", "paged_decode", "sparse_decode", "sparse_paged_decode
                  "prefill", "prefill_varlen", "block_sparse")
 
 
+@pytest.mark.profile_run
 def test_fast_paths_pass_the_quick_conformance_cases_in_the_interpreter(run_suite):
     files = [f"cases/{name}.py" for name in FAST_FAMILIES]
     # One process: no xdist worker to start (the quick run and the runs of test_records_stay_true

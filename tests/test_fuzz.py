@@ -64,6 +64,7 @@ def test_families_without_a_generator_draw_nothing():
     assert fuzz_cases(registry.family("probes"), 0, 3) == []
 
 
+@pytest.mark.profile_run
 def test_the_ci_slice_passes_on_cpu_on_the_persistent_grid(run_suite):
     """The slice runs the kernels the way they launch on Ascend (kernels/_grid.py), three programs
     taking turns over the tiles: the quick profile already covers the plain grid, and no NPU runs

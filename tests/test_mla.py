@@ -315,3 +315,16 @@ def test_each_sequence_is_cut_into_the_runs_asked_for(num_splits):
     ro, rl = mla_paged_decode_reference(qn, qp, ckv, kpe, indptr, ids, last)
     torch.testing.assert_close(o.float(), ro.float(), atol=2e-3, rtol=2e-3)
     torch.testing.assert_close(lse, rl.float(), atol=1e-3, rtol=1e-3)
+
+
+def test_gpu_runs_per_row_fill_whole_waves():
+    """The GPU plan's runs per row: never a grid just past a whole number of waves (the bench
+    shapes measured on an H200), every run used when even that fills less than a wave."""
+    assert mla.wave_splits(32, 264, 16) == 8     # 256 programs, not 288
+    assert mla.wave_splits(128, 264, 16) == 2    # 256, not 384
+    assert mla.wave_splits(128, 264, 2) == 2
+    assert mla.wave_splits(1, 264, 64) == 64     # one sequence: as many runs as it has
+    assert mla.wave_splits(600, 264, 16) == 3    # 1800 programs, 6.8 waves: 0.97 full
+    for programs, most in ((5, 3), (70, 9), (264, 4), (300, 16)):
+        runs = mla.wave_splits(programs, 264, most)
+        assert 1 <= runs <= most

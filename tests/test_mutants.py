@@ -40,6 +40,7 @@ def _mutate(tmp_path, *args, timeout=900):
     return proc, (json.loads(out.read_text()) if out.exists() else [])
 
 
+@pytest.mark.profile_run
 def test_the_quick_profile_on_cpu_kills_every_mutant_and_passes_every_control(tmp_path):
     proc, verdicts = _mutate(tmp_path)
     print(proc.stdout)

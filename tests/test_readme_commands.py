@@ -320,3 +320,5 @@ def test_the_readme_is_short_and_starts_with_the_two_commands():
 def test_the_readme_command_is_what_ci_runs():
     ci = (ROOT / ".ci" / "run").read_text(encoding="utf-8")
     assert re.search(r"run_tox -e tests\b", ci)
+    # the tests that tox -e tests leaves out (marked profile_run) run in CI too
+    assert re.search(r"run_tox -e profile-runs\b", ci)
