@@ -436,9 +436,10 @@ def _check_data(fn, q_nope, ckv_cache, kv_page_indptr, kv_page_indices, kv_last_
 def _checked(cache: CallCache, fn, q_nope, q_pe, ckv_cache, kpe_cache, kv_page_indptr, kv_page_indices,
              kv_last_page_len, *, scale, return_lse, out, lse, k_scale, v_scale, num_splits, check_indices, inputs,
              qo_indptr=None, causal=True):
-    """``_prepare`` through the call cache: a key validated before skips the shape checks (the
-    scalars are converted again, the output's address checks and the data checks run anew).
-    Returns (scale, k_scale, v_scale, max_pages, slot)."""
+    """``_prepare`` through the call cache: a key validated before skips the shape checks and
+    takes the scalars as they were converted for it (the key holds their values and types:
+    the conversion is a function of the key); the output's address checks and the data checks
+    run anew. Returns (scale, k_scale, v_scale, max_pages, slot)."""
     key = cache.key(tuple(inputs.values()), (out, lse),
                     (scale, return_lse, k_scale, v_scale, num_splits, check_indices, causal))
     slot = cache.lookup(key)
@@ -447,15 +448,27 @@ def _checked(cache: CallCache, fn, q_nope, q_pe, ckv_cache, kpe_cache, kv_page_i
             fn, q_nope, q_pe, ckv_cache, kpe_cache, kv_page_indptr, kv_page_indices, kv_last_page_len,
             scale=scale, return_lse=return_lse, out=out, lse=lse, k_scale=k_scale, v_scale=v_scale,
             num_splits=num_splits, check_indices=check_indices, inputs=inputs, qo_indptr=qo_indptr, causal=causal)
-        return scale, k_scale, v_scale, max_pages, cache.validated(key)
+        slot = cache.validated(key)
+        if slot is not None:
+            slot[CONVERTED] = (scale, k_scale, v_scale)
+        return scale, k_scale, v_scale, max_pages, slot
     if out is not None or lse is not None:
         check_out_lse_aliases(fn, out, lse, inputs)
-    scale = check_scale(fn, scale, q_nope.shape[2] + q_pe.shape[2])
-    k_scale = check_cache_scale(fn, "k_scale", k_scale)
-    v_scale = check_cache_scale(fn, "v_scale", v_scale)
+    converted = slot.get(CONVERTED)
+    if converted is not None:
+        scale, k_scale, v_scale = converted
+    else:
+        scale = check_scale(fn, scale, q_nope.shape[2] + q_pe.shape[2])
+        k_scale = check_cache_scale(fn, "k_scale", k_scale)
+        v_scale = check_cache_scale(fn, "v_scale", v_scale)
     max_pages = _check_data(fn, q_nope, ckv_cache, kv_page_indptr, kv_page_indices, kv_last_page_len,
                             check_indices, qo_indptr, causal)
     return scale, k_scale, v_scale, max_pages, slot
+
+
+#: Where a validated key's slot keeps its converted scalars (beside its bound plans, which are
+#: keyed by page counts).
+CONVERTED = "converted scalars"
 
 
 def _qo_checks(fn, qo_indptr, T, page_size, kv_page_indptr, kv_last_page_len, causal):
