@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import numbers
 import math
-from typing import Optional
+from typing import NamedTuple, Optional
 
 import torch
 import triton
@@ -437,9 +437,10 @@ def _checked(cache: CallCache, fn, q_nope, q_pe, ckv_cache, kpe_cache, kv_page_i
              kv_last_page_len, *, scale, return_lse, out, lse, k_scale, v_scale, num_splits, check_indices, inputs,
              qo_indptr=None, causal=True):
     """``_prepare`` through the call cache: a key validated before skips the shape checks and
-    takes the scalars as they were converted for it (the key holds their values and types:
-    the conversion is a function of the key); the output's address checks and the data checks
-    run anew. Returns (scale, k_scale, v_scale, max_pages, slot)."""
+    takes what was derived from the key alone when it was validated (the converted scalars: the
+    key holds their values and types; whether the interpreter runs; how each cache is read);
+    the output's address checks and the data checks run anew. Returns (max_pages, slot,
+    ``Facts``)."""
     key = cache.key(tuple(inputs.values()), (out, lse),
                     (scale, return_lse, k_scale, v_scale, num_splits, check_indices, causal))
     slot = cache.lookup(key)
@@ -448,27 +449,40 @@ def _checked(cache: CallCache, fn, q_nope, q_pe, ckv_cache, kpe_cache, kv_page_i
             fn, q_nope, q_pe, ckv_cache, kpe_cache, kv_page_indptr, kv_page_indices, kv_last_page_len,
             scale=scale, return_lse=return_lse, out=out, lse=lse, k_scale=k_scale, v_scale=v_scale,
             num_splits=num_splits, check_indices=check_indices, inputs=inputs, qo_indptr=qo_indptr, causal=causal)
+        facts = Facts(scale, k_scale, v_scale, is_interpret(), fp8_mode(ckv_cache), fp8_mode(kpe_cache))
         slot = cache.validated(key)
         if slot is not None:
-            slot[CONVERTED] = (scale, k_scale, v_scale)
-        return scale, k_scale, v_scale, max_pages, slot
+            slot[FACTS] = facts
+        return max_pages, slot, facts
     if out is not None or lse is not None:
         check_out_lse_aliases(fn, out, lse, inputs)
-    converted = slot.get(CONVERTED)
-    if converted is not None:
-        scale, k_scale, v_scale = converted
-    else:
-        scale = check_scale(fn, scale, q_nope.shape[2] + q_pe.shape[2])
-        k_scale = check_cache_scale(fn, "k_scale", k_scale)
-        v_scale = check_cache_scale(fn, "v_scale", v_scale)
+    facts = slot.get(FACTS)
+    if facts is None:  # (pushed out by a great many page counts)
+        facts = Facts(check_scale(fn, scale, q_nope.shape[2] + q_pe.shape[2]),
+                      check_cache_scale(fn, "k_scale", k_scale), check_cache_scale(fn, "v_scale", v_scale),
+                      is_interpret(), fp8_mode(ckv_cache), fp8_mode(kpe_cache))
     max_pages = _check_data(fn, q_nope, ckv_cache, kv_page_indptr, kv_page_indices, kv_last_page_len,
                             check_indices, qo_indptr, causal)
-    return scale, k_scale, v_scale, max_pages, slot
+    return max_pages, slot, facts
 
 
-#: Where a validated key's slot keeps its converted scalars (beside its bound plans, which are
-#: keyed by page counts).
-CONVERTED = "converted scalars"
+class Facts(NamedTuple):
+    """What a call derives from its key alone (kept in the key's slot of the call cache)."""
+    scale: float
+    k_scale: float
+    v_scale: float
+    interpret: bool
+    ckv_mode: int
+    kpe_mode: int
+
+    def views(self, ckv_cache, kpe_cache) -> tuple:
+        """``kernel_caches`` of the two caches."""
+        return kernel_view(ckv_cache, self.ckv_mode), kernel_view(kpe_cache, self.kpe_mode)
+
+
+#: Where a validated key's slot keeps its ``Facts`` (beside its bound plans, which are keyed by
+#: page counts).
+FACTS = "facts"
 
 
 def _qo_checks(fn, qo_indptr, T, page_size, kv_page_indptr, kv_last_page_len, causal):
@@ -513,13 +527,13 @@ def _outputs(q_nope, out, lse, return_lse):
     return out, (lse if return_lse else None)
 
 
-def _split_pages(q_nope, kv_page_indptr, kv_page_indices, checked_max):
+def _split_pages(kv_page_indptr, kv_page_indices, checked_max, interpret: bool):
     """The page count the split is sized by. On a device, the average sequence's, from shapes
     alone (exact for one sequence or equal lengths): no device sync, so a call can be captured in
     a CUDA graph and a checked call plans as an unchecked one; a longer sequence still gets all
     of its pages, in longer runs. Under the interpreter the longest sequence's own count (host
     memory, free to read)."""
-    if not is_interpret():
+    if not interpret:
         return cdiv(kv_page_indices.shape[0], max(1, kv_page_indptr.shape[0] - 1))
     if checked_max is not None:
         return checked_max
@@ -542,20 +556,20 @@ def mla_paged_decode(q_nope: torch.Tensor, q_pe: torch.Tensor, ckv_cache: torch.
     fn = "mla_paged_decode"
     inputs = dict(q_nope=q_nope, q_pe=q_pe, ckv_cache=ckv_cache, kpe_cache=kpe_cache, kv_page_indptr=kv_page_indptr,
                   kv_page_indices=kv_page_indices, kv_last_page_len=kv_last_page_len)
-    scale, k_scale, v_scale, max_pages, slot = _checked(
+    max_pages, slot, facts = _checked(
         _DECODE, fn, q_nope, q_pe, ckv_cache, kpe_cache, kv_page_indptr, kv_page_indices, kv_last_page_len,
         scale=scale, return_lse=return_lse, out=out, lse=lse, k_scale=k_scale, v_scale=v_scale,
         num_splits=num_splits, check_indices=check_indices, inputs=inputs)
     out, lse = _outputs(q_nope, out, lse, return_lse)
-    max_pages = _split_pages(q_nope, kv_page_indptr, kv_page_indices, max_pages)
-    views = kernel_caches(ckv_cache, kpe_cache)
+    max_pages = _split_pages(kv_page_indptr, kv_page_indices, max_pages, facts.interpret)
+    views = facts.views(ckv_cache, kpe_cache)
     tensors = (q_nope, q_pe, *views, kv_page_indptr, kv_page_indices, kv_last_page_len, out, lse)
     bound = None if slot is None else slot.get(max_pages)
     if bound is not None:
         bound.launch(tensors, launch)
         return out, lse
     plan = mla_plan(q_nope, q_pe, ckv_cache, kpe_cache, kv_page_indptr, kv_page_indices, kv_last_page_len,
-                    None, out, lse, scale=scale, k_scale=k_scale, v_scale=v_scale,
+                    None, out, lse, scale=facts.scale, k_scale=facts.k_scale, v_scale=facts.v_scale,
                     max_pages=max_pages, num_splits=num_splits, views=views)
     _DECODE.run(slot, max_pages, plan, tensors, is_live(q_nope), launch)
     return out, lse
@@ -577,22 +591,22 @@ def mla_paged_prefill(q_nope: torch.Tensor, q_pe: torch.Tensor, qo_indptr: torch
     inputs = dict(q_nope=q_nope, q_pe=q_pe, qo_indptr=qo_indptr, ckv_cache=ckv_cache, kpe_cache=kpe_cache,
                   kv_page_indptr=kv_page_indptr, kv_page_indices=kv_page_indices,
                   kv_last_page_len=kv_last_page_len)
-    scale, k_scale, v_scale, max_pages, slot = _checked(
+    max_pages, slot, facts = _checked(
         _PREFILL, fn, q_nope, q_pe, ckv_cache, kpe_cache, kv_page_indptr, kv_page_indices, kv_last_page_len,
         scale=scale, return_lse=return_lse, out=out, lse=lse, k_scale=k_scale, v_scale=v_scale,
         num_splits=num_splits, check_indices=check_indices, inputs=inputs, qo_indptr=qo_indptr, causal=causal)
     out, lse = _outputs(q_nope, out, lse, return_lse)
     if q_nope.shape[0] == 0:
         return out, lse
-    max_pages = _split_pages(q_nope, kv_page_indptr, kv_page_indices, max_pages)
-    views = kernel_caches(ckv_cache, kpe_cache)
+    max_pages = _split_pages(kv_page_indptr, kv_page_indices, max_pages, facts.interpret)
+    views = facts.views(ckv_cache, kpe_cache)
     tensors = (q_nope, q_pe, *views, kv_page_indptr, kv_page_indices, kv_last_page_len, qo_indptr, out, lse)
     bound = None if slot is None else slot.get(max_pages)
     if bound is not None:
         bound.launch(tensors, launch)
         return out, lse
     plan = mla_plan(q_nope, q_pe, ckv_cache, kpe_cache, kv_page_indptr, kv_page_indices, kv_last_page_len,
-                    qo_indptr, out, lse, scale=scale, k_scale=k_scale, v_scale=v_scale,
+                    qo_indptr, out, lse, scale=facts.scale, k_scale=facts.k_scale, v_scale=facts.v_scale,
                     max_pages=max_pages, num_splits=num_splits, views=views, causal=causal)
     _PREFILL.run(slot, max_pages, plan, tensors, is_live(q_nope), launch)
     return out, lse
