@@ -408,13 +408,13 @@ def _prepare(fn, q_nope, q_pe, ckv_cache, kpe_cache, kv_page_indptr, kv_page_ind
     check_page_table(fn, B, q_nope.device, kv_page_indptr, kv_page_indices, kv_last_page_len)
     check_outputs_free(fn, out, lse, return_lse, R, H, Dc, q_nope, inputs, rows_name)
     check_launchable(fn, "q_nope", q_nope)
-    max_pages = _check_data(fn, q_nope, ckv_cache, kv_page_indptr, kv_page_indices, kv_last_page_len,
-                            check_indices, qo_indptr, causal)
     if prefill and B == 0 and R > 0:
         # Shapes alone say qo_indptr cannot end at total_q (the kernel finds each row's
         # sequence in the table: with none there it would have nowhere to look).
         raise ValueError(f"{fn}: qo_indptr has no sequence (shape [1]) but q_nope has {R} query rows; "
                          f"qo_indptr[B] must equal q_nope.shape[0]")
+    max_pages = _check_data(fn, q_nope, ckv_cache, kv_page_indptr, kv_page_indices, kv_last_page_len,
+                            check_indices, qo_indptr, causal)
     return scale, k_scale, v_scale, max_pages, B
 
 
