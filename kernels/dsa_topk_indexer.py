@@ -150,7 +150,7 @@ def split_index_cache(k_cache: torch.Tensor, k_scale: Optional[torch.Tensor]) ->
     layout, seen as [pages, P, 1, 132]); both views keep the pool's page stride."""
     if k_cache.dtype in PACKED_DTYPES:
         pages, P = k_cache.shape[0], k_cache.shape[1]
-        raw = k_cache.view(torch.uint8)
+        raw = k_cache if k_cache.dtype == torch.uint8 else k_cache.view(torch.uint8)
         page = raw.stride(0)
         keys = raw.as_strided((pages, P, PACKED_DIM), (page, PACKED_DIM, 1))
         words = raw.view(torch.float32)  # [pages, P, 1, 33]: same storage, 4-byte units
