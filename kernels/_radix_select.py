@@ -15,7 +15,9 @@ The launches: ``_radix_count`` for passes 0-3 (a producer of the logits may coun
 with ``count_digits`` + ``flush_counts``, as the indexer's logits kernel does on the fast path),
 then ``_radix_gather``. Each program of a later launch re-derives the bytes found so far from the
 histograms (a few 256-wide sums), so nothing but the histograms passes between launches. ``ws``
-must be zero before the first launch (one memset a call).
+must be zero before the first launch, and the gather leaves it zero again (the row's last
+program clears it once every program of the row has read it): a caller may keep one workspace
+for every call, with no memset per call.
 
 The CUDA fast path (``use_fast_path``) counts a tile's bytes with ``tl.histogram`` and spreads
 the gather over many programs a row, which take their output slots by atomic tickets and rank
@@ -39,6 +41,10 @@ PASSES = 32 // RADIX_BITS
 #: the threshold, equal to it), padded to keep rows 128-byte aligned.
 WS_COUNTERS = PASSES * RADIX
 WS_ROW = PASSES * RADIX + 32
+#: The gather's done tickets (fast path), after the two counters.
+WS_DONE = WS_COUNTERS + 2
+#: Words a program clears per step.
+CLEAR_BLOCK = 512
 
 
 @triton.jit
@@ -146,13 +152,25 @@ def _radix_count(LOGITS, SEQ, WS, stride_lb, stride_wb, N, topk,
         flush_counts(ws + PASS * RADIX, counts, HBINS, RADIX)
 
 
+@triton.jit
+def clear_row(WS_ROW_PTR, WORDS: tl.constexpr, CLEAR_BLOCK: tl.constexpr):
+    """Zeroes a row's WORDS workspace words."""
+    for start in tl.static_range(0, WORDS, CLEAR_BLOCK):
+        offs = start + tl.arange(0, CLEAR_BLOCK)
+        tl.store(WS_ROW_PTR + offs, tl.zeros([CLEAR_BLOCK], dtype=tl.int32), mask=offs < WORDS)
+
+
 @triton.jit(do_not_specialize=["N", "topk"])
 def _radix_gather(LOGITS, SEQ, WS, OUT, stride_lb, stride_wb, stride_ob, N, topk,
                   BLOCK: tl.constexpr, RADIX: tl.constexpr, RADIX_BITS: tl.constexpr, PASSES: tl.constexpr,
-                  COUNTERS: tl.constexpr, FAST: tl.constexpr):
+                  COUNTERS: tl.constexpr, DONE: tl.constexpr, WORDS: tl.constexpr, CLEAR_BLOCK: tl.constexpr,
+                  FAST: tl.constexpr):
     """The chosen positions into OUT[b, :n] (order unspecified), -1 into OUT[b, n:topk]. FAST:
     any number of programs a row, slots by atomic tickets, ranks by ``tl.cumsum``; else one
-    program a row (the portable path)."""
+    program a row (the portable path). Either way the row's WORDS workspace words are zero
+    again when the launch ends: cleared by the one program of the row, or on the fast path by
+    the row's program that takes the last done ticket (the barrier and the acq_rel atomic order
+    every program's workspace reads before its ticket)."""
     b = tl.program_id(0).to(tl.int64)
     g = tl.program_id(1)
     n_prog = tl.num_programs(1)
@@ -191,6 +209,16 @@ def _radix_gather(LOGITS, SEQ, WS, OUT, stride_lb, stride_wb, stride_ob, N, topk
             tl.store(out + at_gt + ranks_before(gt, BLOCK, FAST), j, mask=gt > 0)
             slot = at_eq + ranks_before(eq, BLOCK, FAST)
             tl.store(out + above + slot, j, mask=(eq > 0) & (slot < need))
+    ws_row = WS + b * stride_wb
+    if FAST:
+        tl.debug_barrier()
+        done = tl.atomic_add(ws_row + DONE, 1, sem="acq_rel")
+        if done == n_prog - 1:
+            clear_row(ws_row, WORDS, CLEAR_BLOCK)
+    else:
+        # One program a row: its reads of the workspace all fed the reductions above, which every
+        # thread of the program has passed.
+        clear_row(ws_row, WORDS, CLEAR_BLOCK)
 
 
 def select_config(t: torch.Tensor) -> dict:
@@ -210,7 +238,7 @@ def select_config(t: torch.Tensor) -> dict:
 
 
 def workspace(B: int, device) -> torch.Tensor:
-    """The zeroed histograms and counters of B rows."""
+    """The zeroed histograms and counters of B rows (the launches leave them zero)."""
     return torch.zeros((B, WS_ROW), dtype=torch.int32, device=device)
 
 
@@ -228,20 +256,23 @@ def select_plans(logits: torch.Tensor, seq_lens: torch.Tensor, topk: int, out: t
                             args=(logits, seq_lens, ws, out, logits.stride(0), ws.stride(0), out.stride(0), N,
                                   topk),
                             meta=dict(BLOCK=cfg["GATHER_BLOCK"], RADIX=RADIX, RADIX_BITS=RADIX_BITS, PASSES=PASSES,
-                                      COUNTERS=WS_COUNTERS, FAST=cfg["HISTOGRAM"], num_warps=4)))
+                                      COUNTERS=WS_COUNTERS, DONE=WS_DONE, WORDS=WS_ROW, CLEAR_BLOCK=CLEAR_BLOCK,
+                                      FAST=cfg["HISTOGRAM"], num_warps=4)))
     for a, b in zip(plans, plans[1:]):
         a.then = b
     return plans[0], plans[-1]
 
 
 def radix_topk(logits: torch.Tensor, seq_lens: torch.Tensor, topk: int, out: torch.Tensor,
-               programs_per_row: int = 4) -> torch.Tensor:
+               programs_per_row: int = 4, ws: torch.Tensor | None = None) -> torch.Tensor:
     """The top ``topk`` of ``logits[b, :seq_lens[b]]`` (fp32 [B, N], row stride any, unit column
     stride) as positions into ``out`` [B, topk] int32, -1 past min(topk, seq_len): all four
-    passes and the gather here. For inputs the caller has checked."""
+    passes and the gather here. For inputs the caller has checked. ``ws``: a zeroed
+    ``workspace(B, device)`` to use (it is zero again afterwards), else a fresh one."""
     B, N = logits.shape
     cfg = select_config(logits)
     grid = (B, max(1, min(programs_per_row, cdiv(N, cfg["BLOCK"]))))
-    first, _ = select_plans(logits, seq_lens, int(topk), out, workspace(B, logits.device), grid, cfg, first_pass=0)
+    ws = workspace(B, logits.device) if ws is None else ws
+    first, _ = select_plans(logits, seq_lens, int(topk), out, ws, grid, cfg, first_pass=0)
     launch(first)
     return out

@@ -34,7 +34,7 @@ from ._checks import (DOT_INPUT_PRECISION, FLOAT_DTYPES, LaunchPlan, cdiv, check
                       check_int_range, check_launchable, check_nonempty, check_out_lse, check_out_lse_aliases,
                       check_scale, check_tensor, check_values_in_range, is_interpret, is_live, launch, next_pow2,
                       on_ascend)
-from ._fp8 import BITS, FP8_DTYPE, fp8_mode
+from ._fp8 import BITS, FP8_DTYPE, fp8_mode, kernel_view
 from ._grid import plan_grid
 from .mla_paged import _e4m3_bits, kernel_caches
 from ._softmax import online_softmax_fold, softmax_finish
@@ -318,20 +318,27 @@ def dsa_sparse_attention(q_nope: torch.Tensor, q_pe: torch.Tensor, ckv_cache: to
     tensors_in = (q_nope, q_pe, ckv_cache, kpe_cache, sparse_indices)
     key = _CALLS.key(tensors_in, (out, lse), (scale, k_scale, v_scale, return_lse, num_splits, check_indices))
     slot = _CALLS.lookup(key)
+    facts = None if slot is None else slot.get(FACTS)
     if slot is None:
         scale, P = validate(fn, q_nope, q_pe, ckv_cache, kpe_cache, sparse_indices, scale, k_scale, v_scale,
                             return_lse, out, lse, num_splits)
         check_flag(fn, "check_indices", check_indices)
     else:
-        # Validated before for this key: the scale again (pure), the address checks anew.
-        scale, P = check_scale(fn, scale, q_nope.shape[2] + q_pe.shape[2]), ckv_cache.shape[1]
+        # Validated before for this key: what the key alone gives as it was found then (the
+        # scale converted, the pool's layout, how the caches are read), the address checks anew.
+        P = ckv_cache.shape[1]
+        scale = facts[0] if facts is not None else check_scale(fn, scale, q_nope.shape[2] + q_pe.shape[2])
         if out is not None or lse is not None:
             check_out_lse_aliases(fn, out, lse, dict(zip(_INPUTS, tensors_in)))
     if check_indices:
         check_values_in_range(fn, "sparse_indices", sparse_indices, -1, ckv_cache.shape[0] * P,
                               what="entries (flat slot ids or -1)")
+    if facts is None:
+        facts = (scale, _uniform(ckv_cache) and _uniform(kpe_cache), fp8_mode(ckv_cache), fp8_mode(kpe_cache))
     if slot is None:
         slot = _CALLS.validated(key)
+        if slot is not None:
+            slot[FACTS] = facts
     T, H, Dc = q_nope.shape
     if out is None:
         out = torch.empty((T, H, Dc), dtype=q_nope.dtype, device=q_nope.device)
@@ -341,9 +348,9 @@ def dsa_sparse_attention(q_nope: torch.Tensor, q_pe: torch.Tensor, ckv_cache: to
         lse = None
     # Row offsets are read from the ids (data): made per call and passed like the inputs.
     offsets = None
-    if not (_uniform(ckv_cache) and _uniform(kpe_cache)):
+    if not facts[1]:
         offsets = (row_offsets(ckv_cache, sparse_indices), row_offsets(kpe_cache, sparse_indices))
-    views = kernel_caches(ckv_cache, kpe_cache)
+    views = kernel_view(ckv_cache, facts[2]), kernel_view(kpe_cache, facts[3])
     tensors = (q_nope, q_pe, *views, sparse_indices, out, lse) + (offsets or ())
     bound = None if slot is None else slot.get(())
     if bound is not None:
@@ -357,4 +364,7 @@ def dsa_sparse_attention(q_nope: torch.Tensor, q_pe: torch.Tensor, ckv_cache: to
 
 
 _INPUTS = ("q_nope", "q_pe", "ckv_cache", "kpe_cache", "sparse_indices")
+#: Where a validated key's slot keeps (scale, uniform pool, ckv read mode, kpe read mode),
+#: beside its bound plan (keyed ``()``).
+FACTS = "facts"
 _CALLS = CallCache("dsa_sparse_attention")

@@ -8,7 +8,9 @@ decodes the NaN codes wrongly). Every e4m3 value is exact in fp16, so the decode
 fp16 ``tl.dot`` with an fp32 accumulator: the products are exact and only the fp32 sums round
 (docs/dsa.md derives the tolerance from that).
 
-One call is one memset (the selection's histograms) and a chain of launches, with no host sync:
+One call is a chain of launches with no host sync and, on a repeat call, no allocation: the
+selection's histograms (zeroed once, left zero by the last launch) and a logits buffer the
+caller does not get back are workspace the call cache keeps (kernels/_callcache.py).
 
 1. ``_indexer_logits``: program (b, g) walks tiles g, g + G, ... of row b, with q decoded once
    per program (all heads at once, off Ascend), and stores the fp32 logits (-inf past seq_len). On the CUDA fast path
@@ -148,7 +150,7 @@ def split_index_cache(k_cache: torch.Tensor, k_scale: Optional[torch.Tensor]) ->
     layout, seen as [pages, P, 1, 132]); both views keep the pool's page stride."""
     if k_cache.dtype in PACKED_DTYPES:
         pages, P = k_cache.shape[0], k_cache.shape[1]
-        raw = k_cache.view(torch.uint8)
+        raw = k_cache if k_cache.dtype == torch.uint8 else k_cache.view(torch.uint8)
         page = raw.stride(0)
         keys = raw.as_strided((pages, P, PACKED_DIM), (page, PACKED_DIM, 1))
         words = raw.view(torch.float32)  # [pages, P, 1, 33]: same storage, 4-byte units
@@ -344,13 +346,17 @@ def dsa_topk_indexer(q_idx: torch.Tensor, k_cache: torch.Tensor, weights: torch.
     B = q_idx.shape[0]
     if out is None:
         out = torch.empty((B, topk), dtype=torch.int32, device=q_idx.device)
-    buf = logits if logits is not None else torch.empty((B, N), dtype=torch.float32, device=q_idx.device)
     keys, scales = split_index_cache(k_cache, k_scale)
-    ws = workspace(B, q_idx.device)
     q_bytes = q_idx.view(torch.uint8)
     # The plan's tensors, each once (the bound plan finds its arguments among them by identity);
-    # the portable kernel's per-token offsets are made anew from this call's block table.
-    tensors = (q_bytes, weights, keys, scales, block_table, seq_lens, buf, ws, out)
+    # the portable kernel's per-token offsets are made anew from this call's block table. The
+    # histograms and a logits buffer the caller does not see are workspace: a repeat call takes
+    # the bound plan's own.
+    buf = logits
+    if return_logits and buf is None:
+        buf = torch.empty((B, N), dtype=torch.float32, device=q_idx.device)
+    scratch = buf is None   # (a logits buffer comes with return_logits: validation says so)
+    tensors = (q_bytes, weights, keys, scales, block_table, seq_lens, out) + (() if scratch else (buf,))
     offsets = None
     if not use_fast_path(q_idx):
         offsets = token_offsets(keys, scales, block_table, N)
@@ -358,9 +364,13 @@ def dsa_topk_indexer(q_idx: torch.Tensor, k_cache: torch.Tensor, weights: torch.
     bound = None if slot is None else slot.get(())
     if bound is not None:
         bound.launch(tensors, launch)
-        return out, (buf if return_logits else None)
+        return out, buf
+    if scratch:
+        buf = torch.empty((B, N), dtype=torch.float32, device=q_idx.device)
+    ws = workspace(B, q_idx.device)
     plan = indexer_plan(q_idx, keys, scales, weights, seq_lens, block_table, int(topk), buf, out, ws,
-                        fill_tail=logits is not None or return_logits, q_bytes=q_bytes, offsets=offsets)
+                        fill_tail=not scratch, q_bytes=q_bytes, offsets=offsets)
+    plan.workspace = ((ws, True),) + (((buf, False),) if scratch else ())
     _CALLS.run(slot, (), plan, tensors, is_live(q_idx), launch)
     return out, (buf if return_logits else None)
 

@@ -7,9 +7,10 @@ q_pe @ kpe^T`` ([BLOCK_H, BLOCK_N]) and the output accumulates ``p @ ckv`` ([BLO
 ckv tile loaded for the score is the value tile too.
 
 A program is one (query row, head block, page split). In decode a query row is a sequence; in
-prefill it is one query token, whose sequence and number of visible cache tokens (causal, aligned
-bottom-right: ``m - n + i + 1``) are computed on the host by one vectorized torch pass, so the
-kernel is the same and a causal row simply walks fewer pages. Pages are walked with one scalar
+prefill it is one query token, whose sequence the program finds by a binary search of
+``qo_indptr`` (scalar loads) and whose number of visible cache tokens (causal, aligned
+bottom-right: ``m - n + i + 1``) it derives from the page table, so the kernel is the same, a
+causal row simply walks fewer pages, and the host issues no torch op for the rows. Pages are walked with one scalar
 page-id load per page (a vector ``t // PAGE_SIZE`` lookup does not compile on triton-ascend
 3.2.0rc2) and each page in BLOCK_N-slot chunks; the valid-slot mask is arithmetic. Long rows are
 split over pages and merged by ``_split.merge_plan`` (LSE-weighted).
@@ -30,7 +31,7 @@ from __future__ import annotations
 
 import numbers
 import math
-from typing import Optional
+from typing import NamedTuple, Optional
 
 import torch
 import triton
@@ -106,12 +107,12 @@ def _latent_f16(ptrs, mask, rows, FP8_BYTES: tl.constexpr):
 
 @triton.jit
 def _mla_tile(
-    QN, QP, CKV, KPE, PAGE_INDPTR, PAGE_INDICES, LAST_LEN, ROW_SEQ, ROW_LIMIT, O, LSE,
+    QN, QP, CKV, KPE, PAGE_INDPTR, PAGE_INDICES, LAST_LEN, QO_INDPTR, O, LSE,
     stride_qnr, stride_qnh, stride_qpr, stride_qph,
     stride_cp, stride_cs, stride_kp, stride_ks,
     stride_or, stride_oh, stride_osplit, stride_lr, stride_lh, stride_lsplit,
-    H, DC, DR, NUM_SPLITS, qk_scale, v_scale, row, hb, split,
-    PAGE_SIZE: tl.constexpr, HAS_ROWS: tl.constexpr, RETURN_LSE: tl.constexpr,
+    H, DC, DR, NUM_SPLITS, qk_scale, v_scale, n_seqs, seq_steps, row, hb, split,
+    PAGE_SIZE: tl.constexpr, HAS_ROWS: tl.constexpr, CAUSAL: tl.constexpr, RETURN_LSE: tl.constexpr,
     DOT_PRECISION: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_N: tl.constexpr,
     BLOCK_DC: tl.constexpr, BLOCK_DR: tl.constexpr, FP8: tl.constexpr, FP8_BYTES: tl.constexpr,
 ):
@@ -133,16 +134,28 @@ def _mla_tile(
     qp = tl.load(QP + r64 * stride_qpr + heads[:, None] * stride_qph + offs_r[None, :],
                  mask=h_ok[:, None] & r_ok[None, :], other=0.0)
     if HAS_ROWS:
-        seq = tl.load(ROW_SEQ + row)
+        # Prefill: the row's sequence is the last b in [0, n_seqs) with qo_indptr[b] <= row,
+        # found in seq_steps halvings. Every probe stays inside the table whatever it holds
+        # (with the data checks off, a bad qo_indptr gives a wrong sequence, never a stray read).
+        seq = row * 0
+        hi = seq + n_seqs - 1
+        for _ in range(seq_steps):
+            mid = (seq + hi + 1) // 2
+            below = tl.load(QO_INDPTR + mid) <= row
+            seq = tl.where(below, mid, seq)
+            hi = tl.where(below, hi, mid - 1)
     else:
         seq = row
     page_lo = tl.load(PAGE_INDPTR + seq)
     n_pages = tl.load(PAGE_INDPTR + seq + 1) - page_lo
+    # last_page_len of a sequence without pages is 0: limit is then <= 0 and no page is walked.
+    limit = (n_pages - 1) * PAGE_SIZE + tl.load(LAST_LEN + seq)
     if HAS_ROWS:
-        limit = tl.load(ROW_LIMIT + row)
-    else:
-        # last_page_len of a sequence without pages is 0: limit is then <= 0 and no page is walked.
-        limit = (n_pages - 1) * PAGE_SIZE + tl.load(LAST_LEN + seq)
+        # m cached tokens; causal: query i of the sequence's n (rows qo_indptr[b] ..
+        # qo_indptr[b + 1] - 1) sees m - n + i + 1 of them.
+        limit = tl.where(n_pages > 0, limit, 0)
+        if CAUSAL:
+            limit = limit - tl.load(QO_INDPTR + seq + 1) + row + 1
     n_visible = tl.minimum((limit + PAGE_SIZE - 1) // PAGE_SIZE, n_pages)
     per_split = (n_visible + NUM_SPLITS - 1) // NUM_SPLITS
     p_start = split * per_split
@@ -188,14 +201,14 @@ def _mla_tile(
 
 # sizes and LSE strides unspecialized: see kernels/__init__.py
 @triton.jit(do_not_specialize=["H", "NUM_SPLITS", "stride_lr", "stride_lh", "stride_lsplit",
-                               "n_hblk", "n_rows", "n_work", "n_programs"])
+                               "n_seqs", "seq_steps", "n_hblk", "n_rows", "n_work", "n_programs"])
 def _mla_paged_fwd(
-    QN, QP, CKV, KPE, PAGE_INDPTR, PAGE_INDICES, LAST_LEN, ROW_SEQ, ROW_LIMIT, O, LSE,
+    QN, QP, CKV, KPE, PAGE_INDPTR, PAGE_INDICES, LAST_LEN, QO_INDPTR, O, LSE,
     stride_qnr, stride_qnh, stride_qpr, stride_qph,
     stride_cp, stride_cs, stride_kp, stride_ks,
     stride_or, stride_oh, stride_osplit, stride_lr, stride_lh, stride_lsplit,
-    H, DC, DR, NUM_SPLITS, qk_scale, v_scale, n_hblk, n_rows, n_work, n_programs,
-    PAGE_SIZE: tl.constexpr, HAS_ROWS: tl.constexpr, RETURN_LSE: tl.constexpr,
+    H, DC, DR, NUM_SPLITS, qk_scale, v_scale, n_seqs, seq_steps, n_hblk, n_rows, n_work, n_programs,
+    PAGE_SIZE: tl.constexpr, HAS_ROWS: tl.constexpr, CAUSAL: tl.constexpr, RETURN_LSE: tl.constexpr,
     DOT_PRECISION: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_N: tl.constexpr,
     BLOCK_DC: tl.constexpr, BLOCK_DR: tl.constexpr, FP8: tl.constexpr, FP8_BYTES: tl.constexpr,
     PERSISTENT: tl.constexpr,
@@ -206,19 +219,19 @@ def _mla_paged_fwd(
         n_rh = n_rows * n_hblk
         for work in range(tl.program_id(0), n_work, n_programs):
             rh = work % n_rh
-            _mla_tile(QN, QP, CKV, KPE, PAGE_INDPTR, PAGE_INDICES, LAST_LEN, ROW_SEQ, ROW_LIMIT, O, LSE,
+            _mla_tile(QN, QP, CKV, KPE, PAGE_INDPTR, PAGE_INDICES, LAST_LEN, QO_INDPTR, O, LSE,
                       stride_qnr, stride_qnh, stride_qpr, stride_qph, stride_cp, stride_cs, stride_kp,
                       stride_ks, stride_or, stride_oh, stride_osplit, stride_lr, stride_lh, stride_lsplit,
-                      H, DC, DR, NUM_SPLITS, qk_scale, v_scale, rh // n_hblk, rh % n_hblk, work // n_rh,
-                      PAGE_SIZE, HAS_ROWS, RETURN_LSE, DOT_PRECISION, BLOCK_H, BLOCK_N, BLOCK_DC, BLOCK_DR,
+                      H, DC, DR, NUM_SPLITS, qk_scale, v_scale, n_seqs, seq_steps, rh // n_hblk, rh % n_hblk,
+                      work // n_rh, PAGE_SIZE, HAS_ROWS, CAUSAL, RETURN_LSE, DOT_PRECISION, BLOCK_H, BLOCK_N, BLOCK_DC, BLOCK_DR,
                       FP8, FP8_BYTES)
     else:
         rh = tl.program_id(0)
-        _mla_tile(QN, QP, CKV, KPE, PAGE_INDPTR, PAGE_INDICES, LAST_LEN, ROW_SEQ, ROW_LIMIT, O, LSE,
+        _mla_tile(QN, QP, CKV, KPE, PAGE_INDPTR, PAGE_INDICES, LAST_LEN, QO_INDPTR, O, LSE,
                   stride_qnr, stride_qnh, stride_qpr, stride_qph, stride_cp, stride_cs, stride_kp,
                   stride_ks, stride_or, stride_oh, stride_osplit, stride_lr, stride_lh, stride_lsplit,
-                  H, DC, DR, NUM_SPLITS, qk_scale, v_scale, rh // n_hblk, rh % n_hblk, tl.program_id(1),
-                  PAGE_SIZE, HAS_ROWS, RETURN_LSE, DOT_PRECISION, BLOCK_H, BLOCK_N, BLOCK_DC, BLOCK_DR,
+                  H, DC, DR, NUM_SPLITS, qk_scale, v_scale, n_seqs, seq_steps, rh // n_hblk, rh % n_hblk,
+                  tl.program_id(1), PAGE_SIZE, HAS_ROWS, CAUSAL, RETURN_LSE, DOT_PRECISION, BLOCK_H, BLOCK_N, BLOCK_DC, BLOCK_DR,
                   FP8, FP8_BYTES)
 
 
@@ -286,13 +299,14 @@ def kernel_caches(ckv_cache: torch.Tensor, kpe_cache: torch.Tensor) -> tuple:
 
 
 def mla_plan(q_nope, q_pe, ckv_cache, kpe_cache, kv_page_indptr, kv_page_indices, kv_last_page_len,
-             row_seq, row_limit, out, lse, *, scale: float, k_scale: float, v_scale: float, max_pages: int,
+             qo_indptr, out, lse, *, scale: float, k_scale: float, v_scale: float, max_pages: int,
              num_splits: Optional[int] = None, config: Optional[dict] = None,
-             views: Optional[tuple] = None) -> Optional[LaunchPlan]:
+             views: Optional[tuple] = None, causal: bool = True) -> Optional[LaunchPlan]:
     """The launch chain for validated inputs: rows of ``q_nope`` ([R, H, Dc]) over the cache;
-    ``row_seq`` / ``row_limit`` (int32 [R], prefill) give each row's sequence and visible token
-    count (None: row b is sequence b, all of it). None when there is no row at all. ``views``:
-    ``kernel_caches(ckv_cache, kpe_cache)``, when the caller made them already."""
+    ``qo_indptr`` (int32 [B+1], prefill) packs the rows by sequence, ``causal`` then aligning
+    each to the end of its sequence's cache (None: decode, row b is sequence b, all of it). None
+    when there is no row at all. ``views``: ``kernel_caches(ckv_cache, kpe_cache)``, when the
+    caller made them already."""
     R, H, Dc = q_nope.shape
     Dr = q_pe.shape[2]
     page_size = ckv_cache.shape[1]
@@ -301,23 +315,25 @@ def mla_plan(q_nope, q_pe, ckv_cache, kpe_cache, kv_page_indptr, kv_page_indices
     ascend = on_ascend(q_nope)
     cfg = dict(config) if config is not None else mla_config(
         R, H, Dc, Dr, page_size, max_pages, ckv_cache.dtype, is_interpret(), num_splits,
-        npu_cores(q_nope, vector=False) if ascend else None, decode=row_seq is None)
+        npu_cores(q_nope, vector=False) if ascend else None, decode=qo_indptr is None)
     splits = cfg.pop("NUM_SPLITS")
     return_lse = lse is not None
     o_dst, l_dst, write_lse, o_strides, l_strides = split_outputs(out, lse, splits, R, H, Dc)
-    has_rows = row_seq is not None
+    has_rows = qo_indptr is not None
+    n_seqs = qo_indptr.shape[0] - 1 if has_rows else R
     n_hblk = cdiv(H, cfg["BLOCK_H"])
     # fp8: compiled CUDA on sm_89+ converts with Triton's own cast; everywhere else the kernel
     # reads the same memory as bytes (a view, strides kept) and decodes them (kernels/_fp8.py).
     mode = fp8_mode(ckv_cache)
     ckv_cache, kpe_cache = views if views is not None else kernel_caches(ckv_cache, kpe_cache)
     args = (q_nope, q_pe, ckv_cache, kpe_cache, kv_page_indptr, kv_page_indices, kv_last_page_len,
-            row_seq if has_rows else kv_page_indptr, row_limit if has_rows else kv_page_indptr, o_dst, l_dst,
+            qo_indptr if has_rows else kv_page_indptr, o_dst, l_dst,
             q_nope.stride(0), q_nope.stride(1), q_pe.stride(0), q_pe.stride(1),
             ckv_cache.stride(0), ckv_cache.stride(1), kpe_cache.stride(0), kpe_cache.stride(1),
-            *o_strides, *l_strides, H, Dc, Dr, splits, float(scale) * float(k_scale) * LOG2E, float(v_scale))
+            *o_strides, *l_strides, H, Dc, Dr, splits, float(scale) * float(k_scale) * LOG2E, float(v_scale),
+            n_seqs, max(0, n_seqs - 1).bit_length())
     g = plan_grid((R * n_hblk, splits), q_nope, vector=False)
-    meta = dict(PAGE_SIZE=page_size, HAS_ROWS=has_rows, RETURN_LSE=write_lse, DOT_PRECISION=DOT_INPUT_PRECISION,
+    meta = dict(PAGE_SIZE=page_size, HAS_ROWS=has_rows, CAUSAL=has_rows and bool(causal), RETURN_LSE=write_lse, DOT_PRECISION=DOT_INPUT_PRECISION,
                 FP8=mode != NOT_FP8, FP8_BYTES=mode == BITS, PERSISTENT=g.persistent, **cfg)
     workspace = () if o_dst is out else ((o_dst, False), (l_dst, False))
     plan = LaunchPlan(kernel=_mla_paged_fwd, grid=g.grid, args=args + (n_hblk, R, g.n_work, g.n_programs),
@@ -408,6 +424,11 @@ def _prepare(fn, q_nope, q_pe, ckv_cache, kpe_cache, kv_page_indptr, kv_page_ind
     check_page_table(fn, B, q_nope.device, kv_page_indptr, kv_page_indices, kv_last_page_len)
     check_outputs_free(fn, out, lse, return_lse, R, H, Dc, q_nope, inputs, rows_name)
     check_launchable(fn, "q_nope", q_nope)
+    if prefill and B == 0 and R > 0:
+        # Shapes alone say qo_indptr cannot end at total_q (the kernel finds each row's
+        # sequence in the table: with none there it would have nowhere to look).
+        raise ValueError(f"{fn}: qo_indptr has no sequence (shape [1]) but q_nope has {R} query rows; "
+                         f"qo_indptr[B] must equal q_nope.shape[0]")
     max_pages = _check_data(fn, q_nope, ckv_cache, kv_page_indptr, kv_page_indices, kv_last_page_len,
                             check_indices, qo_indptr, causal)
     return scale, k_scale, v_scale, max_pages, B
@@ -431,9 +452,11 @@ def _check_data(fn, q_nope, ckv_cache, kv_page_indptr, kv_page_indices, kv_last_
 def _checked(cache: CallCache, fn, q_nope, q_pe, ckv_cache, kpe_cache, kv_page_indptr, kv_page_indices,
              kv_last_page_len, *, scale, return_lse, out, lse, k_scale, v_scale, num_splits, check_indices, inputs,
              qo_indptr=None, causal=True):
-    """``_prepare`` through the call cache: a key validated before skips the shape checks (the
-    scalars are converted again, the output's address checks and the data checks run anew).
-    Returns (scale, k_scale, v_scale, max_pages, slot)."""
+    """``_prepare`` through the call cache: a key validated before skips the shape checks and
+    takes what was derived from the key alone when it was validated (the converted scalars: the
+    key holds their values and types; whether the interpreter runs; how each cache is read);
+    the output's address checks and the data checks run anew. Returns (max_pages, slot,
+    ``Facts``)."""
     key = cache.key(tuple(inputs.values()), (out, lse),
                     (scale, return_lse, k_scale, v_scale, num_splits, check_indices, causal))
     slot = cache.lookup(key)
@@ -442,15 +465,40 @@ def _checked(cache: CallCache, fn, q_nope, q_pe, ckv_cache, kpe_cache, kv_page_i
             fn, q_nope, q_pe, ckv_cache, kpe_cache, kv_page_indptr, kv_page_indices, kv_last_page_len,
             scale=scale, return_lse=return_lse, out=out, lse=lse, k_scale=k_scale, v_scale=v_scale,
             num_splits=num_splits, check_indices=check_indices, inputs=inputs, qo_indptr=qo_indptr, causal=causal)
-        return scale, k_scale, v_scale, max_pages, cache.validated(key)
+        facts = Facts(scale, k_scale, v_scale, is_interpret(), fp8_mode(ckv_cache), fp8_mode(kpe_cache))
+        slot = cache.validated(key)
+        if slot is not None:
+            slot[FACTS] = facts
+        return max_pages, slot, facts
     if out is not None or lse is not None:
         check_out_lse_aliases(fn, out, lse, inputs)
-    scale = check_scale(fn, scale, q_nope.shape[2] + q_pe.shape[2])
-    k_scale = check_cache_scale(fn, "k_scale", k_scale)
-    v_scale = check_cache_scale(fn, "v_scale", v_scale)
+    facts = slot.get(FACTS)
+    if facts is None:  # (pushed out by a great many page counts)
+        facts = Facts(check_scale(fn, scale, q_nope.shape[2] + q_pe.shape[2]),
+                      check_cache_scale(fn, "k_scale", k_scale), check_cache_scale(fn, "v_scale", v_scale),
+                      is_interpret(), fp8_mode(ckv_cache), fp8_mode(kpe_cache))
     max_pages = _check_data(fn, q_nope, ckv_cache, kv_page_indptr, kv_page_indices, kv_last_page_len,
                             check_indices, qo_indptr, causal)
-    return scale, k_scale, v_scale, max_pages, slot
+    return max_pages, slot, facts
+
+
+class Facts(NamedTuple):
+    """What a call derives from its key alone (kept in the key's slot of the call cache)."""
+    scale: float
+    k_scale: float
+    v_scale: float
+    interpret: bool
+    ckv_mode: int
+    kpe_mode: int
+
+    def views(self, ckv_cache, kpe_cache) -> tuple:
+        """``kernel_caches`` of the two caches."""
+        return kernel_view(ckv_cache, self.ckv_mode), kernel_view(kpe_cache, self.kpe_mode)
+
+
+#: Where a validated key's slot keeps its ``Facts`` (beside its bound plans, which are keyed by
+#: page counts).
+FACTS = "facts"
 
 
 def _qo_checks(fn, qo_indptr, T, page_size, kv_page_indptr, kv_last_page_len, causal):
@@ -495,13 +543,13 @@ def _outputs(q_nope, out, lse, return_lse):
     return out, (lse if return_lse else None)
 
 
-def _split_pages(q_nope, kv_page_indptr, kv_page_indices, checked_max):
+def _split_pages(kv_page_indptr, kv_page_indices, checked_max, interpret: bool):
     """The page count the split is sized by. On a device, the average sequence's, from shapes
     alone (exact for one sequence or equal lengths): no device sync, so a call can be captured in
     a CUDA graph and a checked call plans as an unchecked one; a longer sequence still gets all
     of its pages, in longer runs. Under the interpreter the longest sequence's own count (host
     memory, free to read)."""
-    if not is_interpret():
+    if not interpret:
         return cdiv(kv_page_indices.shape[0], max(1, kv_page_indptr.shape[0] - 1))
     if checked_max is not None:
         return checked_max
@@ -524,42 +572,23 @@ def mla_paged_decode(q_nope: torch.Tensor, q_pe: torch.Tensor, ckv_cache: torch.
     fn = "mla_paged_decode"
     inputs = dict(q_nope=q_nope, q_pe=q_pe, ckv_cache=ckv_cache, kpe_cache=kpe_cache, kv_page_indptr=kv_page_indptr,
                   kv_page_indices=kv_page_indices, kv_last_page_len=kv_last_page_len)
-    scale, k_scale, v_scale, max_pages, slot = _checked(
+    max_pages, slot, facts = _checked(
         _DECODE, fn, q_nope, q_pe, ckv_cache, kpe_cache, kv_page_indptr, kv_page_indices, kv_last_page_len,
         scale=scale, return_lse=return_lse, out=out, lse=lse, k_scale=k_scale, v_scale=v_scale,
         num_splits=num_splits, check_indices=check_indices, inputs=inputs)
     out, lse = _outputs(q_nope, out, lse, return_lse)
-    max_pages = _split_pages(q_nope, kv_page_indptr, kv_page_indices, max_pages)
-    views = kernel_caches(ckv_cache, kpe_cache)
+    max_pages = _split_pages(kv_page_indptr, kv_page_indices, max_pages, facts.interpret)
+    views = facts.views(ckv_cache, kpe_cache)
     tensors = (q_nope, q_pe, *views, kv_page_indptr, kv_page_indices, kv_last_page_len, out, lse)
     bound = None if slot is None else slot.get(max_pages)
     if bound is not None:
         bound.launch(tensors, launch)
         return out, lse
     plan = mla_plan(q_nope, q_pe, ckv_cache, kpe_cache, kv_page_indptr, kv_page_indices, kv_last_page_len,
-                    None, None, out, lse, scale=scale, k_scale=k_scale, v_scale=v_scale,
+                    None, out, lse, scale=facts.scale, k_scale=facts.k_scale, v_scale=facts.v_scale,
                     max_pages=max_pages, num_splits=num_splits, views=views)
     _DECODE.run(slot, max_pages, plan, tensors, is_live(q_nope), launch)
     return out, lse
-
-
-def prefill_rows(qo_indptr: torch.Tensor, kv_page_indptr: torch.Tensor, kv_last_page_len: torch.Tensor,
-                 page_size: int, total_q: int, causal: bool) -> tuple[torch.Tensor, torch.Tensor]:
-    """(row_seq, row_limit) int32 [total_q]: each query token's sequence and how many of its
-    cache tokens it sees (causal: m - n + i + 1 for query i of n over m cached; else m). One
-    vectorized pass on the device, no sync."""
-    dev = qo_indptr.device
-    t = torch.arange(total_q, device=dev, dtype=torch.int32)
-    seq = (torch.searchsorted(qo_indptr, t, right=True) - 1).to(torch.int32)
-    pages = kv_page_indptr[1:] - kv_page_indptr[:-1]
-    m = torch.where(pages > 0, (pages - 1) * page_size + kv_last_page_len, 0)
-    seq_l = seq.to(torch.int64)
-    if causal:
-        n = qo_indptr[1:] - qo_indptr[:-1]
-        limit = m[seq_l] - n[seq_l] + (t - qo_indptr[seq_l]) + 1
-    else:
-        limit = m[seq_l]
-    return seq.contiguous(), limit.to(torch.int32).contiguous()
 
 
 def mla_paged_prefill(q_nope: torch.Tensor, q_pe: torch.Tensor, qo_indptr: torch.Tensor, ckv_cache: torch.Tensor,
@@ -578,26 +607,23 @@ def mla_paged_prefill(q_nope: torch.Tensor, q_pe: torch.Tensor, qo_indptr: torch
     inputs = dict(q_nope=q_nope, q_pe=q_pe, qo_indptr=qo_indptr, ckv_cache=ckv_cache, kpe_cache=kpe_cache,
                   kv_page_indptr=kv_page_indptr, kv_page_indices=kv_page_indices,
                   kv_last_page_len=kv_last_page_len)
-    scale, k_scale, v_scale, max_pages, slot = _checked(
+    max_pages, slot, facts = _checked(
         _PREFILL, fn, q_nope, q_pe, ckv_cache, kpe_cache, kv_page_indptr, kv_page_indices, kv_last_page_len,
         scale=scale, return_lse=return_lse, out=out, lse=lse, k_scale=k_scale, v_scale=v_scale,
         num_splits=num_splits, check_indices=check_indices, inputs=inputs, qo_indptr=qo_indptr, causal=causal)
     out, lse = _outputs(q_nope, out, lse, return_lse)
-    T = q_nope.shape[0]
-    if T == 0:
+    if q_nope.shape[0] == 0:
         return out, lse
-    row_seq, row_limit = prefill_rows(qo_indptr, kv_page_indptr, kv_last_page_len, ckv_cache.shape[1], T, causal)
-    max_pages = _split_pages(q_nope, kv_page_indptr, kv_page_indices, max_pages)
-    views = kernel_caches(ckv_cache, kpe_cache)
-    tensors = (q_nope, q_pe, *views, kv_page_indptr, kv_page_indices, kv_last_page_len, out, lse, row_seq,
-               row_limit)
+    max_pages = _split_pages(kv_page_indptr, kv_page_indices, max_pages, facts.interpret)
+    views = facts.views(ckv_cache, kpe_cache)
+    tensors = (q_nope, q_pe, *views, kv_page_indptr, kv_page_indices, kv_last_page_len, qo_indptr, out, lse)
     bound = None if slot is None else slot.get(max_pages)
     if bound is not None:
         bound.launch(tensors, launch)
         return out, lse
     plan = mla_plan(q_nope, q_pe, ckv_cache, kpe_cache, kv_page_indptr, kv_page_indices, kv_last_page_len,
-                    row_seq, row_limit, out, lse, scale=scale, k_scale=k_scale, v_scale=v_scale,
-                    max_pages=max_pages, num_splits=num_splits, views=views)
+                    qo_indptr, out, lse, scale=facts.scale, k_scale=facts.k_scale, v_scale=facts.v_scale,
+                    max_pages=max_pages, num_splits=num_splits, views=views, causal=causal)
     _PREFILL.run(slot, max_pages, plan, tensors, is_live(q_nope), launch)
     return out, lse
 

@@ -442,3 +442,21 @@ def test_tickets_of_a_captured_call_come_zeroed_from_the_pool_never_twice(monkey
     # float workspace or int32 scratch that needs no zeros never comes from the pool
     bound2 = cc.Bound([], (((3,), torch.int32, False),))
     assert bound2._workspace(dev)[0].untyped_storage().data_ptr() != pool.untyped_storage().data_ptr()
+
+
+@interpreted
+@pytest.mark.parametrize("path", ["portable", "fast"])
+def test_the_indexer_keeps_its_histograms_and_logits_scratch_from_call_to_call(path, monkeypatch):
+    """The indexer's radix-select histograms (zeroed once, left zero by its last launch) and
+    the logits buffer the caller does not get back are the bound plan's workspace: a repeat call
+    with new values selects what a fresh call selects."""
+    family = importlib.import_module("cases.dsa_topk_indexer").FAMILY
+    case = next(c for c in family.cases if c.profile == "quick" and not c["logits"])
+    captured = []
+    real_bind = cc._bind
+    monkeypatch.setattr(cc, "_bind", lambda *args: captured.append(real_bind(*args)) or captured[-1])
+    with ks.using(kernel_path=path):
+        test_a_repeat_call_relaunches_the_bound_plan_with_the_new_tensors(family, case, monkeypatch)
+    specs = [b.spec for b in captured if b is not None]
+    assert specs and all(any(zero and dtype == torch.int32 for _, dtype, zero in spec) for spec in specs)
+    assert all(any(not zero and dtype == torch.float32 for _, dtype, zero in spec) for spec in specs)

@@ -295,7 +295,8 @@ def test_a_device_plan_reads_no_page_table_data():
         assert indptr[-1] == ids.shape[0] == 27
         with capture_launches() as plans:
             mla.mla_paged_decode(q[..., :Dc], q[..., Dc:], ckv, kpe, indptr, ids, last, check_indices=False)
-        grids.append((tuple(plans[0].grid), plans[0].args[-7]))  # the grid and NUM_SPLITS
+        splits = plans[0].args[mla._mla_paged_fwd.arg_names.index("NUM_SPLITS")]
+        grids.append((tuple(plans[0].grid), splits))
     assert grids[0] == grids[1]
 
 
@@ -328,3 +329,34 @@ def test_gpu_runs_per_row_fill_whole_waves():
     for programs, most in ((5, 3), (70, 9), (264, 4), (300, 16)):
         runs = mla.wave_splits(programs, 264, most)
         assert 1 <= runs <= most
+
+
+@pytest.mark.parametrize("causal", [True, False])
+def test_prefill_rows_find_their_sequence_among_many_with_empty_ones(causal):
+    """The kernel finds each query row's sequence by a binary search of qo_indptr: nine
+    sequences, empty ones first, last and in a run (no queries, or no cache and no queries),
+    every row against the reference."""
+    H, Dc, Dr, P = 2, 32, 16, 4
+    g = torch.Generator().manual_seed(3)
+    lengths = (0, 9, 0, 0, 17, 5, 30, 3, 0)
+    queries = (0, 2, 0, 0, 17, 1, 4, 3, 0)
+    indptr, ids, last = _lengths_table(lengths, P, pool=60)
+    qo = torch.tensor([0, *torch.tensor(queries).cumsum(0).tolist()], dtype=torch.int32)
+    T = int(qo[-1])
+    ckv = torch.randn(60, P, Dc, generator=g).to(torch.float16)
+    kpe = torch.randn(60, P, Dr, generator=g).to(torch.float16)
+    qn = torch.randn(T, H, Dc, generator=g).to(torch.float16)
+    qp = torch.randn(T, H, Dr, generator=g).to(torch.float16)
+    o, lse = mla.mla_paged_prefill(qn, qp, qo, ckv, kpe, indptr, ids, last, causal=causal, return_lse=True)
+    ro, rl = mla_paged_prefill_reference(qn, qp, qo, ckv, kpe, indptr, ids, last, causal=causal)
+    torch.testing.assert_close(o.float(), ro.float(), atol=2e-3, rtol=2e-3)
+    torch.testing.assert_close(lse, rl.float(), atol=1e-3, rtol=1e-3)
+
+
+@pytest.mark.parametrize("check_indices", [True, False])
+def test_prefill_without_a_sequence_but_with_query_rows_is_refused(no_launch, check_indices):
+    """qo_indptr of shape [1] says there are no queries: with query rows that is wrong from
+    shapes alone, and the kernel would have no sequence to find them in."""
+    with pytest.raises(ValueError, match="qo_indptr has no sequence"):
+        prefill(qo_indptr=i32(0), kv_page_indptr=i32(0), kv_page_indices=i32(), kv_last_page_len=i32(),
+                check_indices=check_indices)

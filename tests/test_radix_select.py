@@ -70,3 +70,22 @@ def test_radix_topk_reads_rows_through_their_stride():
     with ks.using(kernel_path="fast"):
         radix_topk(logits, seq_lens, 100, out, programs_per_row=2)
     _check(logits, seq_lens, 100, out)
+
+
+@pytest.mark.parametrize("path", ["portable", "fast"])
+def test_radix_topk_leaves_its_workspace_zero_for_the_next_call(path):
+    """One workspace for call after call (as the indexer's call cache keeps it): the launches
+    leave every word of it zero, so the next call's histograms start from nothing."""
+    from kernels._radix_select import workspace
+
+    gen = torch.Generator().manual_seed(5)
+    lengths = [1000, 0, 37, 2100]
+    seq_lens = torch.tensor(lengths, dtype=torch.int32)
+    ws = workspace(len(lengths), "cpu")
+    with ks.using(kernel_path=path):
+        for kind, topk in (("randn", 37), ("ties", 300), ("close", 37)):
+            logits = _rows(kind, len(lengths), 2100, gen)
+            out = torch.full((len(lengths), topk), 12345, dtype=torch.int32)
+            radix_topk(logits, seq_lens, topk, out, programs_per_row=3, ws=ws)
+            _check(logits, seq_lens, topk, out)
+            assert not ws.any(), f"{kind}: workspace words left non-zero: {ws.nonzero()[:5].tolist()}"
