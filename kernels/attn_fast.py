@@ -262,16 +262,39 @@ def tma_ok(*tensors) -> bool:
     return True
 
 
+class DescriptorScratch:
+    """Triton's allocator for the scratch where a launch builds its device-side descriptors
+    (a few hundred bytes per program), asked for on every launch of a kernel that makes them.
+
+    One buffer per (device, stream), kept and grown to the largest request: launches on one
+    stream run in order, so a launch never meets the previous one's descriptors still in use,
+    the same reuse the caching allocator makes of a block freed on that stream, without the
+    allocation on every call. While a graph is being captured each launch gets a buffer of its
+    own from the graph's pool (a replay may run beside eager launches on another stream)."""
+
+    def __init__(self, device_type: str = "cuda"):
+        self.device_type = device_type
+        self.buffers: dict = {}
+
+    def __call__(self, size: int, alignment: int, stream):
+        import torch
+
+        if torch.cuda.is_current_stream_capturing():
+            return torch.empty(size, dtype=torch.int8, device=self.device_type)
+        key = (torch.cuda.current_device(), stream)
+        buf = self.buffers.get(key)
+        if buf is None or buf.numel() < size or buf.data_ptr() % max(1, alignment):
+            buf = self.buffers[key] = torch.empty(size, dtype=torch.int8, device=self.device_type)
+        return buf
+
+
 def ensure_allocator() -> None:
     """Device-side descriptors live in a small per-launch scratch buffer that Triton asks an
-    allocator for; install a torch-backed one unless the user has set their own."""
+    allocator for; install ``DescriptorScratch`` unless the user has set their own."""
     from triton.runtime import _allocation
 
     if isinstance(_allocation._allocator.get(), _allocation.NullAllocator):
-        import torch
-
-        triton.set_allocator(lambda size, alignment, stream: torch.empty(size, dtype=torch.int8,
-                                                                         device="cuda"))
+        triton.set_allocator(DescriptorScratch())
 
 
 def fast_candidates(S: int, D: int, dtype) -> list[dict]:
