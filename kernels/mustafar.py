@@ -703,7 +703,7 @@ def mustafar_decode(q: torch.Tensor, kc: Compressed, vc: Compressed, *, scale: O
     scores = torch.empty((B, q.shape[1], S), dtype=torch.float32, device=q.device)
     _run(_DECODE, slot, "keys", lambda: mustafar_keys_plan(q, kc, scores),
          (q, kc.bitmaps, kc.offsets, kc.packed, kc.scale, kc.zero, scores))
-    probs = torch.softmax(scores * scale, dim=-1)
+    probs = torch.softmax(scores.mul_(scale), dim=-1)  # scores is this call's own: scaled in place
     # The values kernel stores in out's dtype directly (fp32 accumulation, one rounding).
     _run(_DECODE, slot, "values", lambda: mustafar_values_plan(probs, vc, out),
          (probs, vc.bitmaps, vc.offsets, vc.packed, vc.scale, vc.zero, out))

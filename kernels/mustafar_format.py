@@ -57,8 +57,9 @@ class Compressed:
 
     @classmethod
     def from_tensors(cls, kind: str, bits: int, shape, tensors: dict, prefix: str = "") -> "Compressed":
-        return cls(kind, bits, tuple(int(s) for s in shape),
-                   **{n: tensors.get(prefix + n) for n in cls.TENSORS})
+        # Called per call by a caller that keeps the buffers in a dict: no generator, no kwargs.
+        get = tensors.get
+        return cls(kind, bits, tuple([int(s) for s in shape]), *[get(prefix + n) for n in cls.TENSORS])
 
     def to(self, device) -> "Compressed":
         return replace(self, **{n: t.to(device) for n, t in self.tensors().items()})
