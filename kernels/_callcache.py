@@ -63,7 +63,9 @@ def typed(value):
     """A scalar argument as a key: its type beside its value, recursively through tuples and
     lists (Python's ``==`` makes ``1``, ``1.0`` and ``True`` one dict key)."""
     if isinstance(value, _SEQUENCES):
-        return (type(value), tuple([typed(v) for v in value]))
+        # Leaves inline: a shape or block shape is one call, not one per entry.
+        return (type(value), tuple([typed(v) if isinstance(v, _SEQUENCES) else (type(v), v)
+                                    for v in value]))
     return (type(value), value)
 
 

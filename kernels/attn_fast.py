@@ -23,6 +23,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
+from ._block_index import listed_blocks
 from ._prefill_tiles import prefill_candidates
 
 
@@ -176,18 +177,19 @@ def _prefill_fast(
                row0, S, D, acc, m_i, l_i, RETURN_LSE, BLOCK_M, BLOCK_D)
 
 
-# sizes and LSE/index strides unspecialized: see kernels/__init__.py
-@triton.jit(do_not_specialize=["H", "S", "n_rows", "stride_lb", "stride_lh", "stride_ib",
-                               "stride_ih", "stride_ir", "stride_ic"])
+# sizes and LSE/index strides unspecialized (see kernels/__init__.py) but the sabi entry stride,
+# 1 for any sabi with contiguous rows: the row count (kernels/_block_index.py) loads vectors.
+@triton.jit(do_not_specialize=["H", "S", "n_cols", "stride_lb", "stride_lh", "stride_ib",
+                               "stride_ih", "stride_ir"])
 def _block_sparse_fast(
-    Q, K, V, O, LSE, SABI, COUNTS,
+    Q, K, V, O, LSE, SABI,
     stride_qb, stride_qh, stride_qs,
     stride_kb, stride_kh, stride_ks,
     stride_vb, stride_vh, stride_vs,
     stride_ob, stride_oh, stride_os,
     stride_lb, stride_lh,
     stride_ib, stride_ih, stride_ir, stride_ic,
-    H, S, D, BQ, BKV, n_rows, qk_scale,
+    H, S, D, BQ, BKV, n_cols, qk_scale,
     RETURN_LSE: tl.constexpr, DOT_PRECISION: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
     USE_TMA: tl.constexpr, NEG_SCALE: tl.constexpr, EVEN_D: tl.constexpr,
@@ -203,7 +205,7 @@ def _block_sparse_fast(
     k_src, v_src = _kv_source(K, V, b * stride_kb + h * stride_kh, b * stride_vb + h * stride_vh,
                               S, D, stride_ks, stride_vs, BLOCK_N, BLOCK_D, USE_TMA)
     row_ptr = SABI + b * stride_ib + h * stride_ih + brow.to(tl.int64) * stride_ir
-    n_listed = tl.load(COUNTS + pid_bh * n_rows + brow)
+    n_listed = listed_blocks(row_ptr, stride_ic, n_cols)
     # Only the block that holds key S - 1 can be partial, and a row lists blocks ascending: if it
     # is listed, it is the last one. Every other listed block is BKV whole keys.
     last = tl.load(row_ptr + (n_listed - 1) * stride_ic)
@@ -260,16 +262,39 @@ def tma_ok(*tensors) -> bool:
     return True
 
 
+class DescriptorScratch:
+    """Triton's allocator for the scratch where a launch builds its device-side descriptors
+    (a few hundred bytes per program), asked for on every launch of a kernel that makes them.
+
+    One buffer per (device, stream), kept and grown to the largest request: launches on one
+    stream run in order, so a launch never meets the previous one's descriptors still in use,
+    the same reuse the caching allocator makes of a block freed on that stream, without the
+    allocation on every call. While a graph is being captured each launch gets a buffer of its
+    own from the graph's pool (a replay may run beside eager launches on another stream)."""
+
+    def __init__(self, device_type: str = "cuda"):
+        self.device_type = device_type
+        self.buffers: dict = {}
+
+    def __call__(self, size: int, alignment: int, stream):
+        import torch
+
+        if torch.cuda.is_current_stream_capturing():
+            return torch.empty(size, dtype=torch.int8, device=self.device_type)
+        key = (torch.cuda.current_device(), stream)
+        buf = self.buffers.get(key)
+        if buf is None or buf.numel() < size or buf.data_ptr() % max(1, alignment):
+            buf = self.buffers[key] = torch.empty(size, dtype=torch.int8, device=self.device_type)
+        return buf
+
+
 def ensure_allocator() -> None:
     """Device-side descriptors live in a small per-launch scratch buffer that Triton asks an
-    allocator for; install a torch-backed one unless the user has set their own."""
+    allocator for; install ``DescriptorScratch`` unless the user has set their own."""
     from triton.runtime import _allocation
 
     if isinstance(_allocation._allocator.get(), _allocation.NullAllocator):
-        import torch
-
-        triton.set_allocator(lambda size, alignment, stream: torch.empty(size, dtype=torch.int8,
-                                                                         device="cuda"))
+        triton.set_allocator(DescriptorScratch())
 
 
 def fast_candidates(S: int, D: int, dtype) -> list[dict]:

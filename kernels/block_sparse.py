@@ -148,12 +148,23 @@ def block_sparse_config(S: int, D: int, block_shape: tuple, dtype: torch.dtype, 
     return cfg
 
 
+def counts_on_host(q: torch.Tensor) -> bool:
+    """Whether the kernel planned for ``q`` reads the listed blocks per row from a tensor the
+    caller makes (``block_counts``): the portable kernel. The CUDA fast path counts each row in
+    the kernel (``kernels/_block_index.py``), so its call makes no tensor. The portable kernel
+    cannot: triton-ascend 3.2.0rc2's adapter rejects a loop bounded by a reduction ("failed to
+    legalize unresolved materialization ... tensor<256xi32>"), and a ``while`` over the row
+    fails on Ascend too (porting_notes.md#while_block_index)."""
+    return not (use_fast_path(q) and not persistent(q))
+
+
 def block_sparse_plan(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, sabi: torch.Tensor,
                       out: torch.Tensor, lse: Optional[torch.Tensor], *, block_shape: tuple,
                       scale: float, interpret: Optional[bool] = None,
                       counts: Optional[torch.Tensor] = None) -> LaunchPlan:
     """The launch for already-validated inputs and allocated outputs (``lse`` None: no LSE).
-    ``counts``: ``block_counts(sabi)``, when the caller made it already."""
+    ``counts``: ``block_counts(sabi)`` when the caller made it already (only the portable
+    kernel reads it: ``counts_on_host``)."""
     B, H, S, D = q.shape
     bq, bkv = (int(x) for x in block_shape)
     interpret = is_interpret() if interpret is None else interpret
@@ -161,18 +172,20 @@ def block_sparse_plan(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, sabi: t
     return_lse = lse is not None
     lse_arg = lse if return_lse else out
     lse_strides = (lse.stride(0), lse.stride(1)) if return_lse else (0, 0)
+    strides = (q.stride(0), q.stride(1), q.stride(2),
+               k.stride(0), k.stride(1), k.stride(2),
+               v.stride(0), v.stride(1), v.stride(2),
+               out.stride(0), out.stride(1), out.stride(2),
+               *lse_strides,
+               sabi.stride(0), sabi.stride(1), sabi.stride(2), sabi.stride(3),
+               H, S, D, bq, bkv)
+    if not counts_on_host(q):
+        return _fast_plan(q, k, v, (q, k, v, out, lse_arg, sabi, *strides, sabi.shape[3],
+                                    float(scale) * LOG2E),
+                          lse is not None, (bq, bkv), scale, interpret)
     if counts is None:
         counts = block_counts(sabi)
-    args = (q, k, v, out, lse_arg, sabi, counts,
-            q.stride(0), q.stride(1), q.stride(2),
-            k.stride(0), k.stride(1), k.stride(2),
-            v.stride(0), v.stride(1), v.stride(2),
-            out.stride(0), out.stride(1), out.stride(2),
-            *lse_strides,
-            sabi.stride(0), sabi.stride(1), sabi.stride(2), sabi.stride(3),
-            H, S, D, bq, bkv, sabi.shape[2], float(scale) * LOG2E)
-    if use_fast_path(q) and not persistent(q):
-        return _fast_plan(q, k, v, args, lse is not None, (bq, bkv), scale, interpret)
+    args = (q, k, v, out, lse_arg, sabi, counts, *strides, sabi.shape[2], float(scale) * LOG2E)
     # The portable kernel's query-row offsets along S are int32 (its key rows are int64).
     for name, t in (("q", q), ("out", out)):
         check_rows_fit_int32("block_sparse", name, t, 2)
@@ -184,9 +197,10 @@ def block_sparse_plan(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, sabi: t
 
 
 def _fast_plan(q, k, v, args, return_lse, block_shape, scale, interpret) -> LaunchPlan:
-    """The CUDA fast path (``kernels/attn_fast.py``) over the portable kernel's arguments: one
-    flat loop over the listed blocks' tiles, descriptor loads, the scale in the exponent;
-    prefill's fast tiles, clamped to the block."""
+    """The CUDA fast path (``kernels/attn_fast.py``) over the portable kernel's arguments but
+    the counts (its programs count their rows; ``n_cols`` in place of ``n_rows``): one flat
+    loop over the listed blocks' tiles, descriptor loads, the scale in the exponent; prefill's
+    fast tiles, clamped to the block."""
     B, H, S, D = q.shape
     bq, bkv = block_shape
     cfg = attn_fast.finish_config(attn_fast.fast_candidates(S, D, q.dtype)[0], S, D, (q, k, v),
@@ -294,7 +308,7 @@ def block_sparse(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, sabi: torch.
         out = torch.empty_like(q, memory_format=torch.contiguous_format)
     if return_lse and lse is None:
         lse = torch.empty(q.shape[:3], dtype=torch.float32, device=q.device)
-    counts = block_counts(sabi)
+    counts = block_counts(sabi) if counts_on_host(q) else None
     tensors = (q, k, v, sabi, out, lse if return_lse else None, counts)
     bound = None if slot is None else slot.get(())
     if bound is not None:

@@ -41,9 +41,9 @@ import triton.language as tl
 
 from ._callcache import CallCache
 from ._checks import (DOT_INPUT_PRECISION, on_ascend, FLOAT_DTYPES, cdiv, check_flag, check_gqa,
-                      check_launchable, check_no_alias, check_nonempty, check_output, check_scale,
-                      check_tensor, is_interpret, is_live, launch, LaunchPlan, next_pow2,
-                      use_fast_path)
+                      check_launchable, check_nonempty, check_output, check_scale,
+                      check_tensor, is_interpret, is_live, launch, LaunchPlan, memory_span,
+                      next_pow2, use_fast_path)
 from ._grid import plan_grid
 from .mustafar_format import CODES_PER_WORD, TILE, Compressed, mask_from_bitmaps, tile_grid
 from . import mustafar_fast as _fast
@@ -558,26 +558,51 @@ def _inputs(named: dict) -> dict:
 
 def _key(cache: CallCache, first: Any, caches: tuple, out: Any, scalars: tuple):
     """A call's key: the query-side tensor, every buffer of each cache (None where absent), the
-    output, each cache's kind, bits and shape, and ``scalars``."""
+    output, each cache's type, kind, bits and shape, and ``scalars``."""
     try:
-        buffers = tuple(getattr(c, n) for c in caches for n in Compressed.TENSORS)
-        meta = tuple((c.kind, c.bits, c.shape) for c in caches)
+        buffers = [t for c in caches for t in (c.bitmaps, c.offsets, c.packed, c.scale, c.zero)]
+        meta = tuple([(type(c), c.kind, c.bits, c.shape) for c in caches])
     except AttributeError:  # not a Compressed: validation says so
         return None
-    return cache.key((first,), buffers + (out,), meta + scalars)
+    buffers.append(out)
+    return cache.key((first,), buffers, meta + scalars)
 
 
-def _aliases(fn: str, out: Any, named: dict) -> None:
-    if out is not None:
-        check_no_alias(fn, "out", out, _inputs(named))
+def _overlaps(t: torch.Tensor, lo: int, hi: int, device: torch.device) -> bool:
+    """Whether ``t``'s memory meets the non-empty span ``[lo, hi)`` on ``device``
+    (``_checks.check_no_alias``'s test)."""
+    start = t.data_ptr()
+    end = start + t.nbytes if t.is_contiguous() else memory_span(t)[1]
+    return start < hi and lo < end and start < end and t.device == device
 
 
-def _run(cache: CallCache, slot, name: str, plan_of, tensors: tuple, live: bool) -> None:
+def _aliases(fn: str, out: Optional[torch.Tensor], named: dict) -> None:
+    """The address-dependent part of ``check_output`` for a call validated before: ``out``
+    overlaps no plain input and no buffer of a Compressed one, tested in ``_inputs`` order with
+    its messages (runs on every repeat call, so the names are made only for the error)."""
+    if out is None:
+        return
+    lo, hi = memory_span(out)
+    if lo >= hi:
+        return
+    device = out.device
+    for name, x in named.items():
+        if isinstance(x, Compressed):
+            for field in Compressed.TENSORS:
+                t = getattr(x, field)
+                if isinstance(t, torch.Tensor) and _overlaps(t, lo, hi, device):
+                    raise ValueError(f"{fn}: out must not share memory with {name}.{field}")
+        elif isinstance(x, torch.Tensor) and _overlaps(x, lo, hi, device):
+            raise ValueError(f"{fn}: out must not share memory with {name}")
+
+
+def _run(cache: CallCache, slot, name: str, plan_of, tensors: tuple) -> None:
+    """Relaunch the bound plan ``name`` of ``slot``, or plan (``plan_of()``), launch and bind."""
     bound = None if slot is None else slot.get(name)
     if bound is not None:
         bound.launch(tensors, launch)
         return
-    cache.run(slot, name, plan_of(), tensors, live, launch)
+    cache.run(slot, name, plan_of(), tensors, is_live(tensors[0]), launch)
 
 
 def mustafar_keys(q: torch.Tensor, kc: Compressed, *, out: Optional[torch.Tensor] = None,
@@ -606,8 +631,8 @@ def mustafar_keys(q: torch.Tensor, kc: Compressed, *, out: Optional[torch.Tensor
             check_contents(fn, "kc", kc)
     if out is None:
         out = torch.empty((kc.shape[0], q.shape[1], kc.shape[2]), dtype=torch.float32, device=q.device)
-    _run(_KEYS, slot, "keys", lambda: mustafar_keys_plan(q, kc, out), (q, *_buffers(kc)[:3], kc.scale,
-                                                                       kc.zero, out), is_live(q))
+    _run(_KEYS, slot, "keys", lambda: mustafar_keys_plan(q, kc, out),
+         (q, kc.bitmaps, kc.offsets, kc.packed, kc.scale, kc.zero, out))
     return out
 
 
@@ -637,7 +662,7 @@ def mustafar_values(p: torch.Tensor, vc: Compressed, *, out: Optional[torch.Tens
     if out is None:
         out = torch.empty((vc.shape[0], p.shape[1], vc.shape[3]), dtype=torch.float32, device=p.device)
     _run(_VALUES, slot, "values", lambda: mustafar_values_plan(p, vc, out),
-         (p, *_buffers(vc)[:3], vc.scale, vc.zero, out), is_live(p))
+         (p, vc.bitmaps, vc.offsets, vc.packed, vc.scale, vc.zero, out))
     return out
 
 
@@ -676,13 +701,12 @@ def mustafar_decode(q: torch.Tensor, kc: Compressed, vc: Compressed, *, scale: O
     if out is None:
         out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
     scores = torch.empty((B, q.shape[1], S), dtype=torch.float32, device=q.device)
-    live = is_live(q)
     _run(_DECODE, slot, "keys", lambda: mustafar_keys_plan(q, kc, scores),
-         (q, *_buffers(kc)[:3], kc.scale, kc.zero, scores), live)
-    probs = torch.softmax(scores * scale, dim=-1)
+         (q, kc.bitmaps, kc.offsets, kc.packed, kc.scale, kc.zero, scores))
+    probs = torch.softmax(scores.mul_(scale), dim=-1)  # scores is this call's own: scaled in place
     # The values kernel stores in out's dtype directly (fp32 accumulation, one rounding).
     _run(_DECODE, slot, "values", lambda: mustafar_values_plan(probs, vc, out),
-         (probs, *_buffers(vc)[:3], vc.scale, vc.zero, out), live)
+         (probs, vc.bitmaps, vc.offsets, vc.packed, vc.scale, vc.zero, out))
     return out
 
 

@@ -26,7 +26,7 @@ Global tile index ``i * tiles_per_slice + local``. Buffers, all flat over the gl
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, fields, replace
 from typing import Optional
 
 import torch
@@ -57,8 +57,16 @@ class Compressed:
 
     @classmethod
     def from_tensors(cls, kind: str, bits: int, shape, tensors: dict, prefix: str = "") -> "Compressed":
-        return cls(kind, bits, tuple(int(s) for s in shape),
-                   **{n: tensors.get(prefix + n) for n in cls.TENSORS})
+        """The cache over ``tensors[prefix + name]`` for each buffer name (None where absent).
+
+        A caller that keeps the buffers in a dict makes one per kernel call, so the fields are
+        set in one step rather than through the frozen dataclass's ``__init__`` (a guarded
+        ``object.__setattr__`` per field; there is no ``__post_init__`` to skip)."""
+        get = tensors.get
+        obj = object.__new__(cls)
+        obj.__dict__.update(zip(_FIELDS, (kind, bits, tuple([int(s) for s in shape]),
+                                          *[get(prefix + n) for n in cls.TENSORS])))
+        return obj
 
     def to(self, device) -> "Compressed":
         return replace(self, **{n: t.to(device) for n, t in self.tensors().items()})
@@ -70,6 +78,11 @@ class Compressed:
     def nbytes(self) -> int:
         """Bytes of every buffer (what the compression ratio counts)."""
         return sum(t.numel() * t.element_size() for t in self.tensors().values())
+
+
+#: Compressed's fields in order: the meta, then ``Compressed.TENSORS``
+#: (tests/test_mustafar_format.py holds ``from_tensors`` to the constructor).
+_FIELDS = tuple(f.name for f in fields(Compressed))
 
 
 def tile_grid(kind: str, S_c: int, D: int) -> tuple[int, int]:

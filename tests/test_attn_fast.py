@@ -93,3 +93,28 @@ def test_fast_block_sparse_flat_loop_with_a_partial_last_block_matches_float64_s
         assert bool((sabi == n_cols - 1).any())  # the partial block (keys 512..699) is listed
         assert (o.double() - ro).abs().max() < 4e-3
         assert (lse.double() - rl).abs().max() < 1e-3
+
+
+def test_descriptor_scratch_is_kept_per_device_and_stream_and_fresh_under_graph_capture(monkeypatch):
+    """Triton asks for descriptor scratch on every launch: a stream's buffer is handed out again
+    (grown when a launch needs more), never another stream's or device's, and a launch being
+    captured into a graph gets a buffer of its own each time."""
+    capturing, device = [False], [0]
+    monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: capturing[0])
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: device[0])
+    scratch = attn_fast.DescriptorScratch("cpu")
+    a = scratch(384, 1, 7)
+    assert a.dtype == torch.int8 and a.numel() >= 384
+    assert scratch(384, 1, 7) is a and scratch(100, 1, 7) is a
+    other_stream = scratch(384, 1, 8)
+    device[0] = 1
+    other_device = scratch(384, 1, 7)
+    assert len({id(a), id(other_stream), id(other_device)}) == 3
+    device[0] = 0
+    grown = scratch(4096, 1, 7)
+    assert grown is not a and grown.numel() >= 4096 and scratch(384, 1, 7) is grown
+    capturing[0] = True
+    first, second = scratch(384, 1, 7), scratch(384, 1, 7)
+    assert first is not second and all(t is not grown for t in (first, second))
+    capturing[0] = False
+    assert scratch(384, 1, 7) is grown

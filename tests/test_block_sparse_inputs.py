@@ -4,10 +4,13 @@ import math
 
 import pytest
 import torch
+import triton
+import triton.language as tl
 
 import kernels._checks
 from attnsuite.sparsity import (PAD, block_index, blocks_for_tokens, forced_mask,
                                 frame_exceeds_budget, frame_from_tokens, grid_shape, kept_per_row)
+from kernels._block_index import listed_blocks
 from kernels.block_sparse import block_sparse
 
 
@@ -179,6 +182,32 @@ def test_disabled_lse_is_empty():
     o, lse = block_sparse(kw["q"], kw["k"], kw["v"], kw["sabi"], block_shape=kw["block_shape"])
     assert lse.numel() == 0 and lse.dtype == torch.float32
     assert o.shape == kw["q"].shape
+
+
+@triton.jit
+def _count_rows(SABI, OUT, stride_r, stride_c, n_cols):
+    r = tl.program_id(0)
+    tl.store(OUT + r, listed_blocks(SABI + r * stride_r, stride_c, n_cols))
+
+
+@needs_kernel
+@pytest.mark.parametrize("strided", [False, True], ids=["contiguous", "entry-stride-2"])
+def test_programs_count_their_rows_listed_blocks_over_several_loads(strided):
+    """The CUDA fast kernel counts its row's listed blocks itself (kernels/_block_index.py), 256
+    entries per load: rows of 600 columns listing 0 to 600 blocks, around each load's end, give
+    the torch count. The family's cases have at most 64 columns, one load."""
+    n_cols = 600
+    lengths = [0, 1, 2, 255, 256, 257, 511, 512, 513, 599, 600]
+    rows = torch.full((len(lengths), n_cols * (2 if strided else 1)), 7, dtype=torch.int32)
+    sabi = rows[:, ::2] if strided else rows
+    sabi.fill_(PAD)
+    picks = torch.Generator().manual_seed(3)
+    for r, n in enumerate(lengths):
+        sabi[r, :n] = torch.randperm(n_cols, generator=picks)[:n].sort().values.to(torch.int32)
+    sabi = sabi.to(device())
+    out = torch.full((len(lengths),), -1, dtype=torch.int32, device=sabi.device)
+    _count_rows[(len(lengths),)](sabi, out, sabi.stride(0), sabi.stride(1), n_cols)
+    assert out.tolist() == (sabi != PAD).sum(-1).tolist() == lengths
 
 
 def test_the_reference_cost_key_leaves_out_the_query_block_size_only():

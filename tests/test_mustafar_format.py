@@ -110,6 +110,24 @@ def test_from_tensors_round_trips_the_buffers():
     assert again.nbytes() == c.nbytes() and torch.equal(decompress(again), decompress(c))
 
 
+@pytest.mark.parametrize("bits", [16, 2])
+def test_from_tensors_makes_what_the_constructor_makes(bits):
+    """``from_tensors`` fills the frozen dataclass's fields directly (it runs on every kernel
+    call): the same object as the constructor's, every field, absent buffers None, the shape a
+    tuple of ints, still frozen."""
+    import dataclasses
+
+    c = compress(cache(), 0.5, kind="value", bits=bits)
+    made = Compressed.from_tensors("value", bits, torch.Size(c.shape), c.tensors("vc_"), prefix="vc_")
+    assert made == Compressed("value", bits, tuple(c.shape), *[getattr(c, n) for n in Compressed.TENSORS])
+    assert [f.name for f in dataclasses.fields(Compressed)][3:] == list(Compressed.TENSORS)
+    assert not hasattr(Compressed, "__post_init__")
+    assert type(made.shape) is tuple and all(type(s) is int for s in made.shape)
+    assert (made.scale is None) == (bits == 16)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        made.bits = 2
+
+
 @pytest.mark.parametrize("kind", ["key", "value"])
 @pytest.mark.parametrize("bits", [16, 2])
 def test_the_reference_decoder_written_from_the_spec_agrees_with_the_format_module(kind, bits):
