@@ -86,6 +86,7 @@ def speed_up() -> None:
     memoize_np_dtypes()
     share_type_layouts()
     skip_equal_broadcasts()
+    skip_unasserted_overflow_checks()
 
 
 # -- the interpreter's per-call re-patching ------------------------------------------------------
@@ -300,6 +301,69 @@ def skip_equal_broadcasts() -> bool:
 
     broadcast_impl_value.skips_equal = True
     TritonSemantic.broadcast_impl_value = broadcast_impl_value
+    return True
+
+
+# -- the interpreter's integer overflow checks ------------------------------------------------------
+
+def skip_unasserted_overflow_checks() -> bool:
+    """Make the interpreter skip ``TritonSemantic.binary_op_sanitize_overflow_impl`` where its
+    only product could have no effect. For every 32-bit (and narrower) integer ``+``, ``-`` and
+    ``*`` of a kernel body it recomputes the operation in int64 and compares the result with the
+    type's range (two casts, the operation, two constants, two comparisons, an ``and``: eight
+    interpreted operations besides the one asked for), then hands the condition to
+    ``device_assert``, which drops it unless the builder's options have ``debug`` set, and the
+    interpreter's never do (``InterpreterOptions()``). Index arithmetic is most of a kernel's
+    operations: ``pytest cases/mustafar.py`` spent 30% of its interpreted time there, for nothing.
+
+    Skipped only under the interpreter's own builder with ``debug`` off, read at each call (a
+    debugging run that sets it gets the check again); compiling for a device is untouched. The
+    original's type assertions are kept. False where Triton has no such method."""
+    try:
+        from triton.language.semantic import TritonSemantic
+        from triton.runtime.interpreter import InterpreterBuilder
+    except ImportError:
+        return False
+    original = vars(TritonSemantic).get("binary_op_sanitize_overflow_impl")
+    if original is None:
+        return False
+    if getattr(original, "skips_unasserted", False):
+        return True
+    if not _asserts_dropped_without_debug(TritonSemantic, InterpreterBuilder):
+        return False
+
+    @functools.wraps(original)
+    def binary_op_sanitize_overflow_impl(self, lhs, rhs, binary_op):
+        builder = self.builder
+        if type(builder) is InterpreterBuilder and getattr(builder.options, "debug", True) is False:
+            lhs_ty, rhs_ty = lhs.type.scalar, rhs.type.scalar
+            if lhs_ty.int_bitwidth >= 64 or not builder.options.sanitize_overflow:
+                return None
+            assert lhs_ty == rhs_ty, f"expected matching operand types, got {lhs_ty} and {rhs_ty}"
+            assert lhs_ty.is_int(), f"expected integer type, got {lhs_ty}"
+            return None
+        return original(self, lhs, rhs, binary_op)
+
+    binary_op_sanitize_overflow_impl.skips_unasserted = True
+    TritonSemantic.binary_op_sanitize_overflow_impl = binary_op_sanitize_overflow_impl
+    return True
+
+
+def _asserts_dropped_without_debug(semantic_cls, builder_cls) -> bool:
+    """Whether this Triton's interpreter drops a failing ``device_assert`` when ``debug`` is off
+    (as 3.6-3.9 do): asked once, of a fresh builder, with a condition that is False."""
+    try:
+        import numpy as np
+        import triton.language as tl
+        from triton.runtime.interpreter import TensorHandle
+
+        builder = builder_cls()
+        if getattr(builder.options, "debug", True) is not False:
+            return False
+        cond = tl.core.tensor(TensorHandle(np.array([False]), tl.int1), tl.int1)
+        semantic_cls(builder).device_assert(cond, "probe", None)
+    except Exception:  # an assertion that fired, or a builder of another signature
+        return False
     return True
 
 

@@ -274,6 +274,10 @@ def mustafar_values_config(S: int, D: int, G: int, bits: int, interpret: bool,
     nc = D // TILE
     if ascend:
         block_s = max(1, 16 // nc)
+    elif interpret:
+        # The interpreter's cost is per operation, not per element: fewer, longer steps (still
+        # two over the quick profile's 512-token caches, so the step loop is exercised).
+        block_s = max(1, 256 // nc)
     else:
         block_s = max(1, (64 if bits == 16 else 128) // nc)
     block_s = min(block_s, next_pow2(S))

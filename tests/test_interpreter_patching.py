@@ -165,3 +165,41 @@ def test_equal_shape_broadcasts_are_skipped_with_the_same_bits(monkeypatch):
     a = tl.core.tensor(object(), tl.block_type(tl.float32, [4, 8]))
     b = tl.core.tensor(object(), tl.block_type(tl.float32, [4, 8]))
     assert semantic.broadcast_impl_value(a, b) == (a, b)
+
+
+@triton.jit
+def _index_kernel(x_ptr, out_ptr, N: tl.constexpr):
+    offs = tl.arange(0, N)
+    x = tl.load(x_ptr + offs)
+    tl.store(out_ptr + offs, (x * 3 + 7) - offs)
+
+
+@pytest.mark.skipif(os.environ.get("TRITON_INTERPRET") != "1", reason="interpreter only")
+def test_unasserted_overflow_checks_are_skipped_and_come_back_with_debug(monkeypatch):
+    from triton.language.semantic import TritonSemantic
+    from triton.runtime import interpreter
+
+    assert interpreted.skip_unasserted_overflow_checks() and interpreted.skip_unasserted_overflow_checks()
+    skipping = TritonSemantic.binary_op_sanitize_overflow_impl
+    checks = []
+    original = skipping.__wrapped__
+    counting = lambda self, lhs, rhs, op: (checks.append(op.__name__), original(self, lhs, rhs, op))[1]  # noqa: E731
+
+    def run(x):
+        out = torch.empty_like(x)
+        _index_kernel[(1,)](x, out, N=x.numel())
+        return out
+
+    x = torch.arange(-64, 64, dtype=torch.int32)
+    with_skip = run(x)
+    monkeypatch.setattr(TritonSemantic, "binary_op_sanitize_overflow_impl", counting)
+    without = run(x)
+    assert checks, "the kernel's int32 arithmetic goes through the overflow check"
+    assert torch.equal(with_skip, without) and torch.equal(with_skip, x * 3 + 7 - torch.arange(128, dtype=torch.int32))
+    # A run with debug on gets the check again, and an int32 overflow is reported.
+    monkeypatch.setattr(TritonSemantic, "binary_op_sanitize_overflow_impl", skipping)
+    monkeypatch.setattr(interpreter.interpreter_builder, "options",
+                        interpreter.InterpreterOptions(debug=True))
+    assert torch.equal(run(x), with_skip)
+    with pytest.raises(Exception, match="overflow"):
+        run(torch.full((128,), 2**30, dtype=torch.int32))
