@@ -30,7 +30,7 @@ from typing import Optional, Sequence
 import torch
 
 from . import _checks, settings
-from ._launcher import launch_of, param_values
+from ._launcher import _ASK, chain_target, launch_of, param_values
 
 #: Entries per wrapper; the oldest goes first beyond it (shapes of a serving loop are few).
 LIMIT = 256
@@ -120,12 +120,14 @@ def captured_tickets(device: torch.device, shape: tuple) -> Optional[torch.Tenso
 class Bound:
     """A launch chain with its tensors as slots; see the module docstring."""
 
-    __slots__ = ("launches", "spec", "owned")
+    __slots__ = ("launches", "spec", "owned", "direct_chain")
 
     def __init__(self, launches: list, spec: tuple):
         self.launches = launches       # [(Launch, template values, ((position, source), ...))]
         self.spec = spec               # workspace: ((shape, dtype, zero), ...)
         self.owned: dict = {}          # stream -> workspace tensors
+        # Several compiled launches: the device and stream are asked once for all of them.
+        self.direct_chain = len(launches) > 1 and any(step.compiled is not None for step, _, _ in launches)
 
     def _workspace(self, device: torch.device) -> tuple:
         stream = _stream_of(device)
@@ -165,11 +167,12 @@ class Bound:
             replaced = launcher if launcher is not _checks.DEFAULT_LAUNCH else _checks.launch
             replaced(self._plan(sources))
             return
+        where = chain_target() if self.direct_chain else _ASK
         for step, template, slots in self.launches:
             values = template.copy()
             for pos, src in slots:
                 values[pos] = sources[src]
-            step.fire(values)
+            step.fire(values, where)
 
     def _plan(self, sources: tuple) -> _checks.LaunchPlan:
         plan = None

@@ -92,6 +92,20 @@ def param_values(kernel, args: tuple, meta: dict) -> Optional[list]:
     return values
 
 
+_ASK = object()
+
+
+def chain_target() -> Optional[tuple]:
+    """(current device, its current stream) when the direct path may be used now, else None:
+    asked once for the launches of one call, which run back to back on one stream (each ask is
+    a settings read, two hook checks and two driver calls)."""
+    if not direct_allowed():
+        return None
+    _, drv = _runtime()
+    dev = drv.get_current_device()
+    return dev, drv.get_current_stream(dev)
+
+
 class Launch:
     """One kernel launch whose compiled kernel is known: ``fire(values)`` launches it with the
     full parameter list (``param_values`` order); ``n_args`` leading values are the positional
@@ -116,15 +130,15 @@ class Launch:
             except Exception:  # noqa: BLE001 - anything unexpected: the JIT path
                 self.compiled = None
 
-    def fire(self, values: list) -> None:
-        if (self.compiled is not None and direct_allowed()
-                and getattr(type(self.kernel), "run", None) is self.entry):
-            _, drv = _runtime()
-            dev = drv.get_current_device()
-            if dev == self.device:
+    def fire(self, values: list, where: Any = _ASK) -> None:
+        """``where``: ``chain_target()`` asked once for a chain of launches (the default asks
+        now)."""
+        if self.compiled is not None and getattr(type(self.kernel), "run", None) is self.entry:
+            if where is _ASK:
+                where = chain_target()
+            if where is not None and where[0] == self.device:
                 g = self.grid3
-                self.run(g[0], g[1], g[2], drv.get_current_stream(dev), self.function, self.packed,
-                         None, None, None, *values)
+                self.run(g[0], g[1], g[2], where[1], self.function, self.packed, None, None, None, *values)
                 return
         self.kernel[self.grid](*values[:self.n_args], **self.meta)
 

@@ -297,9 +297,16 @@ def test_direct_launch_passes_the_jit_s_arguments_and_falls_back(monkeypatch):
     assert captured == [(3, 2)] and len(compiled.calls) == 1
     step.fire(values)
     assert len(compiled.calls) == 2
+    # A chain asks for its device and stream once (chain_target) and passes them to each launch.
+    assert launcher.chain_target() == (0, 555)
+    step.fire(values, (0, 777))
+    assert len(compiled.calls) == 3 and compiled.calls[-1][3] == 777
+    step.fire(values, None)  # the chain was told the direct path is not allowed now
+    step.fire(values, (1, 555))  # nor for this device
+    assert len(kernel.jit_calls) == 5 and len(compiled.calls) == 3
     monkeypatch.setattr(Driver, "get_current_device", staticmethod(lambda: 1))  # another device
     step.fire(values)
-    assert len(kernel.jit_calls) == 4 and len(compiled.calls) == 2
+    assert len(kernel.jit_calls) == 6 and len(compiled.calls) == 3
     assert launcher.launch_of(kernel, (1,), args, meta, compiled, live=False).compiled is None
 
 
