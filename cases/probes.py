@@ -19,7 +19,7 @@ from attnsuite.interfaces import Interface
 from kernels.probes import (block_ptr_order, cumsum, early_return, fp8_load, gather_inner_axis, gather_int32,
                             gather_transposed, gathered_index_select, grid_limit, interp_bf16_dot, interp_bf16_round,
                             loop_carried_mask,
-                            loop_const_trip, loop_if_mask, page_div_zero, ub_overflow,
+                            loop_const_trip, loop_if_mask, loop_reduction_bound, page_div_zero, ub_overflow,
                             while_block_index)
 
 from ._attention import randn
@@ -45,6 +45,16 @@ def _ints(gen, high, shape):
 
 def _with_holes(ids):
     return ids.masked_fill(torch.arange(ids.numel()) % 3 == 1, -1)
+
+
+def _listed_rows(gen, rows, width, tokens):
+    """int32 [rows, width]: row r lists r * width // (rows - 1) distinct ids below ``tokens``
+    (none in the first row, all ``width`` in the last), then PAD."""
+    out = torch.full((rows, width), loop_reduction_bound.PAD, dtype=torch.int32)
+    for r in range(rows):
+        n = r * width // max(1, rows - 1)
+        out[r, :n] = torch.randperm(tokens, generator=gen)[:n].to(torch.int32)
+    return out
 
 
 def _page_sums(x, c, dt):
@@ -101,6 +111,13 @@ PROBE_SPECS = {
         output=lambda c, x: ("o", (c["page"],), torch.float32),
         reference=lambda c, x, dt: _page_sums(x["x"], c, dt),
         kwargs=("page",)),
+    # Per row, the sum of v over the ids listed before the padding (rows of 0 to W ids).
+    "loop_reduction_bound": Probe(
+        loop_reduction_bound,
+        inputs=lambda c, g: {"ids": _listed_rows(g, c["R"], c["W"], c["T"]), "v": randn(g, (c["T"],), c.dtype)},
+        output=lambda c, x: ("o", (c["R"],), torch.float32),
+        reference=lambda c, x, dt: torch.where(x["ids"] != loop_reduction_bound.PAD,
+                                               x["v"].to(dt)[x["ids"].long().clamp(max=c["T"] - 1)], 0).sum(1)),
     # kt = k[idx].T: K rows of tokens named by a loaded index vector, as a [D, N] tile.
     "gather_transposed": Probe(
         gather_transposed,
@@ -206,6 +223,8 @@ CASES = [
     *_each_variant("loop_const_trip", L=45, page=16, pages=3),
     *_each_variant("loop_carried_mask", L=13, page=16, pages=1),
     *_each_variant("loop_carried_mask", L=29, page=16, pages=2),
+    # 20 ids a row at most: rows of 0, 5, 10, 15 and 20 ids.
+    *_each_variant("loop_reduction_bound", R=5, W=20, T=64),
     *_each_variant("gather_transposed", T=64, N=16, D=32),
     *_each_variant("gather_inner_axis", T=64, N=16, D=32),
     *_each_variant("gathered_index_select", T=64, N=16, D=32),
