@@ -33,6 +33,7 @@ import triton
 import triton.language as tl
 
 from ._checks import LaunchPlan, cdiv, is_interpret, launch, on_ascend, use_fast_path
+from ._split import last_to_arrive
 
 RADIX_BITS = 8
 RADIX = 1 << RADIX_BITS
@@ -211,9 +212,7 @@ def _radix_gather(LOGITS, SEQ, WS, OUT, stride_lb, stride_wb, stride_ob, N, topk
             tl.store(out + above + slot, j, mask=(eq > 0) & (slot < need))
     ws_row = WS + b * stride_wb
     if FAST:
-        tl.debug_barrier()
-        done = tl.atomic_add(ws_row + DONE, 1, sem="acq_rel")
-        if done == n_prog - 1:
+        if last_to_arrive(ws_row + DONE, n_prog):
             clear_row(ws_row, WORDS, CLEAR_BLOCK)
     else:
         # One program a row: its reads of the workspace all fed the reductions above, which every

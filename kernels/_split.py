@@ -83,6 +83,15 @@ def _merge_splits(
 
 
 @triton.jit
+def last_to_arrive(counter, n):
+    """Whether this program takes the last of ``n`` tickets at ``counter`` (CUDA fast paths).
+    The barrier and the acq_rel atomic order every load and store the program made before its
+    ticket, so the last one to arrive sees what all ``n`` did, and may use or clear it."""
+    tl.debug_barrier()
+    return tl.atomic_add(counter, 1, sem="acq_rel") == n - 1
+
+
+@triton.jit
 def merge_in_last_program(OP, LP, OUT, LSE_OUT, counter, b, head0, G, D,
                           stride_ob, stride_oh, stride_osplit, stride_lb, stride_lh, stride_lsplit,
                           stride_outb, stride_outh, stride_lob, stride_loh,
@@ -103,9 +112,7 @@ def merge_in_last_program(OP, LP, OUT, LSE_OUT, counter, b, head0, G, D,
     splits there are, where a loop over the splits waits for one round trip per split and per
     pass (the long context's 16 splits: 32 in a row). Only when the tile would not fit the
     registers does it walk the splits ``SPLIT_CHUNK`` at a time."""
-    tl.debug_barrier()
-    ticket = tl.atomic_add(counter, 1, sem="acq_rel")
-    if ticket == NUM_SPLITS - 1:
+    if last_to_arrive(counter, NUM_SPLITS):
         offs_g = tl.arange(0, BLOCK_GM)
         offs_d = tl.arange(0, BLOCK_D)
         g_ok = offs_g < G

@@ -326,9 +326,21 @@ def test_gpu_runs_per_row_fill_whole_waves():
     assert mla.wave_splits(128, 264, 2) == 2
     assert mla.wave_splits(1, 264, 64) == 64     # one sequence: as many runs as it has
     assert mla.wave_splits(600, 264, 16) == 3    # 1800 programs, 6.8 waves: 0.97 full
-    for programs, most in ((5, 3), (70, 9), (264, 4), (300, 16)):
-        runs = mla.wave_splits(programs, 264, most)
-        assert 1 <= runs <= most
+    # Over many grids: the pick fills the last wave within 5% of the best pick, and no fewer
+    # runs do (a wave's fill is how full its last wave is, counted here from scratch).
+    def fill(programs, runs):
+        waves = programs * runs / 264
+        return waves / -(-programs * runs // 264)
+
+    for programs in (1, 5, 33, 70, 100, 132, 200, 264, 300, 529, 1000):
+        for most in (1, 2, 3, 9, 16, 64):
+            runs = mla.wave_splits(programs, 264, most)
+            if programs * most <= 264:
+                assert runs == most, (programs, most, runs)
+                continue
+            best = max(fill(programs, r) for r in range(1, most + 1))
+            assert fill(programs, runs) >= 0.95 * best, (programs, most, runs)
+            assert all(fill(programs, r) < 0.95 * best for r in range(1, runs)), (programs, most, runs)
 
 
 @pytest.mark.parametrize("causal", [True, False])
