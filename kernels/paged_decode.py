@@ -275,12 +275,18 @@ def _paged_decode_flat(
 #: dtypes; the first is the default. As dense decode: unsplit when B x Hkv fills the GPU.
 _FLAT_TILES = [(64, 4, 3, 132), (128, 4, 3, 132), (64, 4, 2, 264), (32, 4, 3, 264), (64, 8, 3, 132),
                (32, 4, 3, 528), (64, 4, 5, 132)]
+#: An fp8 cache first tries twice the tokens a tile (the same bytes) on twice the programs: with
+#: the 16-bit default, 4-warp programs stalled on the in-register conversion (ncu on an H200:
+#: 6.8% occupancy, fixed-latency stalls), 1016 us at the P256 D256 bench shape against 462 with
+#: the first tile below (docs/hardware-log.md). Its default is that tile.
+_FP8_FLAT_TILES = [(128, 4, 2, 264), (128, 8, 3, 264), (64, 8, 2, 528), (64, 4, 3, 528), (128, 8, 2, 528)]
 
 
-def flat_candidates(D: int, dtype: torch.dtype) -> list[dict]:
+def flat_candidates(D: int, dtype: torch.dtype, kv_fp8: bool = False) -> list[dict]:
     shrink = max(1, max(16, next_pow2(D)) // 128) * (1 if dtype.itemsize == 2 else 2)
+    tiles = (_FP8_FLAT_TILES + _FLAT_TILES) if kv_fp8 else _FLAT_TILES
     return [dict(BLOCK_N=max(16, block_n // shrink), num_warps=warps, num_stages=stages, TARGET=target)
-            for block_n, warps, stages, target in _FLAT_TILES]
+            for block_n, warps, stages, target in tiles]
 
 
 def flat_split(cfg: dict, B: int, Hkv: int, typical: int, longest: int,
@@ -399,7 +405,7 @@ def _flat_plan(q, kv_cache, kv_page_indptr, kv_page_indices, kv_last_page_len, o
         config, tuning = pick("paged_decode_flat",
                               (B * Hkv, next_pow2(typical), page_size, D, G,
                                str(q.dtype), num_splits or 0) + (("fp8",) if kv_mode else ()),
-                              lambda: flat_candidates(D, q.dtype),
+                              lambda: flat_candidates(D, q.dtype, kv_mode != NOT_FP8),
                               lambda c: _flat_plan(q, kv_cache, kv_page_indptr, kv_page_indices,
                                                    kv_last_page_len, out, lse, layout=layout,
                                                    scale=scale, num_splits=num_splits,

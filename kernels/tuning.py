@@ -51,7 +51,8 @@ def _prefill_fast(parts):
 
 def _flat(parts):
     from .paged_decode import flat_candidates
-    return flat_candidates(int(parts[3]), _dtype(parts[5]))
+    # An fp8 cache's key ends in "fp8" (one part more).
+    return flat_candidates(int(parts[3]), _dtype(parts[5]), kv_fp8=parts[7:] == ["fp8"])
 
 
 def _sparse(magicpig):
@@ -77,7 +78,7 @@ def candidates_for(kernel: str, key: str) -> list[dict]:
         raise ValueError(f"unknown kernel {kernel!r} (known: {', '.join(KERNELS)})")
     size, fn = KERNELS[kernel]
     parts = key.split("/")
-    if len(parts) != size:
+    if len(parts) != size and not (kernel == "paged_decode_flat" and parts[size:] == ["fp8"]):
         raise ValueError(f"{kernel}: key {key!r} has {len(parts)} parts, expected {size}")
     return fn(parts)
 
