@@ -63,6 +63,20 @@ def e4m3_to_f16(bits):
 
 
 @triton.jit
+def f16_row_scale(amax):
+    """Powers of two (down, up) for rows whose largest magnitude is ``amax`` (fp32 [rows]): a
+    bf16 row times ``down`` has its largest element in [2^14, 2^15) and is exact in fp16 (bf16's 8
+    significant bits fit fp16's 11; only elements below 2^-38 of the row's largest round), and
+    ``up`` undoes it on the row's scores. Why: on sm_90 e4m3 -> fp16 is one conversion per two
+    elements in hardware, e4m3 -> bf16 goes through fp32, so a bf16 query meets an fp8 cache in
+    fp16."""
+    # Clamped so that up (<= 2^113) stays finite in fp32 with room for the score scale; rows
+    # below 2^-86 keep their largest element under 2^14 (still exact down to fp16's subnormals).
+    shift = tl.minimum(tl.maximum(((amax.to(tl.int32, bitcast=True) >> 23) & 255) - 141, -100), 113)
+    return ((127 - shift) << 23).to(tl.float32, bitcast=True), ((127 + shift) << 23).to(tl.float32, bitcast=True)
+
+
+@triton.jit
 def load_kv(ptrs, mask, KV_FP8: tl.constexpr, DTYPE: tl.constexpr):
     """A K or V tile in DTYPE (q's dtype): masked slots read as 0 and are never loaded, so an
     fp8 NaN there never reaches the arithmetic. fp8 caches are decoded exactly, unscaled."""

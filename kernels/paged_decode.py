@@ -31,7 +31,7 @@ from ._tune import pick
 from ._grid import npu_cores, npu_splits, plan_grid
 from ._split import merge_in_last_program, merge_meta, merge_plan, NO_MERGE, scratch_of, split_outputs
 from ._softmax import online_softmax_fold
-from ._fp8 import FP8_DTYPE, NOT_FP8, call_scales, check_kv_scales, fp8_mode, kernel_view, load_kv
+from ._fp8 import FP8_DTYPE, NOT_FP8, call_scales, check_kv_scales, f16_row_scale, fp8_mode, kernel_view, load_kv
 from ._paged import (check_index_values, check_layout, check_outputs, check_page_table,
                      check_paged_kv, check_q, kv_dims, kv_strides)
 
@@ -189,6 +189,12 @@ def _paged_decode_flat_tile(
     b64 = b.to(tl.int64)
     q = tl.load(Q + b64 * stride_qb + heads[:, None] * stride_qh + offs_d[None, :], mask=io_mask,
                 other=0.0)
+    qk_row = tl.full([BLOCK_G], 1.0, tl.float32) * qk_scale
+    if KV_FP8 == 1:
+        if q.dtype == tl.bfloat16:  # the cache's hardware cast goes to fp16 (f16_row_scale)
+            down, up = f16_row_scale(tl.max(tl.abs(q.to(tl.float32)), axis=1))
+            q = (q.to(tl.float32) * down[:, None]).to(tl.float16)
+            qk_row = qk_row * up
     page_lo = tl.load(PAGE_INDPTR + b)
     n_pages = tl.load(PAGE_INDPTR + b + 1) - page_lo
     seq_len = tl.where(n_pages > 0, (n_pages - 1) * PAGE_SIZE + tl.load(LAST_LEN + b), 0)
@@ -206,7 +212,7 @@ def _paged_decode_flat_tile(
         kv_mask = tok_ok[:, None] & d_ok
         k = load_kv(kv_base + row[:, None] + offs_d[None, :], kv_mask, KV_FP8, q.dtype)
         v = load_kv(kv_base + stride_kv + row[:, None] + offs_d[None, :], kv_mask, KV_FP8, q.dtype)
-        m_i, l_i, acc = _guarded_step(q, k, v, tok_ok, m_i, l_i, acc, qk_scale, DOT_PRECISION)
+        m_i, l_i, acc = _guarded_step(q, k, v, tok_ok, m_i, l_i, acc, qk_row[:, None], DOT_PRECISION)
     if KV_FP8 != 0:
         acc = acc * v_scale
     # An empty split (t_start >= t_end) leaves l_i = 0: it is stored as o = 0, lse = -inf.
