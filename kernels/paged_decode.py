@@ -212,6 +212,13 @@ def _paged_decode_flat_tile(
         kv_mask = tok_ok[:, None] & d_ok
         k = load_kv(kv_base + row[:, None] + offs_d[None, :], kv_mask, KV_FP8, q.dtype)
         v = load_kv(kv_base + stride_kv + row[:, None] + offs_d[None, :], kv_mask, KV_FP8, q.dtype)
+        if KV_FP8 == 1 and BLOCK_D > 128:
+            # A no-op select (masked slots read 0) that keeps Triton from moving the cast past the
+            # shared-memory read into p @ v's operand layout, where an 8-bit tile is read one byte
+            # per instruction (sm_90 has no transposing 8-bit ldmatrix); converted first, it goes
+            # through a 16-bit transposing read. Measured on an H200: 429 us against 460 at the
+            # D=256 bench shape, but 324 against 294 at D=128 (docs/hardware-log.md).
+            v = tl.where(tok_ok[:, None], v, 0.0)
         m_i, l_i, acc = _guarded_step(q, k, v, tok_ok, m_i, l_i, acc, qk_row[:, None], DOT_PRECISION)
     if KV_FP8 != 0:
         acc = acc * v_scale
