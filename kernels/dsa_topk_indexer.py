@@ -128,9 +128,11 @@ def _indexer_logits(Q, W, K, KS, BT, KOFF, SOFF, SEQ, LOGITS, WS,
             start = t * BLOCK_N
             page_idx = (start >> page_shift) if PAGE_POW2 else start // P
             page = tl.load(BT + b * stride_tb + page_idx, mask=start < seq_len, other=0).to(tl.int64)
-            slot = (start - page_idx * P + tl.arange(0, BLOCK_N)).to(tl.int64)
-            k_off = page * stride_kp + slot * stride_ks
-            s_off = page * stride_sp + slot * stride_ss
+            slot = start - page_idx * P + tl.arange(0, BLOCK_N)
+            # The page's base in 64 bits once, the offsets within it in 32 (the host checks a
+            # page's rows span less than 2**31 elements).
+            k_rows = (K + page * stride_kp) + slot * stride_ks
+            s_ptrs = (KS + page * stride_sp) + slot * stride_ss
         elif PAGE_LOOKUP:  # the fast path: each token's page read from the block table here
             if PAGE_POW2:  # a shift and a mask, not an integer division per token
                 page = tl.load(BT + b * stride_tb + (j >> page_shift), mask=ok, other=0).to(tl.int64)
@@ -138,14 +140,14 @@ def _indexer_logits(Q, W, K, KS, BT, KOFF, SOFF, SEQ, LOGITS, WS,
             else:
                 page = tl.load(BT + b * stride_tb + j // P, mask=ok, other=0).to(tl.int64)
                 slot = (j % P).to(tl.int64)
-            k_off = page * stride_kp + slot * stride_ks
-            s_off = page * stride_sp + slot * stride_ss
+            k_rows = K + (page * stride_kp + slot * stride_ks)
+            s_ptrs = KS + (page * stride_sp + slot * stride_ss)
         else:  # offsets from the host (porting_notes.md#page_div_zero)
-            k_off = tl.load(KOFF + b * stride_ob + j, mask=ok, other=0)
-            s_off = tl.load(SOFF + b * stride_ob + j, mask=ok, other=0)
-        k = _dot_operand(tl.load(K + k_off[:, None] + offs_d[None, :], mask=ok[:, None] & d_ok[None, :], other=0),
+            k_rows = K + tl.load(KOFF + b * stride_ob + j, mask=ok, other=0)
+            s_ptrs = KS + tl.load(SOFF + b * stride_ob + j, mask=ok, other=0)
+        k = _dot_operand(tl.load(k_rows[:, None] + offs_d[None, :], mask=ok[:, None] & d_ok[None, :], other=0),
                          NATIVE_FP8, FP8_DOT)
-        ks = tl.load(KS + s_off, mask=ok, other=0.0)
+        ks = tl.load(s_ptrs, mask=ok, other=0.0)
         if CHUNK_H == BLOCK_H and TOKEN_ROWS:
             # Tokens as the dot's rows: the head sum stays within a thread and its lane quad, and
             # each thread then holds 2 of the tile's logits (not 16 as with heads as the rows),
@@ -332,7 +334,8 @@ def indexer_plan(q_idx, keys, scales, weights, seq_lens, block_table, topk: int,
     logits_plan = LaunchPlan(kernel=_indexer_logits, grid=(B, _per_row(B, tiles, q_idx)), args=args,
                              meta=dict(DOT_PRECISION=DOT_INPUT_PRECISION, NATIVE_FP8=_native_fp8(q_idx),
                                        PAGE_LOOKUP=lookup, PAGE_POW2=lookup and P & (P - 1) == 0,
-                                       TILE_IN_PAGE=lookup and P % cfg["BLOCK_N"] == 0, FILL_TAIL=fill_tail, COUNT_KEYS=sel["HISTOGRAM"],
+                                       TILE_IN_PAGE=lookup and P % cfg["BLOCK_N"] == 0 and max(
+                                           (P - 1) * keys.stride(1) + Di, (P - 1) * scales.stride(1) + 1) <= INT32_MAX, FILL_TAIL=fill_tail, COUNT_KEYS=sel["HISTOGRAM"],
                                        **radix, **cfg))
     grid = (B, _per_row(B, max(1, cdiv(N, sel["BLOCK"])), q_idx))
     logits_plan.then, _ = select_plans(logits, seq_lens, topk, out, ws, grid, sel,
