@@ -67,25 +67,25 @@ def key_digit(key, PASS: tl.constexpr, RADIX_BITS: tl.constexpr):
 
 @triton.jit
 def count_digits(d, HBINS: tl.constexpr, HISTOGRAM: tl.constexpr):
-    """Counts of the values 0 .. HBINS-1 in the 1-d tile ``d`` (a value >= RADIX is a key that
-    takes no part: HBINS is 2 * RADIX with ``tl.histogram``, RADIX for the one-hot sum)."""
+    """Counts of the values 0 .. HBINS-1 (= RADIX) in the 1-d tile ``d``; a value >= HBINS is a
+    key that takes no part. ``tl.histogram`` takes those out by its mask: its ballot lowering
+    (Triton 3.6) folds bin indices to log2(HBINS) bits, and each bin more costs every element."""
     if HISTOGRAM:
-        c = tl.histogram(d, HBINS)
+        c = tl.histogram(d, HBINS, mask=d < HBINS)
     else:
         c = tl.sum((d[:, None] == tl.arange(0, HBINS)[None, :]).to(tl.int32), 0)
     return c
 
 
 @triton.jit
-def flush_counts(WS_HIST, counts, HBINS: tl.constexpr, RADIX: tl.constexpr):
-    """Adds a program's counts to the row's histogram: the bins it saw (``tl.histogram``'s
-    extra bins never); every bin on the portable path (triton-ascend rc2 does not lower a
-    masked vector atomic)."""
+def flush_counts(WS_HIST, counts, HBINS: tl.constexpr, HISTOGRAM: tl.constexpr):
+    """Adds a program's counts to the row's histogram: the bins it saw on the fast path; every
+    bin on the portable path (triton-ascend rc2 does not lower a masked vector atomic)."""
     bins = tl.arange(0, HBINS)
-    if HBINS == RADIX:
-        tl.atomic_add(WS_HIST + bins, counts)
+    if HISTOGRAM:
+        tl.atomic_add(WS_HIST + bins, counts, mask=counts > 0)
     else:
-        tl.atomic_add(WS_HIST + bins, counts, mask=(bins < RADIX) & (counts > 0))
+        tl.atomic_add(WS_HIST + bins, counts)
 
 
 @triton.jit
@@ -150,7 +150,7 @@ def _radix_count(LOGITS, SEQ, WS, stride_lb, stride_wb, N, topk,
                 match = ok & (((key >> high) & ((1 << (RADIX_BITS * PASS)) - 1)) == prefix)
             d = tl.where(match, key_digit(key, PASS, RADIX_BITS), RADIX)
             counts += count_digits(d, HBINS, HISTOGRAM)
-        flush_counts(ws + PASS * RADIX, counts, HBINS, RADIX)
+        flush_counts(ws + PASS * RADIX, counts, HBINS, HISTOGRAM)
 
 
 @triton.jit
@@ -233,7 +233,7 @@ def select_config(t: torch.Tensor) -> dict:
         block = 64          # one-hot on a GPU: [64, 256] a step
     # The gather's ranks: tl.cumsum on the fast path, a [BLOCK, BLOCK] masked sum elsewhere.
     gather = 1024 if histogram else (256 if is_interpret() else 32 if on_ascend(t) else 64)
-    return dict(BLOCK=block, GATHER_BLOCK=gather, HISTOGRAM=histogram, HBINS=2 * RADIX if histogram else RADIX)
+    return dict(BLOCK=block, GATHER_BLOCK=gather, HISTOGRAM=histogram, HBINS=RADIX)
 
 
 def workspace(B: int, device) -> torch.Tensor:

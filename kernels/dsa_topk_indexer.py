@@ -13,8 +13,12 @@ selection's histograms (zeroed once, left zero by the last launch) and a logits 
 caller does not get back are workspace the call cache keeps (kernels/_callcache.py).
 
 1. ``_indexer_logits``: program (b, g) walks tiles g, g + G, ... of row b, with q decoded once
-   per program (all heads at once, off Ascend), and stores the fp32 logits (-inf past seq_len). On the CUDA fast path
-   (``use_fast_path``) it looks each token's page up in the block table itself and counts the
+   per program (all heads at once, off Ascend), and stores the fp32 logits (-inf past seq_len).
+   Off Ascend the tile's tokens are the rows of its dot (``TOKEN_ROWS``): sm_90 then sums the
+   heads within a thread's registers and keeps 2 logits a thread, not 16 (about a quarter of the
+   instructions a token). On the CUDA fast path
+   (``use_fast_path``) it looks each token's page up in the block table itself (one read a tile
+   when BLOCK_N divides the page size) and counts the
    logits' top key byte (pass 0 of the radix select); on the portable path the host computes
    the element offsets of each position's key row and scale (vectorized torch: triton-ascend
    scalarizes or rejects the in-kernel lookup, porting_notes.md#page_div_zero) and pass 0 is a
@@ -75,13 +79,25 @@ def _decode_fp8(x, NATIVE_FP8: tl.constexpr):
     return h
 
 
-@triton.jit(do_not_specialize=["HI", "N", "P", "n_tiles"])
+@triton.jit
+def _dot_operand(x, NATIVE_FP8: tl.constexpr, FP8_DOT: tl.constexpr):
+    """fp8 bytes -> a tl.dot operand: the fp8 values themselves (FP8_DOT: fp8 tensor-core
+    products, CUDA sm_89+ only), else their exact fp16 decode."""
+    if FP8_DOT:
+        h = x.to(tl.float8e4nv, bitcast=True)
+    else:
+        h = _decode_fp8(x, NATIVE_FP8)
+    return h
+
+
+@triton.jit(do_not_specialize=["HI", "N", "P", "page_shift", "n_tiles"])
 def _indexer_logits(Q, W, K, KS, BT, KOFF, SOFF, SEQ, LOGITS, WS,
                     stride_qb, stride_qh, stride_wb, stride_wh, stride_kp, stride_ks, stride_sp, stride_ss,
                     stride_tb, stride_ob, stride_lb, stride_wsb,
-                    HI, DI, N, P, n_tiles,
+                    HI, DI, N, P, page_shift, n_tiles,
                     BLOCK_H: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
-                    CHUNK_H: tl.constexpr, DOT_PRECISION: tl.constexpr, NATIVE_FP8: tl.constexpr,
+                    CHUNK_H: tl.constexpr, TOKEN_ROWS: tl.constexpr, PAGE_POW2: tl.constexpr, TILE_IN_PAGE: tl.constexpr,
+                    FP8_DOT: tl.constexpr, DOT_PRECISION: tl.constexpr, NATIVE_FP8: tl.constexpr,
                     PAGE_LOOKUP: tl.constexpr, FILL_TAIL: tl.constexpr, COUNT_KEYS: tl.constexpr, RADIX: tl.constexpr, RADIX_BITS: tl.constexpr,
                     HBINS: tl.constexpr, HISTOGRAM: tl.constexpr):
     """Program (b, g) computes tiles g, g + G, ... of row b's logits; with COUNT_KEYS (the fast
@@ -99,25 +115,46 @@ def _indexer_logits(Q, W, K, KS, BT, KOFF, SOFF, SEQ, LOGITS, WS,
     if CHUNK_H == BLOCK_H:  # every head at once: q decoded once for all the program's tiles
         heads = tl.arange(0, BLOCK_H)
         h_ok = heads < HI
-        q_all = _decode_fp8(tl.load(Q + b * stride_qb + heads[:, None] * stride_qh + offs_d[None, :],
-                                    mask=h_ok[:, None] & d_ok[None, :], other=0), NATIVE_FP8)
+        q_all = _dot_operand(tl.load(Q + b * stride_qb + heads[:, None] * stride_qh + offs_d[None, :],
+                                     mask=h_ok[:, None] & d_ok[None, :], other=0), NATIVE_FP8, FP8_DOT)
         w_all = tl.load(W + b * stride_wb + heads * stride_wh, mask=h_ok, other=0.0)
     counts = tl.zeros([HBINS], dtype=tl.int32)
     for t in range(g, n_row, n_prog):
         j = t * BLOCK_N + tl.arange(0, BLOCK_N)
         ok = j < seq_len
-        if PAGE_LOOKUP:  # the fast path: each token's page read from the block table here
-            page = tl.load(BT + b * stride_tb + j // P, mask=ok, other=0).to(tl.int64)
-            slot = (j % P).to(tl.int64)
-            k_off = page * stride_kp + slot * stride_ks
-            s_off = page * stride_sp + slot * stride_ss
+        if PAGE_LOOKUP and TILE_IN_PAGE:
+            # BLOCK_N divides page_size: the tile's tokens are consecutive slots of one page, one
+            # block-table read and contiguous rows (the loads vectorize, no per-token addresses).
+            start = t * BLOCK_N
+            page_idx = (start >> page_shift) if PAGE_POW2 else start // P
+            page = tl.load(BT + b * stride_tb + page_idx, mask=start < seq_len, other=0).to(tl.int64)
+            slot = start - page_idx * P + tl.arange(0, BLOCK_N)
+            # The page's base in 64 bits once, the offsets within it in 32 (the host checks a
+            # page's rows span less than 2**31 elements).
+            k_rows = (K + page * stride_kp) + slot * stride_ks
+            s_ptrs = (KS + page * stride_sp) + slot * stride_ss
+        elif PAGE_LOOKUP:  # the fast path: each token's page read from the block table here
+            if PAGE_POW2:  # a shift and a mask, not an integer division per token
+                page = tl.load(BT + b * stride_tb + (j >> page_shift), mask=ok, other=0).to(tl.int64)
+                slot = (j & (P - 1)).to(tl.int64)
+            else:
+                page = tl.load(BT + b * stride_tb + j // P, mask=ok, other=0).to(tl.int64)
+                slot = (j % P).to(tl.int64)
+            k_rows = K + (page * stride_kp + slot * stride_ks)
+            s_ptrs = KS + (page * stride_sp + slot * stride_ss)
         else:  # offsets from the host (porting_notes.md#page_div_zero)
-            k_off = tl.load(KOFF + b * stride_ob + j, mask=ok, other=0)
-            s_off = tl.load(SOFF + b * stride_ob + j, mask=ok, other=0)
-        k = _decode_fp8(tl.load(K + k_off[:, None] + offs_d[None, :], mask=ok[:, None] & d_ok[None, :], other=0),
-                        NATIVE_FP8)
-        ks = tl.load(KS + s_off, mask=ok, other=0.0)
-        if CHUNK_H == BLOCK_H:
+            k_rows = K + tl.load(KOFF + b * stride_ob + j, mask=ok, other=0)
+            s_ptrs = KS + tl.load(SOFF + b * stride_ob + j, mask=ok, other=0)
+        k = _dot_operand(tl.load(k_rows[:, None] + offs_d[None, :], mask=ok[:, None] & d_ok[None, :], other=0),
+                         NATIVE_FP8, FP8_DOT)
+        ks = tl.load(s_ptrs, mask=ok, other=0.0)
+        if CHUNK_H == BLOCK_H and TOKEN_ROWS:
+            # Tokens as the dot's rows: the head sum stays within a thread and its lane quad, and
+            # each thread then holds 2 of the tile's logits (not 16 as with heads as the rows),
+            # which is what the scale loads and the digit count below cost per thread.
+            s = tl.dot(k, tl.trans(q_all), input_precision=DOT_PRECISION)   # [BLOCK_N, BLOCK_H], fp32 sums
+            logit = tl.sum(tl.maximum(s * ks[:, None], 0.0) * w_all[None, :], 1)
+        elif CHUNK_H == BLOCK_H:
             s = tl.dot(q_all, tl.trans(k), input_precision=DOT_PRECISION)   # [BLOCK_H, BLOCK_N], fp32 sums
             logit = tl.sum(tl.maximum(s * ks[None, :], 0.0) * w_all[:, None], 0)
         else:
@@ -138,7 +175,7 @@ def _indexer_logits(Q, W, K, KS, BT, KOFF, SOFF, SEQ, LOGITS, WS,
             d = tl.where(ok, key_digit(order_key(logit), 0, RADIX_BITS), RADIX)
             counts += count_digits(d, HBINS, HISTOGRAM)
     if COUNT_KEYS:
-        flush_counts(WS + b * stride_wsb, counts, HBINS, RADIX)
+        flush_counts(WS + b * stride_wsb, counts, HBINS, HISTOGRAM)
 
 
 PACKED_DTYPES = (torch.uint8, torch.int8)
@@ -262,7 +299,7 @@ def indexer_config(Hi: int, Di: int, *, interpret: bool, ascend: bool) -> dict:
     block_h, block_d = max(16, next_pow2(Hi)), max(16, next_pow2(Di))
     block_n = 16 if ascend and not interpret else 64
     return dict(BLOCK_H=block_h, BLOCK_N=block_n, BLOCK_D=block_d, CHUNK_H=16 if ascend else block_h,
-                num_warps=4, num_stages=1 if interpret else 2)
+                TOKEN_ROWS=not ascend, FP8_DOT=False, num_warps=4, num_stages=1 if interpret else 2)
 
 
 def _per_row(B: int, work: int, t: torch.Tensor) -> int:
@@ -293,10 +330,12 @@ def indexer_plan(q_idx, keys, scales, weights, seq_lens, block_table, topk: int,
     args = (q_bytes, weights, keys, scales, block_table, k_off, s_off, seq_lens, logits, ws,
             q_bytes.stride(0), q_bytes.stride(1), weights.stride(0), weights.stride(1), keys.stride(0),
             keys.stride(1), scales.stride(0), scales.stride(1), block_table.stride(0), k_off.stride(0),
-            logits.stride(0), ws.stride(0), Hi, Di, N, P, tiles)
+            logits.stride(0), ws.stride(0), Hi, Di, N, P, P.bit_length() - 1, tiles)
     logits_plan = LaunchPlan(kernel=_indexer_logits, grid=(B, _per_row(B, tiles, q_idx)), args=args,
                              meta=dict(DOT_PRECISION=DOT_INPUT_PRECISION, NATIVE_FP8=_native_fp8(q_idx),
-                                       PAGE_LOOKUP=lookup, FILL_TAIL=fill_tail, COUNT_KEYS=sel["HISTOGRAM"],
+                                       PAGE_LOOKUP=lookup, PAGE_POW2=lookup and P & (P - 1) == 0,
+                                       TILE_IN_PAGE=lookup and P % cfg["BLOCK_N"] == 0 and max(
+                                           (P - 1) * keys.stride(1) + Di, (P - 1) * scales.stride(1) + 1) <= INT32_MAX, FILL_TAIL=fill_tail, COUNT_KEYS=sel["HISTOGRAM"],
                                        **radix, **cfg))
     grid = (B, _per_row(B, max(1, cdiv(N, sel["BLOCK"])), q_idx))
     logits_plan.then, _ = select_plans(logits, seq_lens, topk, out, ws, grid, sel,
