@@ -41,7 +41,7 @@ from ._callcache import CallCache
 from ._checks import (DOT_INPUT_PRECISION, FLOAT_DTYPES, LaunchPlan, cdiv, check_flag, check_index_tensor,
                       check_int_range, check_launchable, check_nonempty, check_out_lse, check_out_lse_aliases,
                       check_scale, check_tensor, is_interpret, is_live, launch, next_pow2, on_ascend)
-from ._fp8 import BITS, NOT_FP8, fp8_mode, kernel_view
+from ._fp8 import BITS, NATIVE, NOT_FP8, fp8_mode, kernel_view
 from ._grid import npu_cores, npu_splits, plan_grid
 from ._paged import check_index_values, check_page_table
 from ._softmax import online_softmax_fold, softmax_finish
@@ -77,6 +77,43 @@ def _e4m3_bits(bits):
 
 
 @triton.jit
+def _e4m3_words(words, ROWS: tl.constexpr, COLS: tl.constexpr, FP8_BYTES: tl.constexpr):
+    """[ROWS, COLS // 4] int32 words of four float8_e4m3fn bytes -> [ROWS, COLS] fp16. Read as
+    words, the tile reaches the dot operands as a 16-bit tile: read as fp8, Triton lays the dot
+    operands out for 8-bit data (kWidth 4 on sm_90) and reshuffles every fp16 register pair
+    (2.4x the instructions of a bf16 cache a token). Compiled CUDA (sm_89+) converts with the
+    hardware instruction, two values each; FP8_BYTES (the interpreter, where the CPU tests run
+    this path) decodes each byte with ``_e4m3_bits``."""
+    if FP8_BYTES:
+        b0 = _e4m3_bits(words & 255)
+        b1 = _e4m3_bits((words >> 8) & 255)
+        b2 = _e4m3_bits((words >> 16) & 255)
+        b3 = _e4m3_bits((words >> 24) & 255)
+    else:
+        b0, b1, b2, b3 = _e4m3_cvt(words)
+    # Byte k of word j is element 4j + k: (b0, b1, b2, b3) along the last axis.
+    return tl.reshape(tl.join(tl.join(b0, b2), tl.join(b1, b3)), [ROWS, COLS])
+
+
+@triton.jit
+def _e4m3_cvt(words):
+    """The four e4m3 bytes of each int32 word as fp16 (b0 the lowest byte), by sm_89+'s
+    ``cvt.rn.f16x2.e4m3x2``."""
+    return tl.inline_asm_elementwise(
+        asm="""{
+        .reg .b16 lo, hi;
+        .reg .b32 t0, t1;
+        mov.b32 {lo, hi}, $4;
+        cvt.rn.f16x2.e4m3x2 t0, lo;
+        cvt.rn.f16x2.e4m3x2 t1, hi;
+        mov.b32 {$0, $1}, t0;
+        mov.b32 {$2, $3}, t1;
+        }""",
+        constraints="=h,=h,=h,=h,r", args=[words], dtype=(tl.float16, tl.float16, tl.float16, tl.float16),
+        is_pure=True, pack=1)
+
+
+@triton.jit
 def _fp16_queries(qn, qp):
     """bf16 queries as fp16 for the fp8-cache dots: each head's rows times a power of two that
     puts its largest magnitude in [2^14, 2^15) (exact: bf16's 8 mantissa bits fit fp16's 11;
@@ -106,6 +143,22 @@ def _latent_f16(ptrs, mask, rows, FP8_BYTES: tl.constexpr):
 
 
 @triton.jit
+def _fold_keys_m(st, v, m_i, l_i, acc, DOT_PRECISION: tl.constexpr):
+    """``online_softmax_fold`` with the tile's keys as rows: scores ``st`` [BLOCK_N, BLOCK_H]
+    (-inf where masked), values ``v`` [BLOCK_N, Dc], accumulator [Dc, BLOCK_H]. Both dots then
+    have the tile's tokens (or the latent width) as M, which sm_90's warpgroup MMA needs (M a
+    multiple of 64), and read the latent tile from shared memory in both orientations; with the
+    heads as M (16 rows) each warp holds all of q and the dots are the older 16-row MMA."""
+    m_new = tl.maximum(m_i, tl.max(st, 0))
+    m_use = tl.where(m_new == float("-inf"), 0.0, m_new)
+    alpha = tl.exp2(m_i - m_use)
+    p = tl.exp2(st - m_use[None, :])
+    l_i = l_i * alpha + tl.sum(p, 0)
+    acc = acc * alpha[None, :] + tl.dot(tl.trans(v), p.to(v.dtype), input_precision=DOT_PRECISION)
+    return m_new, l_i, acc
+
+
+@triton.jit
 def _mla_tile(
     QN, QP, CKV, KPE, PAGE_INDPTR, PAGE_INDICES, LAST_LEN, QO_INDPTR, O, LSE,
     stride_qnr, stride_qnh, stride_qpr, stride_qph,
@@ -115,6 +168,7 @@ def _mla_tile(
     PAGE_SIZE: tl.constexpr, HAS_ROWS: tl.constexpr, CAUSAL: tl.constexpr, RETURN_LSE: tl.constexpr,
     DOT_PRECISION: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_N: tl.constexpr,
     BLOCK_DC: tl.constexpr, BLOCK_DR: tl.constexpr, FP8: tl.constexpr, FP8_BYTES: tl.constexpr,
+    KEYS_M: tl.constexpr, FP8_WORDS: tl.constexpr,
 ):
     """One page split of one query row for BLOCK_H heads: the row's visible pages in NUM_SPLITS
     near-equal runs, so the host needs no sequence length. FP8: the caches are e4m3fn, read as
@@ -126,6 +180,11 @@ def _mla_tile(
     h_ok = offs_h < H
     c_ok = offs_c < DC
     r_ok = offs_r < DR
+    if FP8_WORDS:
+        offs_cw = tl.arange(0, BLOCK_DC // 4)
+        offs_rw = tl.arange(0, BLOCK_DR // 4)
+        cw_ok = offs_cw < DC // 4
+        rw_ok = offs_rw < DR // 4
     r64 = row.to(tl.int64)
     heads = offs_h.to(tl.int64)
     # Padding heads load zeros: finite scores, never stored.
@@ -172,7 +231,10 @@ def _mla_tile(
     # Base-2 scores: qk_scale carries scale * k_scale * log2(e).
     m_i = tl.full([BLOCK_H], float("-inf"), dtype=tl.float32)
     l_i = tl.zeros([BLOCK_H], dtype=tl.float32)
-    acc = tl.zeros([BLOCK_H, BLOCK_DC], dtype=tl.float32)
+    if KEYS_M:
+        acc = tl.zeros([BLOCK_DC, BLOCK_H], dtype=tl.float32)
+    else:
+        acc = tl.zeros([BLOCK_H, BLOCK_DC], dtype=tl.float32)
     for p in range(p_start, p_end):
         # int64: pages * page_size * (Dc + Dr) can pass 2**31.
         page = tl.load(PAGE_INDICES + page_lo + p).to(tl.int64)
@@ -181,18 +243,34 @@ def _mla_tile(
             tok_ok = (slot < PAGE_SIZE) & (p * PAGE_SIZE + slot < limit)
             c_ptrs = CKV + page * stride_cp + slot[:, None] * stride_cs + offs_c[None, :]
             r_ptrs = KPE + page * stride_kp + slot[:, None] * stride_ks + offs_r[None, :]
-            if FP8:
+            if FP8_WORDS:
+                cw = tl.load(CKV + page * stride_cp + slot[:, None] * stride_cs + offs_cw[None, :],
+                             mask=tok_ok[:, None] & cw_ok[None, :], other=0)
+                rw = tl.load(KPE + page * stride_kp + slot[:, None] * stride_ks + offs_rw[None, :],
+                             mask=tok_ok[:, None] & rw_ok[None, :], other=0)
+                kc = _e4m3_words(cw, BLOCK_N, BLOCK_DC, FP8_BYTES)
+                kr = _e4m3_words(rw, BLOCK_N, BLOCK_DR, FP8_BYTES)
+            elif FP8:
                 kc = _latent_f16(c_ptrs, tok_ok[:, None] & c_ok[None, :], tok_ok, FP8_BYTES)
                 kr = _latent_f16(r_ptrs, tok_ok[:, None] & r_ok[None, :], tok_ok, FP8_BYTES)
             else:
                 kc = tl.load(c_ptrs, mask=tok_ok[:, None] & c_ok[None, :], other=0.0)
                 kr = tl.load(r_ptrs, mask=tok_ok[:, None] & r_ok[None, :], other=0.0)
-            s = tl.dot(qn, tl.trans(kc), input_precision=DOT_PRECISION)
-            s += tl.dot(qp, tl.trans(kr), input_precision=DOT_PRECISION)
-            s = tl.where(tok_ok[None, :], s * qk_row[:, None], float("-inf"))
-            m_i, l_i, acc = online_softmax_fold(s, kc, m_i, l_i, acc, DOT_PRECISION)
+            if KEYS_M:
+                st = tl.dot(kc, tl.trans(qn), input_precision=DOT_PRECISION)
+                st += tl.dot(kr, tl.trans(qp), input_precision=DOT_PRECISION)
+                st = tl.where(tok_ok[:, None], st * qk_row[None, :], float("-inf"))
+                m_i, l_i, acc = _fold_keys_m(st, kc, m_i, l_i, acc, DOT_PRECISION)
+            else:
+                s = tl.dot(qn, tl.trans(kc), input_precision=DOT_PRECISION)
+                s += tl.dot(qp, tl.trans(kr), input_precision=DOT_PRECISION)
+                s = tl.where(tok_ok[None, :], s * qk_row[:, None], float("-inf"))
+                m_i, l_i, acc = online_softmax_fold(s, kc, m_i, l_i, acc, DOT_PRECISION)
 
-    o, lse = softmax_finish(acc, m_i, l_i, v_scale)
+    if KEYS_M:
+        o, lse = softmax_finish(tl.trans(acc), m_i, l_i, v_scale)
+    else:
+        o, lse = softmax_finish(acc, m_i, l_i, v_scale)
     tl.store(O + r64 * stride_or + heads[:, None] * stride_oh + split * stride_osplit + offs_c[None, :],
              o.to(O.dtype.element_ty), mask=h_ok[:, None] & c_ok[None, :])
     if RETURN_LSE:
@@ -211,7 +289,7 @@ def _mla_paged_fwd(
     PAGE_SIZE: tl.constexpr, HAS_ROWS: tl.constexpr, CAUSAL: tl.constexpr, RETURN_LSE: tl.constexpr,
     DOT_PRECISION: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_N: tl.constexpr,
     BLOCK_DC: tl.constexpr, BLOCK_DR: tl.constexpr, FP8: tl.constexpr, FP8_BYTES: tl.constexpr,
-    PERSISTENT: tl.constexpr,
+    KEYS_M: tl.constexpr, FP8_WORDS: tl.constexpr, PERSISTENT: tl.constexpr,
 ):
     """Plain grid: (rows * head blocks, splits). Persistent (Ascend): one program per core walks
     the tiles, (row, head block) the fast index, so the first (always full) splits go first."""
@@ -224,7 +302,7 @@ def _mla_paged_fwd(
                       stride_ks, stride_or, stride_oh, stride_osplit, stride_lr, stride_lh, stride_lsplit,
                       H, DC, DR, NUM_SPLITS, qk_scale, v_scale, n_seqs, seq_steps, rh // n_hblk, rh % n_hblk,
                       work // n_rh, PAGE_SIZE, HAS_ROWS, CAUSAL, RETURN_LSE, DOT_PRECISION, BLOCK_H, BLOCK_N, BLOCK_DC, BLOCK_DR,
-                      FP8, FP8_BYTES)
+                      FP8, FP8_BYTES, KEYS_M, FP8_WORDS)
     else:
         rh = tl.program_id(0)
         _mla_tile(QN, QP, CKV, KPE, PAGE_INDPTR, PAGE_INDICES, LAST_LEN, QO_INDPTR, O, LSE,
@@ -232,7 +310,7 @@ def _mla_paged_fwd(
                   stride_ks, stride_or, stride_oh, stride_osplit, stride_lr, stride_lh, stride_lsplit,
                   H, DC, DR, NUM_SPLITS, qk_scale, v_scale, n_seqs, seq_steps, rh // n_hblk, rh % n_hblk,
                   tl.program_id(1), PAGE_SIZE, HAS_ROWS, CAUSAL, RETURN_LSE, DOT_PRECISION, BLOCK_H, BLOCK_N, BLOCK_DC, BLOCK_DR,
-                  FP8, FP8_BYTES)
+                  FP8, FP8_BYTES, KEYS_M, FP8_WORDS)
 
 
 # ----------------------------------------------------------------------------- planning
@@ -290,12 +368,21 @@ def mla_config(rows: int, H: int, Dc: int, Dr: int, page_size: int, max_pages: i
     # Never more runs than the longest row has pages: the rest would only ever be empty.
     want = min(max(1, auto if num_splits is None else num_splits), max(1, max_pages))
     return dict(BLOCK_H=block_h, BLOCK_N=block_n, BLOCK_DC=block_dc, BLOCK_DR=block_dr, num_warps=warps,
-                num_stages=stages, NUM_SPLITS=want)
+                num_stages=stages, KEYS_M=False, FP8_WORDS=False, NUM_SPLITS=want)
 
 
 def kernel_caches(ckv_cache: torch.Tensor, kpe_cache: torch.Tensor) -> tuple:
     """The tensors the kernel is given for the two caches (byte views where fp8 is decoded)."""
     return kernel_view(ckv_cache, fp8_mode(ckv_cache)), kernel_view(kpe_cache, fp8_mode(kpe_cache))
+
+
+def word_views(ckv_cache: torch.Tensor, kpe_cache: torch.Tensor) -> Optional[tuple]:
+    """The two fp8 caches as int32 words (four bytes each, strides in words), or None where a
+    row does not start on a 4-byte boundary (the view is then impossible)."""
+    try:
+        return ckv_cache.view(torch.int32), kpe_cache.view(torch.int32)
+    except RuntimeError:
+        return None
 
 
 def mla_plan(q_nope, q_pe, ckv_cache, kpe_cache, kv_page_indptr, kv_page_indices, kv_last_page_len,
@@ -326,6 +413,10 @@ def mla_plan(q_nope, q_pe, ckv_cache, kpe_cache, kv_page_indptr, kv_page_indices
     # reads the same memory as bytes (a view, strides kept) and decodes them (kernels/_fp8.py).
     mode = fp8_mode(ckv_cache)
     ckv_cache, kpe_cache = views if views is not None else kernel_caches(ckv_cache, kpe_cache)
+    words = word_views(ckv_cache, kpe_cache) if cfg.get("FP8_WORDS") and mode != NOT_FP8 else None
+    cfg["FP8_WORDS"] = words is not None
+    if words is not None:
+        ckv_cache, kpe_cache = words
     args = (q_nope, q_pe, ckv_cache, kpe_cache, kv_page_indptr, kv_page_indices, kv_last_page_len,
             qo_indptr if has_rows else kv_page_indptr, o_dst, l_dst,
             q_nope.stride(0), q_nope.stride(1), q_pe.stride(0), q_pe.stride(1),
