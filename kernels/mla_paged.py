@@ -16,7 +16,7 @@ page-id load per page (a vector ``t // PAGE_SIZE`` lookup does not compile on tr
 split over pages and merged by ``_split.merge_plan`` (LSE-weighted).
 
 FP8 caches (``torch.float8_e4m3fn``): compiled CUDA on sm_89+ loads them as fp8 and converts
-with Triton's own cast; everywhere else (the interpreter, which decodes the NaN encodings as
+with Triton's own cast (or, FP8_WORDS, as int32 words converted by ``cvt.rn.f16x2.e4m3x2``); everywhere else (the interpreter, which decodes the NaN encodings as
 +-480; sm_80, where fp8e4nv does not compile; the Ascend 910B, which has no fp8 type) the kernel
 reads the cache's bytes (a uint8 view of the same memory) and decodes e4m3 with integer
 arithmetic (``_e4m3_bits``). Either way the tile is converted to q's dtype (every e4m3 value is
@@ -337,6 +337,9 @@ def mla_config(rows: int, H: int, Dc: int, Dr: int, page_size: int, max_pages: i
                decode: bool = True) -> dict:
     """Tiles and the page split: BLOCK_H, BLOCK_N, BLOCK_DC, BLOCK_DR, num_warps, num_stages,
     NUM_SPLITS (each row's visible pages are cut into that many runs in the kernel).
+    KEYS_M (tokens as the dots' rows, ``_fold_keys_m``) and FP8_WORDS (an fp8 tile read as int32
+    words, ``_e4m3_words``; ignored for a 16-bit cache or a cache whose rows do not start on 4
+    bytes) select the kernel's sm_90 shapes.
     ``max_pages``: the page count of the longest or of an average row (``_split_pages``). ``cores``:
     planning for Ascend's persistent grid; ``decode``: one query row per sequence (prefill's tiles
     were not re-measured and keep the 32-token tile).
