@@ -244,9 +244,12 @@ def _mla_tile(
             c_ptrs = CKV + page * stride_cp + slot[:, None] * stride_cs + offs_c[None, :]
             r_ptrs = KPE + page * stride_kp + slot[:, None] * stride_ks + offs_r[None, :]
             if FP8_WORDS:
-                cw = tl.load(CKV + page * stride_cp + slot[:, None] * stride_cs + offs_cw[None, :],
+                # The planner checked the byte strides are multiples of 4 (and the bases 16-byte aligned).
+                cw = tl.load(CKV.to(tl.pointer_type(tl.int32), bitcast=True) + page * (stride_cp // 4)
+                             + slot[:, None] * (stride_cs // 4) + offs_cw[None, :],
                              mask=tok_ok[:, None] & cw_ok[None, :], other=0)
-                rw = tl.load(KPE + page * stride_kp + slot[:, None] * stride_ks + offs_rw[None, :],
+                rw = tl.load(KPE.to(tl.pointer_type(tl.int32), bitcast=True) + page * (stride_kp // 4)
+                             + slot[:, None] * (stride_ks // 4) + offs_rw[None, :],
                              mask=tok_ok[:, None] & rw_ok[None, :], other=0)
                 kc = _e4m3_words(cw, BLOCK_N, BLOCK_DC, FP8_BYTES)
                 kr = _e4m3_words(rw, BLOCK_N, BLOCK_DR, FP8_BYTES)
@@ -338,8 +341,8 @@ def mla_config(rows: int, H: int, Dc: int, Dr: int, page_size: int, max_pages: i
     """Tiles and the page split: BLOCK_H, BLOCK_N, BLOCK_DC, BLOCK_DR, num_warps, num_stages,
     NUM_SPLITS (each row's visible pages are cut into that many runs in the kernel).
     KEYS_M (tokens as the dots' rows, ``_fold_keys_m``) and FP8_WORDS (an fp8 tile read as int32
-    words, ``_e4m3_words``; ignored for a 16-bit cache or a cache whose rows do not start on 4
-    bytes) select the kernel's sm_90 shapes.
+    words, ``_e4m3_words``; ignored for a 16-bit cache and where ``word_aligned`` says no)
+    select the kernel's sm_90 shapes.
     ``max_pages``: the page count of the longest or of an average row (``_split_pages``). ``cores``:
     planning for Ascend's persistent grid; ``decode``: one query row per sequence (prefill's tiles
     were not re-measured and keep the 32-token tile).
@@ -379,13 +382,11 @@ def kernel_caches(ckv_cache: torch.Tensor, kpe_cache: torch.Tensor) -> tuple:
     return kernel_view(ckv_cache, fp8_mode(ckv_cache)), kernel_view(kpe_cache, fp8_mode(kpe_cache))
 
 
-def word_views(ckv_cache: torch.Tensor, kpe_cache: torch.Tensor) -> Optional[tuple]:
-    """The two fp8 caches as int32 words (four bytes each, strides in words), or None where a
-    row does not start on a 4-byte boundary (the view is then impossible)."""
-    try:
-        return ckv_cache.view(torch.int32), kpe_cache.view(torch.int32)
-    except RuntimeError:
-        return None
+def word_aligned(cache: torch.Tensor) -> bool:
+    """Whether the kernel may read an fp8 cache (or its byte view) as int32 words: a 16-byte
+    aligned base (part of the call cache's key, unlike a smaller alignment) and byte strides
+    that are multiples of 4 (rows are contiguous: the shape checks ask it)."""
+    return cache.data_ptr() % 16 == 0 and cache.stride(0) % 4 == 0 and cache.stride(1) % 4 == 0
 
 
 def mla_plan(q_nope, q_pe, ckv_cache, kpe_cache, kv_page_indptr, kv_page_indices, kv_last_page_len,
@@ -416,10 +417,8 @@ def mla_plan(q_nope, q_pe, ckv_cache, kpe_cache, kv_page_indptr, kv_page_indices
     # reads the same memory as bytes (a view, strides kept) and decodes them (kernels/_fp8.py).
     mode = fp8_mode(ckv_cache)
     ckv_cache, kpe_cache = views if views is not None else kernel_caches(ckv_cache, kpe_cache)
-    words = word_views(ckv_cache, kpe_cache) if cfg.get("FP8_WORDS") and mode != NOT_FP8 else None
-    cfg["FP8_WORDS"] = words is not None
-    if words is not None:
-        ckv_cache, kpe_cache = words
+    cfg["FP8_WORDS"] = bool(cfg.get("FP8_WORDS") and mode != NOT_FP8 and word_aligned(ckv_cache)
+                            and word_aligned(kpe_cache))
     args = (q_nope, q_pe, ckv_cache, kpe_cache, kv_page_indptr, kv_page_indices, kv_last_page_len,
             qo_indptr if has_rows else kv_page_indptr, o_dst, l_dst,
             q_nope.stride(0), q_nope.stride(1), q_pe.stride(0), q_pe.stride(1),
