@@ -40,7 +40,8 @@ import triton.language as tl
 from ._callcache import CallCache
 from ._checks import (DOT_INPUT_PRECISION, FLOAT_DTYPES, LaunchPlan, cdiv, check_flag, check_index_tensor,
                       check_int_range, check_launchable, check_nonempty, check_out_lse, check_out_lse_aliases,
-                      check_scale, check_tensor, is_interpret, is_live, launch, next_pow2, on_ascend)
+                      check_scale, check_tensor, is_interpret, is_live, launch, next_pow2, on_ascend,
+                      use_fast_path)
 from ._fp8 import BITS, NATIVE, NOT_FP8, fp8_mode, kernel_view
 from ._grid import npu_cores, npu_splits, plan_grid
 from ._paged import check_index_values, check_page_table
@@ -337,12 +338,13 @@ def wave_splits(programs: int, slots: int, most: int) -> int:
 
 def mla_config(rows: int, H: int, Dc: int, Dr: int, page_size: int, max_pages: int, cache_dtype: torch.dtype,
                interpret: bool, num_splits: Optional[int] = None, cores: Optional[int] = None,
-               decode: bool = True) -> dict:
+               decode: bool = True, fast_path: bool = False) -> dict:
     """Tiles and the page split: BLOCK_H, BLOCK_N, BLOCK_DC, BLOCK_DR, num_warps, num_stages,
     NUM_SPLITS (each row's visible pages are cut into that many runs in the kernel).
     KEYS_M (tokens as the dots' rows, ``_fold_keys_m``) and FP8_WORDS (an fp8 tile read as int32
     words, ``_e4m3_words``; ignored for a 16-bit cache and where ``word_aligned`` says no)
-    select the kernel's sm_90 shapes.
+    select the kernel's sm_90 shapes; ``fast_path``: the call may take them
+    (``_checks.use_fast_path``: CUDA tensors, or any under kernel_path "fast").
     ``max_pages``: the page count of the longest or of an average row (``_split_pages``). ``cores``:
     planning for Ascend's persistent grid; ``decode``: one query row per sequence (prefill's tiles
     were not re-measured and keep the 32-token tile).
@@ -406,7 +408,8 @@ def mla_plan(q_nope, q_pe, ckv_cache, kpe_cache, kv_page_indptr, kv_page_indices
     ascend = on_ascend(q_nope)
     cfg = dict(config) if config is not None else mla_config(
         R, H, Dc, Dr, page_size, max_pages, ckv_cache.dtype, is_interpret(), num_splits,
-        npu_cores(q_nope, vector=False) if ascend else None, decode=qo_indptr is None)
+        npu_cores(q_nope, vector=False) if ascend else None, decode=qo_indptr is None,
+        fast_path=use_fast_path(q_nope))
     splits = cfg.pop("NUM_SPLITS")
     return_lse = lse is not None
     o_dst, l_dst, write_lse, o_strides, l_strides = split_outputs(out, lse, splits, R, H, Dc)
