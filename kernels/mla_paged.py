@@ -16,7 +16,8 @@ page-id load per page (a vector ``t // PAGE_SIZE`` lookup does not compile on tr
 split over pages and merged by ``_split.merge_plan`` (LSE-weighted).
 
 FP8 caches (``torch.float8_e4m3fn``): compiled CUDA on sm_89+ loads them as fp8 and converts
-with Triton's own cast (or, FP8_WORDS, as int32 words converted by ``cvt.rn.f16x2.e4m3x2``); everywhere else (the interpreter, which decodes the NaN encodings as
+with Triton's own cast (or, FP8_WORDS, reads int32 words and converts them by
+``cvt.rn.f16x2.e4m3x2``); everywhere else (the interpreter, which decodes the NaN encodings as
 +-480; sm_80, where fp8e4nv does not compile; the Ascend 910B, which has no fp8 type) the kernel
 reads the cache's bytes (a uint8 view of the same memory) and decodes e4m3 with integer
 arithmetic (``_e4m3_bits``). Either way the tile is converted to q's dtype (every e4m3 value is
@@ -42,7 +43,7 @@ from ._checks import (DOT_INPUT_PRECISION, FLOAT_DTYPES, LaunchPlan, cdiv, check
                       check_int_range, check_launchable, check_nonempty, check_out_lse, check_out_lse_aliases,
                       check_scale, check_tensor, is_interpret, is_live, launch, next_pow2, on_ascend,
                       use_fast_path)
-from ._fp8 import BITS, NATIVE, NOT_FP8, fp8_mode, kernel_view
+from ._fp8 import BITS, NOT_FP8, fp8_mode, kernel_view
 from ._grid import npu_cores, npu_splits, plan_grid
 from ._paged import check_index_values, check_page_table
 from ._softmax import online_softmax_fold, softmax_finish
@@ -245,7 +246,7 @@ def _mla_tile(
             c_ptrs = CKV + page * stride_cp + slot[:, None] * stride_cs + offs_c[None, :]
             r_ptrs = KPE + page * stride_kp + slot[:, None] * stride_ks + offs_r[None, :]
             if FP8_WORDS:
-                # The planner checked the byte strides are multiples of 4 (and the bases 16-byte aligned).
+                # Byte strides in whole words and 16-byte aligned bases: ``word_aligned``.
                 cw = tl.load(CKV.to(tl.pointer_type(tl.int32), bitcast=True) + page * (stride_cp // 4)
                              + slot[:, None] * (stride_cs // 4) + offs_cw[None, :],
                              mask=tok_ok[:, None] & cw_ok[None, :], other=0)
