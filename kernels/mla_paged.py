@@ -360,24 +360,35 @@ def mla_config(rows: int, H: int, Dc: int, Dr: int, page_size: int, max_pages: i
     if interpret:
         # Few, large programs: the interpreter's cost grows with program and step count.
         block_h, block_n, warps, stages = max(16, min(128, next_pow2(H))), min(128, page_n), 4, 1
+        # (kernel_path "fast": the word reads, each byte decoded in integer arithmetic)
+        words = fast_path and cache_dtype in FP8_DTYPES
         auto = cdiv(tokens, MIN_SPLIT_TOKENS)
     elif cores:
-        block_h, block_n, warps, stages = 16, min(16, page_n), 4, 1
+        block_h, block_n, warps, stages, words = 16, min(16, page_n), 4, 1, False
         auto = npu_splits(rows * cdiv(H, 16), cores, cdiv(tokens, MIN_SPLIT_TOKENS))
     else:
         # [16, 512] fp32 accumulator over 4 warps: 64 registers a thread. Measured on an H100
         # (docs/hardware-log.md, MLA decode tiles): a 16-bit cache streams best in 64-token
         # tiles (0.88 of the copy bandwidth at B = 128, 8k tokens, against 0.79 with 32); an fp8
         # cache, whose tiles go through fp16 in shared memory, in 32-token tiles.
+        #
+        # Decode over a 16-bit cache in 64-token tiles: 8 warps. Each warp holds all of q (the
+        # dot's 16 rows) and an eighth of the accumulator: 127 registers a thread on sm_90 where
+        # 4 warps took 255 and spilled, so two 8-warp programs fit an SM (16 warps hiding the
+        # loads' latency, against 8). On the fast path an fp8 cache is read as int32 words
+        # (FP8_WORDS: inline PTX, outside the portable subset; kernel_path "portable" keeps the
+        # byte reads): read as fp8, Triton lays the fp16 dot operands out for 8-bit data and the
+        # loop took 166 instructions a token and warp, 93 as words (bf16: 58).
         fp8 = cache_dtype in FP8_DTYPES
         block_h = 16 if H <= 16 or block_dc > 256 else 32
         block_n = min(32 if block_dc > 256 and (fp8 or not decode) else 64, page_n)
-        warps, stages = 4, 2
+        warps, stages = (8 if decode and not fp8 and block_dc > 256 and block_n >= 64 else 4), 2
+        words = fp8 and fast_path
         auto = wave_splits(rows * cdiv(H, block_h), TARGET_PROGRAMS, cdiv(tokens, MIN_SPLIT_TOKENS))
     # Never more runs than the longest row has pages: the rest would only ever be empty.
     want = min(max(1, auto if num_splits is None else num_splits), max(1, max_pages))
     return dict(BLOCK_H=block_h, BLOCK_N=block_n, BLOCK_DC=block_dc, BLOCK_DR=block_dr, num_warps=warps,
-                num_stages=stages, KEYS_M=False, FP8_WORDS=False, NUM_SPLITS=want)
+                num_stages=stages, KEYS_M=False, FP8_WORDS=words, NUM_SPLITS=want)
 
 
 def kernel_caches(ckv_cache: torch.Tensor, kpe_cache: torch.Tensor) -> tuple:
