@@ -16,7 +16,8 @@ page-id load per page (a vector ``t // PAGE_SIZE`` lookup does not compile on tr
 split over pages and merged by ``_split.merge_plan`` (LSE-weighted).
 
 FP8 caches (``torch.float8_e4m3fn``): compiled CUDA on sm_89+ loads them as fp8 and converts
-with Triton's own cast; everywhere else (the interpreter, which decodes the NaN encodings as
+with Triton's own cast (or, FP8_WORDS, reads int32 words and converts them by
+``cvt.rn.f16x2.e4m3x2``); everywhere else (the interpreter, which decodes the NaN encodings as
 +-480; sm_80, where fp8e4nv does not compile; the Ascend 910B, which has no fp8 type) the kernel
 reads the cache's bytes (a uint8 view of the same memory) and decodes e4m3 with integer
 arithmetic (``_e4m3_bits``). Either way the tile is converted to q's dtype (every e4m3 value is
@@ -40,7 +41,8 @@ import triton.language as tl
 from ._callcache import CallCache
 from ._checks import (DOT_INPUT_PRECISION, FLOAT_DTYPES, LaunchPlan, cdiv, check_flag, check_index_tensor,
                       check_int_range, check_launchable, check_nonempty, check_out_lse, check_out_lse_aliases,
-                      check_scale, check_tensor, is_interpret, is_live, launch, next_pow2, on_ascend)
+                      check_scale, check_tensor, is_interpret, is_live, launch, next_pow2, on_ascend,
+                      use_fast_path)
 from ._fp8 import BITS, NOT_FP8, fp8_mode, kernel_view
 from ._grid import npu_cores, npu_splits, plan_grid
 from ._paged import check_index_values, check_page_table
@@ -77,6 +79,43 @@ def _e4m3_bits(bits):
 
 
 @triton.jit
+def _e4m3_words(words, ROWS: tl.constexpr, COLS: tl.constexpr, FP8_BYTES: tl.constexpr):
+    """[ROWS, COLS // 4] int32 words of four float8_e4m3fn bytes -> [ROWS, COLS] fp16. Read as
+    words, the tile reaches the dot operands as a 16-bit tile: read as fp8, Triton lays the dot
+    operands out for 8-bit data (kWidth 4 on sm_90) and reshuffles every fp16 register pair
+    (2.4x the instructions of a bf16 cache a token). Compiled CUDA (sm_89+) converts with the
+    hardware instruction, two values each; FP8_BYTES (the interpreter, where the CPU tests run
+    this path) decodes each byte with ``_e4m3_bits``."""
+    if FP8_BYTES:
+        b0 = _e4m3_bits(words & 255)
+        b1 = _e4m3_bits((words >> 8) & 255)
+        b2 = _e4m3_bits((words >> 16) & 255)
+        b3 = _e4m3_bits((words >> 24) & 255)
+    else:
+        b0, b1, b2, b3 = _e4m3_cvt(words)
+    # Byte k of word j is element 4j + k: (b0, b1, b2, b3) along the last axis.
+    return tl.reshape(tl.join(tl.join(b0, b2), tl.join(b1, b3)), [ROWS, COLS])
+
+
+@triton.jit
+def _e4m3_cvt(words):
+    """The four e4m3 bytes of each int32 word as fp16 (b0 the lowest byte), by sm_89+'s
+    ``cvt.rn.f16x2.e4m3x2``."""
+    return tl.inline_asm_elementwise(
+        asm="""{
+        .reg .b16 lo, hi;
+        .reg .b32 t0, t1;
+        mov.b32 {lo, hi}, $4;
+        cvt.rn.f16x2.e4m3x2 t0, lo;
+        cvt.rn.f16x2.e4m3x2 t1, hi;
+        mov.b32 {$0, $1}, t0;
+        mov.b32 {$2, $3}, t1;
+        }""",
+        constraints="=h,=h,=h,=h,r", args=[words], dtype=(tl.float16, tl.float16, tl.float16, tl.float16),
+        is_pure=True, pack=1)
+
+
+@triton.jit
 def _fp16_queries(qn, qp):
     """bf16 queries as fp16 for the fp8-cache dots: each head's rows times a power of two that
     puts its largest magnitude in [2^14, 2^15) (exact: bf16's 8 mantissa bits fit fp16's 11;
@@ -106,6 +145,22 @@ def _latent_f16(ptrs, mask, rows, FP8_BYTES: tl.constexpr):
 
 
 @triton.jit
+def _fold_keys_m(st, v, m_i, l_i, acc, DOT_PRECISION: tl.constexpr):
+    """``online_softmax_fold`` with the tile's keys as rows: scores ``st`` [BLOCK_N, BLOCK_H]
+    (-inf where masked), values ``v`` [BLOCK_N, Dc], accumulator [Dc, BLOCK_H]. Both dots then
+    have the tile's tokens (or the latent width) as M, which sm_90's warpgroup MMA needs (M a
+    multiple of 64), and read the latent tile from shared memory in both orientations; with the
+    heads as M (16 rows) each warp holds all of q and the dots are the older 16-row MMA."""
+    m_new = tl.maximum(m_i, tl.max(st, 0))
+    m_use = tl.where(m_new == float("-inf"), 0.0, m_new)
+    alpha = tl.exp2(m_i - m_use)
+    p = tl.exp2(st - m_use[None, :])
+    l_i = l_i * alpha + tl.sum(p, 0)
+    acc = acc * alpha[None, :] + tl.dot(tl.trans(v), p.to(v.dtype), input_precision=DOT_PRECISION)
+    return m_new, l_i, acc
+
+
+@triton.jit
 def _mla_tile(
     QN, QP, CKV, KPE, PAGE_INDPTR, PAGE_INDICES, LAST_LEN, QO_INDPTR, O, LSE,
     stride_qnr, stride_qnh, stride_qpr, stride_qph,
@@ -115,6 +170,7 @@ def _mla_tile(
     PAGE_SIZE: tl.constexpr, HAS_ROWS: tl.constexpr, CAUSAL: tl.constexpr, RETURN_LSE: tl.constexpr,
     DOT_PRECISION: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_N: tl.constexpr,
     BLOCK_DC: tl.constexpr, BLOCK_DR: tl.constexpr, FP8: tl.constexpr, FP8_BYTES: tl.constexpr,
+    KEYS_M: tl.constexpr, FP8_WORDS: tl.constexpr,
 ):
     """One page split of one query row for BLOCK_H heads: the row's visible pages in NUM_SPLITS
     near-equal runs, so the host needs no sequence length. FP8: the caches are e4m3fn, read as
@@ -126,6 +182,11 @@ def _mla_tile(
     h_ok = offs_h < H
     c_ok = offs_c < DC
     r_ok = offs_r < DR
+    if FP8_WORDS:
+        offs_cw = tl.arange(0, BLOCK_DC // 4)
+        offs_rw = tl.arange(0, BLOCK_DR // 4)
+        cw_ok = offs_cw < DC // 4
+        rw_ok = offs_rw < DR // 4
     r64 = row.to(tl.int64)
     heads = offs_h.to(tl.int64)
     # Padding heads load zeros: finite scores, never stored.
@@ -172,7 +233,10 @@ def _mla_tile(
     # Base-2 scores: qk_scale carries scale * k_scale * log2(e).
     m_i = tl.full([BLOCK_H], float("-inf"), dtype=tl.float32)
     l_i = tl.zeros([BLOCK_H], dtype=tl.float32)
-    acc = tl.zeros([BLOCK_H, BLOCK_DC], dtype=tl.float32)
+    if KEYS_M:
+        acc = tl.zeros([BLOCK_DC, BLOCK_H], dtype=tl.float32)
+    else:
+        acc = tl.zeros([BLOCK_H, BLOCK_DC], dtype=tl.float32)
     for p in range(p_start, p_end):
         # int64: pages * page_size * (Dc + Dr) can pass 2**31.
         page = tl.load(PAGE_INDICES + page_lo + p).to(tl.int64)
@@ -181,18 +245,37 @@ def _mla_tile(
             tok_ok = (slot < PAGE_SIZE) & (p * PAGE_SIZE + slot < limit)
             c_ptrs = CKV + page * stride_cp + slot[:, None] * stride_cs + offs_c[None, :]
             r_ptrs = KPE + page * stride_kp + slot[:, None] * stride_ks + offs_r[None, :]
-            if FP8:
+            if FP8_WORDS:
+                # Byte strides in whole words and 16-byte aligned bases: ``word_aligned``.
+                cw = tl.load(CKV.to(tl.pointer_type(tl.int32), bitcast=True) + page * (stride_cp // 4)
+                             + slot[:, None] * (stride_cs // 4) + offs_cw[None, :],
+                             mask=tok_ok[:, None] & cw_ok[None, :], other=0)
+                rw = tl.load(KPE.to(tl.pointer_type(tl.int32), bitcast=True) + page * (stride_kp // 4)
+                             + slot[:, None] * (stride_ks // 4) + offs_rw[None, :],
+                             mask=tok_ok[:, None] & rw_ok[None, :], other=0)
+                kc = _e4m3_words(cw, BLOCK_N, BLOCK_DC, FP8_BYTES)
+                kr = _e4m3_words(rw, BLOCK_N, BLOCK_DR, FP8_BYTES)
+            elif FP8:
                 kc = _latent_f16(c_ptrs, tok_ok[:, None] & c_ok[None, :], tok_ok, FP8_BYTES)
                 kr = _latent_f16(r_ptrs, tok_ok[:, None] & r_ok[None, :], tok_ok, FP8_BYTES)
             else:
                 kc = tl.load(c_ptrs, mask=tok_ok[:, None] & c_ok[None, :], other=0.0)
                 kr = tl.load(r_ptrs, mask=tok_ok[:, None] & r_ok[None, :], other=0.0)
-            s = tl.dot(qn, tl.trans(kc), input_precision=DOT_PRECISION)
-            s += tl.dot(qp, tl.trans(kr), input_precision=DOT_PRECISION)
-            s = tl.where(tok_ok[None, :], s * qk_row[:, None], float("-inf"))
-            m_i, l_i, acc = online_softmax_fold(s, kc, m_i, l_i, acc, DOT_PRECISION)
+            if KEYS_M:
+                st = tl.dot(kc, tl.trans(qn), input_precision=DOT_PRECISION)
+                st += tl.dot(kr, tl.trans(qp), input_precision=DOT_PRECISION)
+                st = tl.where(tok_ok[:, None], st * qk_row[None, :], float("-inf"))
+                m_i, l_i, acc = _fold_keys_m(st, kc, m_i, l_i, acc, DOT_PRECISION)
+            else:
+                s = tl.dot(qn, tl.trans(kc), input_precision=DOT_PRECISION)
+                s += tl.dot(qp, tl.trans(kr), input_precision=DOT_PRECISION)
+                s = tl.where(tok_ok[None, :], s * qk_row[:, None], float("-inf"))
+                m_i, l_i, acc = online_softmax_fold(s, kc, m_i, l_i, acc, DOT_PRECISION)
 
-    o, lse = softmax_finish(acc, m_i, l_i, v_scale)
+    if KEYS_M:
+        o, lse = softmax_finish(tl.trans(acc), m_i, l_i, v_scale)
+    else:
+        o, lse = softmax_finish(acc, m_i, l_i, v_scale)
     tl.store(O + r64 * stride_or + heads[:, None] * stride_oh + split * stride_osplit + offs_c[None, :],
              o.to(O.dtype.element_ty), mask=h_ok[:, None] & c_ok[None, :])
     if RETURN_LSE:
@@ -211,7 +294,7 @@ def _mla_paged_fwd(
     PAGE_SIZE: tl.constexpr, HAS_ROWS: tl.constexpr, CAUSAL: tl.constexpr, RETURN_LSE: tl.constexpr,
     DOT_PRECISION: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_N: tl.constexpr,
     BLOCK_DC: tl.constexpr, BLOCK_DR: tl.constexpr, FP8: tl.constexpr, FP8_BYTES: tl.constexpr,
-    PERSISTENT: tl.constexpr,
+    KEYS_M: tl.constexpr, FP8_WORDS: tl.constexpr, PERSISTENT: tl.constexpr,
 ):
     """Plain grid: (rows * head blocks, splits). Persistent (Ascend): one program per core walks
     the tiles, (row, head block) the fast index, so the first (always full) splits go first."""
@@ -224,7 +307,7 @@ def _mla_paged_fwd(
                       stride_ks, stride_or, stride_oh, stride_osplit, stride_lr, stride_lh, stride_lsplit,
                       H, DC, DR, NUM_SPLITS, qk_scale, v_scale, n_seqs, seq_steps, rh // n_hblk, rh % n_hblk,
                       work // n_rh, PAGE_SIZE, HAS_ROWS, CAUSAL, RETURN_LSE, DOT_PRECISION, BLOCK_H, BLOCK_N, BLOCK_DC, BLOCK_DR,
-                      FP8, FP8_BYTES)
+                      FP8, FP8_BYTES, KEYS_M, FP8_WORDS)
     else:
         rh = tl.program_id(0)
         _mla_tile(QN, QP, CKV, KPE, PAGE_INDPTR, PAGE_INDICES, LAST_LEN, QO_INDPTR, O, LSE,
@@ -232,7 +315,7 @@ def _mla_paged_fwd(
                   stride_ks, stride_or, stride_oh, stride_osplit, stride_lr, stride_lh, stride_lsplit,
                   H, DC, DR, NUM_SPLITS, qk_scale, v_scale, n_seqs, seq_steps, rh // n_hblk, rh % n_hblk,
                   tl.program_id(1), PAGE_SIZE, HAS_ROWS, CAUSAL, RETURN_LSE, DOT_PRECISION, BLOCK_H, BLOCK_N, BLOCK_DC, BLOCK_DR,
-                  FP8, FP8_BYTES)
+                  FP8, FP8_BYTES, KEYS_M, FP8_WORDS)
 
 
 # ----------------------------------------------------------------------------- planning
@@ -256,9 +339,13 @@ def wave_splits(programs: int, slots: int, most: int) -> int:
 
 def mla_config(rows: int, H: int, Dc: int, Dr: int, page_size: int, max_pages: int, cache_dtype: torch.dtype,
                interpret: bool, num_splits: Optional[int] = None, cores: Optional[int] = None,
-               decode: bool = True) -> dict:
+               decode: bool = True, fast_path: bool = False) -> dict:
     """Tiles and the page split: BLOCK_H, BLOCK_N, BLOCK_DC, BLOCK_DR, num_warps, num_stages,
     NUM_SPLITS (each row's visible pages are cut into that many runs in the kernel).
+    KEYS_M (tokens as the dots' rows, ``_fold_keys_m``) and FP8_WORDS (an fp8 tile read as int32
+    words, ``_e4m3_words``; ignored for a 16-bit cache and where ``word_aligned`` says no)
+    select the kernel's sm_90 shapes; ``fast_path``: the call may take them
+    (``_checks.use_fast_path``: CUDA tensors, or any under kernel_path "fast").
     ``max_pages``: the page count of the longest or of an average row (``_split_pages``). ``cores``:
     planning for Ascend's persistent grid; ``decode``: one query row per sequence (prefill's tiles
     were not re-measured and keep the 32-token tile).
@@ -273,29 +360,47 @@ def mla_config(rows: int, H: int, Dc: int, Dr: int, page_size: int, max_pages: i
     if interpret:
         # Few, large programs: the interpreter's cost grows with program and step count.
         block_h, block_n, warps, stages = max(16, min(128, next_pow2(H))), min(128, page_n), 4, 1
+        # (kernel_path "fast": the word reads, each byte decoded in integer arithmetic)
+        words = fast_path and cache_dtype in FP8_DTYPES
         auto = cdiv(tokens, MIN_SPLIT_TOKENS)
     elif cores:
-        block_h, block_n, warps, stages = 16, min(16, page_n), 4, 1
+        block_h, block_n, warps, stages, words = 16, min(16, page_n), 4, 1, False
         auto = npu_splits(rows * cdiv(H, 16), cores, cdiv(tokens, MIN_SPLIT_TOKENS))
     else:
         # [16, 512] fp32 accumulator over 4 warps: 64 registers a thread. Measured on an H100
         # (docs/hardware-log.md, MLA decode tiles): a 16-bit cache streams best in 64-token
         # tiles (0.88 of the copy bandwidth at B = 128, 8k tokens, against 0.79 with 32); an fp8
         # cache, whose tiles go through fp16 in shared memory, in 32-token tiles.
+        #
+        # Decode over a 16-bit cache in 64-token tiles: 8 warps. Each warp holds all of q (the
+        # dot's 16 rows) and an eighth of the accumulator: 127 registers a thread on sm_90 where
+        # 4 warps took 255 and spilled, so two 8-warp programs fit an SM (16 warps hiding the
+        # loads' latency, against 8). On the fast path an fp8 cache is read as int32 words
+        # (FP8_WORDS: inline PTX, outside the portable subset; kernel_path "portable" keeps the
+        # byte reads): read as fp8, Triton lays the fp16 dot operands out for 8-bit data and the
+        # loop took 166 instructions a token and warp, 93 as words (bf16: 58).
         fp8 = cache_dtype in FP8_DTYPES
         block_h = 16 if H <= 16 or block_dc > 256 else 32
         block_n = min(32 if block_dc > 256 and (fp8 or not decode) else 64, page_n)
-        warps, stages = 4, 2
+        warps, stages = (8 if decode and not fp8 and block_dc > 256 and block_n >= 64 else 4), 2
+        words = fp8 and fast_path
         auto = wave_splits(rows * cdiv(H, block_h), TARGET_PROGRAMS, cdiv(tokens, MIN_SPLIT_TOKENS))
     # Never more runs than the longest row has pages: the rest would only ever be empty.
     want = min(max(1, auto if num_splits is None else num_splits), max(1, max_pages))
     return dict(BLOCK_H=block_h, BLOCK_N=block_n, BLOCK_DC=block_dc, BLOCK_DR=block_dr, num_warps=warps,
-                num_stages=stages, NUM_SPLITS=want)
+                num_stages=stages, KEYS_M=False, FP8_WORDS=words, NUM_SPLITS=want)
 
 
 def kernel_caches(ckv_cache: torch.Tensor, kpe_cache: torch.Tensor) -> tuple:
     """The tensors the kernel is given for the two caches (byte views where fp8 is decoded)."""
     return kernel_view(ckv_cache, fp8_mode(ckv_cache)), kernel_view(kpe_cache, fp8_mode(kpe_cache))
+
+
+def word_aligned(cache: torch.Tensor) -> bool:
+    """Whether the kernel may read an fp8 cache (or its byte view) as int32 words: a 16-byte
+    aligned base (part of the call cache's key, unlike a smaller alignment) and byte strides
+    that are multiples of 4 (rows are contiguous: the shape checks ask it)."""
+    return cache.data_ptr() % 16 == 0 and cache.stride(0) % 4 == 0 and cache.stride(1) % 4 == 0
 
 
 def mla_plan(q_nope, q_pe, ckv_cache, kpe_cache, kv_page_indptr, kv_page_indices, kv_last_page_len,
@@ -315,7 +420,8 @@ def mla_plan(q_nope, q_pe, ckv_cache, kpe_cache, kv_page_indptr, kv_page_indices
     ascend = on_ascend(q_nope)
     cfg = dict(config) if config is not None else mla_config(
         R, H, Dc, Dr, page_size, max_pages, ckv_cache.dtype, is_interpret(), num_splits,
-        npu_cores(q_nope, vector=False) if ascend else None, decode=qo_indptr is None)
+        npu_cores(q_nope, vector=False) if ascend else None, decode=qo_indptr is None,
+        fast_path=use_fast_path(q_nope))
     splits = cfg.pop("NUM_SPLITS")
     return_lse = lse is not None
     o_dst, l_dst, write_lse, o_strides, l_strides = split_outputs(out, lse, splits, R, H, Dc)
@@ -326,6 +432,8 @@ def mla_plan(q_nope, q_pe, ckv_cache, kpe_cache, kv_page_indptr, kv_page_indices
     # reads the same memory as bytes (a view, strides kept) and decodes them (kernels/_fp8.py).
     mode = fp8_mode(ckv_cache)
     ckv_cache, kpe_cache = views if views is not None else kernel_caches(ckv_cache, kpe_cache)
+    cfg["FP8_WORDS"] = bool(cfg.get("FP8_WORDS") and mode != NOT_FP8 and word_aligned(ckv_cache)
+                            and word_aligned(kpe_cache))
     args = (q_nope, q_pe, ckv_cache, kpe_cache, kv_page_indptr, kv_page_indices, kv_last_page_len,
             qo_indptr if has_rows else kv_page_indptr, o_dst, l_dst,
             q_nope.stride(0), q_nope.stride(1), q_pe.stride(0), q_pe.stride(1),

@@ -372,3 +372,57 @@ def test_prefill_without_a_sequence_but_with_query_rows_is_refused(no_launch, ch
     with pytest.raises(ValueError, match="qo_indptr has no sequence"):
         prefill(qo_indptr=i32(0), kv_page_indptr=i32(0), kv_page_indices=i32(), kv_last_page_len=i32(),
                 check_indices=check_indices)
+
+
+@pytest.mark.parametrize("cache", ["fp16", "fp8"])
+@pytest.mark.parametrize("variant", [dict(KEYS_M=True), dict(FP8_WORDS=True), dict(KEYS_M=True, FP8_WORDS=True)],
+                         ids=["keys_m", "fp8_words", "both"])
+def test_the_sm90_kernel_variants_give_the_reference(monkeypatch, variant, cache):
+    """The kernel's CUDA-only shapes run in the interpreter: the tile's tokens as the dots' rows
+    (KEYS_M) and an fp8 tile read as int32 words (FP8_WORDS; decoded byte by byte here, by the
+    hardware conversion on sm_89+), on decode and causal prefill: a fused [.., Dc + Dr] buffer,
+    NaN in every unowned slot, lengths off the page and tile, an empty sequence, split runs."""
+    H, Dc, Dr, P = 3, 48, 16, 4
+    g = torch.Generator().manual_seed(5)
+    lengths = (37, 0, 9)
+    indptr, ids, last = _lengths_table(lengths, P)
+    buf = torch.full((40, P, Dc + Dr), float("nan"), dtype=torch.float64)
+    for b, n in enumerate(lengths):
+        pages = ids[indptr[b]:indptr[b + 1]].long()
+        for t in range(n):
+            buf[pages[t // P], t % P] = torch.randn(Dc + Dr, generator=g, dtype=torch.float64) * 3
+    buf = buf.to(FP8 if cache == "fp8" else torch.float16)
+    ckv, kpe = buf[..., :Dc], buf[..., Dc:]
+    scales = dict(k_scale=0.75, v_scale=1.5) if cache == "fp8" else {}
+    shipped = mla.mla_config
+    monkeypatch.setattr(mla, "mla_config", lambda *a, **k: {**shipped(*a, **k), **variant})
+    mla._DECODE.clear()
+    mla._PREFILL.clear()
+    try:
+        qn = torch.randn(3, H, Dc, generator=g).to(torch.float16)
+        qp = torch.randn(3, H, Dr, generator=g).to(torch.float16)
+        o, lse = mla.mla_paged_decode(qn, qp, ckv, kpe, indptr, ids, last, return_lse=True, num_splits=3, **scales)
+        ro, rl = mla_paged_decode_reference(qn, qp, ckv, kpe, indptr, ids, last, **scales)
+        torch.testing.assert_close(o.double(), ro, atol=4e-3, rtol=4e-3)
+        torch.testing.assert_close(lse.double(), rl, atol=1e-3, rtol=1e-3)
+        if variant.get("FP8_WORDS") and cache == "fp8":
+            # Words only where the planner may use them: a base off 16 bytes reads bytes.
+            moved = torch.empty(buf.numel() + 4, dtype=buf.dtype)[4:].view(buf.shape)
+            moved.copy_(buf)
+            for b, words in ((buf, True), (moved, False)):
+                with capture_launches() as plans:
+                    mla.mla_paged_decode(qn, qp, b[..., :Dc], b[..., Dc:], indptr, ids, last, **scales)
+                assert plans[0].meta["FP8_WORDS"] is words
+            o, lse = mla.mla_paged_decode(qn, qp, moved[..., :Dc], moved[..., Dc:], indptr, ids, last,
+                                          return_lse=True, num_splits=3, **scales)
+            torch.testing.assert_close(o.double(), ro, atol=4e-3, rtol=4e-3)
+        qo = i32(0, 5, 5, 8)
+        qn = torch.randn(8, H, Dc, generator=g).to(torch.float16)
+        qp = torch.randn(8, H, Dr, generator=g).to(torch.float16)
+        o, lse = mla.mla_paged_prefill(qn, qp, qo, ckv, kpe, indptr, ids, last, return_lse=True, **scales)
+        ro, rl = mla_paged_prefill_reference(qn, qp, qo, ckv, kpe, indptr, ids, last, **scales)
+        torch.testing.assert_close(o.double(), ro, atol=4e-3, rtol=4e-3)
+        torch.testing.assert_close(lse.double(), rl, atol=1e-3, rtol=1e-3)
+    finally:
+        mla._DECODE.clear()
+        mla._PREFILL.clear()
