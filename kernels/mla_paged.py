@@ -371,18 +371,17 @@ def mla_config(rows: int, H: int, Dc: int, Dr: int, page_size: int, max_pages: i
         # (docs/hardware-log.md, MLA decode tiles): a 16-bit cache streams best in 64-token
         # tiles (0.88 of the copy bandwidth at B = 128, 8k tokens, against 0.79 with 32); an fp8
         # cache, whose tiles go through fp16 in shared memory, in 32-token tiles.
-        #
-        # Decode over a 16-bit cache in 64-token tiles: 8 warps. Each warp holds all of q (the
-        # dot's 16 rows) and an eighth of the accumulator: 127 registers a thread on sm_90 where
-        # 4 warps took 255 and spilled, so two 8-warp programs fit an SM (16 warps hiding the
-        # loads' latency, against 8). On the fast path an fp8 cache is read as int32 words
-        # (FP8_WORDS: inline PTX, outside the portable subset; kernel_path "portable" keeps the
-        # byte reads): read as fp8, Triton lays the fp16 dot operands out for 8-bit data and the
-        # loop took 166 instructions a token and warp, 93 as words (bf16: 58).
+        # 8 warps (127 registers on sm_90 where 4 take 255 and spill) measured no faster on an
+        # H200: 55.4 / 92.1 / 311.3 us against 55.3 / 90.2 / 295.8 at B32 L4096, B32 L8192,
+        # B128 L8192. On the fast path an fp8 cache is read as int32 words (FP8_WORDS: inline
+        # PTX, outside the portable subset; kernel_path "portable" keeps the byte reads): read as
+        # fp8, Triton lays the fp16 dot operands out for 8-bit data and the loop took 166
+        # instructions a token and warp, 93 as words (bf16: 58); on the H200 82.8 / 153.1 /
+        # 572.3 us against 90.2 / 169.8 / 644.9 (docs/hardware-log.md).
         fp8 = cache_dtype in FP8_DTYPES
         block_h = 16 if H <= 16 or block_dc > 256 else 32
         block_n = min(32 if block_dc > 256 and (fp8 or not decode) else 64, page_n)
-        warps, stages = (8 if decode and not fp8 and block_dc > 256 and block_n >= 64 else 4), 2
+        warps, stages = 4, 2
         words = fp8 and fast_path
         auto = wave_splits(rows * cdiv(H, block_h), TARGET_PROGRAMS, cdiv(tokens, MIN_SPLIT_TOKENS))
     # Never more runs than the longest row has pages: the rest would only ever be empty.
