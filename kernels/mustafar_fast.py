@@ -329,6 +329,29 @@ def _odd_half(a, hi, lo, unit, bm, off, nw, F, PACKED, ZERO, LUT, tile0, tstride
     return acc - _dot2(hz, lz, k, TRANS, DOT_PRECISION) * uz
 
 
+@triton.jit
+def _keys_unit(q, SCALE, ZERO, first, n_blocks, D: tl.constexpr, BLOCK_C: tl.constexpr):
+    """One program's 2-bit split of ``q * scale`` (``_split_fp16`` on a unit fixed for all its
+    blocks): the power of two ``mult`` that puts max |q| * max |scale| over the program's
+    tiles below 2^15, its inverse ``unit``, and whether any tile's zero is outside [0, 3].
+    Read once before the block loop, so a step needs no cross-thread reduction. hi + lo keep
+    ~22 bits of each product down to an absolute floor of max |q * scale| * 2^-39."""
+    chans = tl.arange(0, BLOCK_C)
+    m = tl.zeros([BLOCK_C], dtype=tl.float32)
+    bad = tl.zeros([BLOCK_C], dtype=tl.int32)
+    for i in range(0, n_blocks):
+        sc = tl.load(SCALE + first + i * D + chans, mask=chans < D, other=0.0)
+        F = tl.load(ZERO + first + i * D + chans, mask=chans < D, other=0)
+        m = tl.maximum(m, tl.abs(sc))
+        bad = bad | ((F < 0) | (F > 3)).to(tl.int32)
+    # max |q| raised to 2^-100 at least, so that scale * mult stays finite for q of zeros.
+    mq = tl.maximum(tl.max(tl.max(tl.abs(q), 0), 0), 7.888609052210118e-31)
+    e = tl.maximum(((mq * tl.max(m, 0)).to(tl.int32, bitcast=True) >> 23) & 0xFF, 15)
+    mult = ((268 - e) << 23).to(tl.float32, bitcast=True)
+    unit = ((e - 14) << 23).to(tl.float32, bitcast=True)
+    return mult, unit, tl.max(bad, 0)
+
+
 # sizes unspecialized: see kernels/__init__.py
 @triton.jit(do_not_specialize=["Hkv", "n_tblocks", "blocks_per_prog"])
 def _keys_fast(
@@ -355,6 +378,9 @@ def _keys_fast(
     qs = _split_fp16(q)    # q is fixed per program: 16-bit tiles reuse its split
     tok = tl.arange(0, 64)
     tb_end = tl.minimum(tb0 + blocks_per_prog, n_tblocks)
+    if BITS == 2:
+        mult, unit, odd = _keys_unit(q, SCALE, ZERO, (bk.to(tl.int64) * n_tblocks + tb0) * D,
+                                     tb_end - tb0, D, BLOCK_C)
     if PREFETCH:
         first = (bk.to(tl.int64) * n_tblocks + tb0) * D
         n0 = tl.where(tb0 < tb_end, D, 0)
@@ -375,8 +401,16 @@ def _keys_fast(
             else:
                 c_bm, c_off, c_nw, c_F = _half_meta(BITMAPS, OFFSETS, ZERO, tile0, 1, D, BLOCK_C)
                 c_sc = tl.load(SCALE + tile0 + chans, mask=chans < D, other=0.0)
-            acc = _contract2(q * c_sc[None, :], c_bm, c_off, c_nw, c_F, PACKED, ZERO, LUT,
-                                 tile0, 1, D, BLOCK_C, HW, DOT_PRECISION, TRANS)
+            # q * scale on the program's fixed unit: no reduction (and no barrier) per step.
+            a = q * (c_sc * mult)[None, :]
+            hi = a.to(tl.float16)
+            lo = (a - hi.to(tl.float32)).to(tl.float16)
+            if odd == 0:
+                b2 = _half_decode(c_bm, c_off, c_nw, c_F, PACKED, LUT, BLOCK_C, HW)
+                acc = _dot2(hi, lo, b2, TRANS, DOT_PRECISION) * unit
+            else:
+                acc = _odd_half(q * c_sc[None, :], hi, lo, unit, c_bm, c_off, c_nw, c_F, PACKED,
+                                ZERO, LUT, tile0, 1, D, BLOCK_C, HW, DOT_PRECISION, TRANS)
         else:
             if PREFETCH:
                 c_bm, c_off = p_bm, p_off
