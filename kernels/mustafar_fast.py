@@ -41,14 +41,17 @@ def prmt_table_rows() -> list:
     """The 256 rows of the 2-bit decode's table (int64), indexed by a bitmap byte y (element i
     kept iff bit 7 - i): bits 0-15 the byte-permute selector of elements 0-3 (nibble i: the
     element's slot if kept, else 4, the fill byte), bits 16-31 that of elements 4-7 (slot
-    minus the slot of element 4), bits 32-35 the slot of element 4, bits 40-43 the count kept."""
+    minus the slot of element 4), bits 32-35 twice the slot of element 4, bits 59-63 twice the
+    count kept: the code-stream bits each consumes, each read from the high word by one
+    operation (a mask, a shift)."""
     rows = []
     for y in range(256):
         kept = [(y >> (7 - i)) & 1 for i in range(8)]
         rank = [sum(kept[:i]) for i in range(8)]
         lo = sum((rank[i] if kept[i] else 4) << (4 * i) for i in range(4))
         hi = sum((rank[i] - rank[4] if kept[i] else 4) << (4 * (i - 4)) for i in range(4, 8))
-        rows.append(lo | (hi << 16) | (rank[4] << 32) | (sum(kept) << 40))
+        row = lo | (hi << 16) | (2 * rank[4] << 32) | (2 * sum(kept) << 59)
+        rows.append(row - (1 << 64) if row >= 1 << 63 else row)  # as a signed int64
     return rows
 
 
@@ -148,10 +151,11 @@ def _prmt_octet(y, win, F4, h2, F, LUT, HW: tl.constexpr):
     bits it used (2 * count kept)."""
     e = tl.load(LUT + y).to(tl.uint64, bitcast=True)
     sel = e.to(tl.uint32)
-    r4 = ((e >> 32) & 15).to(tl.uint32)
-    used = ((e >> 39) & 30).to(tl.uint32)
-    lo = _prmt(_code_bytes(win), F4, sel & 0xFFFF, HW)
-    hi = _prmt(_code_bytes(win >> (2 * r4)), F4, sel >> 16, HW)
+    top = (e >> 32).to(tl.uint32)
+    used = top >> 27
+    # (The permute reads only the low 16 bits of its selector: no mask for elements 0-3.)
+    lo = _prmt(_code_bytes(win), F4, sel, HW)
+    hi = _prmt(_code_bytes(win >> (top & 15)), F4, sel >> 16, HW)
     v0, v1, v2, v3 = _byte_pairs(lo, h2, F, HW)
     v4, v5, v6, v7 = _byte_pairs(hi, h2, F, HW)
     return v0, v1, v2, v3, v4, v5, v6, v7, used
