@@ -340,20 +340,24 @@ def _keys_unit(q, SCALE, ZERO, first, n_blocks, D: tl.constexpr, BLOCK_C: tl.con
     tiles below 2^15, its inverse ``unit``, and whether any tile's zero is outside [0, 3].
     Read once before the block loop, so a step needs no cross-thread reduction. hi + lo keep
     ~22 bits of each product down to an absolute floor of max |q * scale| * 2^-39."""
+    # KB blocks a load: one round trip for the usual program (a loop step waits on its loads).
+    KB: tl.constexpr = 4
     chans = tl.arange(0, BLOCK_C)
-    m = tl.zeros([BLOCK_C], dtype=tl.float32)
-    bad = tl.zeros([BLOCK_C], dtype=tl.int32)
-    for i in range(0, n_blocks):
-        sc = tl.load(SCALE + first + i * D + chans, mask=chans < D, other=0.0)
-        F = tl.load(ZERO + first + i * D + chans, mask=chans < D, other=0)
-        m = tl.maximum(m, tl.abs(sc))
+    rows = tl.arange(0, KB)
+    m = tl.zeros([KB, BLOCK_C], dtype=tl.float32)
+    bad = tl.zeros([KB, BLOCK_C], dtype=tl.int32)
+    for i in range(0, n_blocks, KB):
+        at = first + (i + rows)[:, None] * D + chans[None, :]
+        ok = ((i + rows) < n_blocks)[:, None] & (chans < D)[None, :]
+        m = tl.maximum(m, tl.abs(tl.load(SCALE + at, mask=ok, other=0.0)))
+        F = tl.load(ZERO + at, mask=ok, other=0)
         bad = bad | ((F < 0) | (F > 3)).to(tl.int32)
     # max |q| raised to 2^-100 at least, so that scale * mult stays finite for q of zeros.
     mq = tl.maximum(tl.max(tl.max(tl.abs(q), 0), 0), 7.888609052210118e-31)
-    e = tl.maximum(((mq * tl.max(m, 0)).to(tl.int32, bitcast=True) >> 23) & 0xFF, 15)
+    e = tl.maximum(((mq * tl.max(tl.max(m, 0), 0)).to(tl.int32, bitcast=True) >> 23) & 0xFF, 15)
     mult = ((268 - e) << 23).to(tl.float32, bitcast=True)
     unit = ((e - 14) << 23).to(tl.float32, bitcast=True)
-    return mult, unit, tl.max(bad, 0)
+    return mult, unit, tl.max(tl.max(bad, 0), 0)
 
 
 # sizes unspecialized: see kernels/__init__.py
@@ -382,9 +386,6 @@ def _keys_fast(
     qs = _split_fp16(q)    # q is fixed per program: 16-bit tiles reuse its split
     tok = tl.arange(0, 64)
     tb_end = tl.minimum(tb0 + blocks_per_prog, n_tblocks)
-    if BITS == 2:
-        mult, unit, odd = _keys_unit(q, SCALE, ZERO, (bk.to(tl.int64) * n_tblocks + tb0) * D,
-                                     tb_end - tb0, D, BLOCK_C)
     if PREFETCH:
         first = (bk.to(tl.int64) * n_tblocks + tb0) * D
         n0 = tl.where(tb0 < tb_end, D, 0)
@@ -393,6 +394,10 @@ def _keys_fast(
             p_sc = tl.load(SCALE + first + chans, mask=chans < n0, other=0.0)
         else:
             p_bm, p_off = _octet_meta(BITMAPS, OFFSETS, first, 1, n0, BLOCK_C)
+    # (After the first step's loads, so that both are in flight together.)
+    if BITS == 2:
+        mult, unit, odd = _keys_unit(q, SCALE, ZERO, (bk.to(tl.int64) * n_tblocks + tb0) * D,
+                                     tb_end - tb0, D, BLOCK_C)
     for tb in range(tb0, tb_end):
         tile0 = (bk.to(tl.int64) * n_tblocks + tb) * D
         n1 = tl.where(tb + 1 < tb_end, D, 0)
