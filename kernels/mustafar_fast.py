@@ -6,7 +6,9 @@ Both formulations are one shape of work: a step decodes NT tiles into an fp16 op
 ``A [G, NT]`` (keys: ``q[h, c] * scale``, the D channel tiles of one 64-token block; values:
 ``p[h, s] * scale``, one channel block of NT tokens). ``A`` (fp32) is split into hi + lo fp16
 parts (``_split_fp16``), so fp32 precision is kept; ``B`` holds exact small integers (2-bit:
-``code - zero``) or the fp16 values themselves.
+``code - zero``) or the fp16 values themselves. The 2-bit keys kernel fixes the split's power
+of two once per program from max |q| * max |scale| over its blocks (``_keys_unit``), so its
+steps run no cross-thread reduction (and no barrier for one).
 
 * 2-bit (``_half_decode``): one thread per half tile loads its bitmap word and at most 3 code
   words once and walks its 4 bitmap bytes. Per byte, a row of a 256-row table
