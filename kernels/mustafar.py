@@ -362,7 +362,7 @@ def mustafar_values_plan(p: torch.Tensor, vc: Compressed, out: torch.Tensor, *,
 #: (op, bits) (scripts/mustafar_variants.py, November 2026).
 FAST = dict(TRANS=2, PREFETCH=True, gmin=16, keys_warps=4, values_warps=4, values_block_s=128,
             programs_per_sm=8, num_stages=1, maxnreg=None)
-FAST_BY = {("keys", 2): dict(maxnreg=128), ("values", 2): dict(maxnreg=128),
+FAST_BY = {("keys", 2): dict(maxnreg=128, gmin=8), ("values", 2): dict(maxnreg=128),
            ("keys", 16): dict(programs_per_sm=4), ("values", 16): dict(gmin=8)}
 
 

@@ -6,7 +6,9 @@ Both formulations are one shape of work: a step decodes NT tiles into an fp16 op
 ``A [G, NT]`` (keys: ``q[h, c] * scale``, the D channel tiles of one 64-token block; values:
 ``p[h, s] * scale``, one channel block of NT tokens). ``A`` (fp32) is split into hi + lo fp16
 parts (``_split_fp16``), so fp32 precision is kept; ``B`` holds exact small integers (2-bit:
-``code - zero``) or the fp16 values themselves.
+``code - zero``) or the fp16 values themselves. The 2-bit keys kernel fixes the split's power
+of two once per program from max |q| * max |scale| over its blocks (``_keys_unit``), so its
+steps run no cross-thread reduction (and no barrier for one).
 
 * 2-bit (``_half_decode``): one thread per half tile loads its bitmap word and at most 3 code
   words once and walks its 4 bitmap bytes. Per byte, a row of a 256-row table
@@ -41,14 +43,17 @@ def prmt_table_rows() -> list:
     """The 256 rows of the 2-bit decode's table (int64), indexed by a bitmap byte y (element i
     kept iff bit 7 - i): bits 0-15 the byte-permute selector of elements 0-3 (nibble i: the
     element's slot if kept, else 4, the fill byte), bits 16-31 that of elements 4-7 (slot
-    minus the slot of element 4), bits 32-35 the slot of element 4, bits 40-43 the count kept."""
+    minus the slot of element 4), bits 32-35 twice the slot of element 4, bits 59-63 twice the
+    count kept: the code-stream bits each consumes, each read from the high word by one
+    operation (a mask, a shift)."""
     rows = []
     for y in range(256):
         kept = [(y >> (7 - i)) & 1 for i in range(8)]
         rank = [sum(kept[:i]) for i in range(8)]
         lo = sum((rank[i] if kept[i] else 4) << (4 * i) for i in range(4))
         hi = sum((rank[i] - rank[4] if kept[i] else 4) << (4 * (i - 4)) for i in range(4, 8))
-        rows.append(lo | (hi << 16) | (rank[4] << 32) | (sum(kept) << 40))
+        row = lo | (hi << 16) | (2 * rank[4] << 32) | (2 * sum(kept) << 59)
+        rows.append(row - (1 << 64) if row >= 1 << 63 else row)  # as a signed int64
     return rows
 
 
@@ -148,10 +153,11 @@ def _prmt_octet(y, win, F4, h2, F, LUT, HW: tl.constexpr):
     bits it used (2 * count kept)."""
     e = tl.load(LUT + y).to(tl.uint64, bitcast=True)
     sel = e.to(tl.uint32)
-    r4 = ((e >> 32) & 15).to(tl.uint32)
-    used = ((e >> 39) & 30).to(tl.uint32)
-    lo = _prmt(_code_bytes(win), F4, sel & 0xFFFF, HW)
-    hi = _prmt(_code_bytes(win >> (2 * r4)), F4, sel >> 16, HW)
+    top = (e >> 32).to(tl.uint32)
+    used = top >> 27
+    # (The permute reads only the low 16 bits of its selector: no mask for elements 0-3.)
+    lo = _prmt(_code_bytes(win), F4, sel, HW)
+    hi = _prmt(_code_bytes(win >> (top & 15)), F4, sel >> 16, HW)
     v0, v1, v2, v3 = _byte_pairs(lo, h2, F, HW)
     v4, v5, v6, v7 = _byte_pairs(hi, h2, F, HW)
     return v0, v1, v2, v3, v4, v5, v6, v7, used
@@ -329,6 +335,33 @@ def _odd_half(a, hi, lo, unit, bm, off, nw, F, PACKED, ZERO, LUT, tile0, tstride
     return acc - _dot2(hz, lz, k, TRANS, DOT_PRECISION) * uz
 
 
+@triton.jit
+def _keys_unit(q, SCALE, ZERO, first, n_blocks, D: tl.constexpr, BLOCK_C: tl.constexpr):
+    """One program's 2-bit split of ``q * scale`` (``_split_fp16`` on a unit fixed for all its
+    blocks): the power of two ``mult`` that puts max |q| * max |scale| over the program's
+    tiles below 2^15, its inverse ``unit``, and whether any tile's zero is outside [0, 3].
+    Read once before the block loop, so a step needs no cross-thread reduction. hi + lo keep
+    ~22 bits of each product down to an absolute floor of max |q * scale| * 2^-39."""
+    # KB blocks a load: one round trip for the usual program (a loop step waits on its loads).
+    KB: tl.constexpr = 4
+    chans = tl.arange(0, BLOCK_C)
+    rows = tl.arange(0, KB)
+    m = tl.zeros([KB, BLOCK_C], dtype=tl.float32)
+    bad = tl.zeros([KB, BLOCK_C], dtype=tl.int32)
+    for i in range(0, n_blocks, KB):
+        at = first + (i + rows)[:, None] * D + chans[None, :]
+        ok = ((i + rows) < n_blocks)[:, None] & (chans < D)[None, :]
+        m = tl.maximum(m, tl.abs(tl.load(SCALE + at, mask=ok, other=0.0)))
+        F = tl.load(ZERO + at, mask=ok, other=0)
+        bad = bad | ((F < 0) | (F > 3)).to(tl.int32)
+    # max |q| raised to 2^-100 at least, so that scale * mult stays finite for q of zeros.
+    mq = tl.maximum(tl.max(tl.max(tl.abs(q), 0), 0), 7.888609052210118e-31)
+    e = tl.maximum(((mq * tl.max(tl.max(m, 0), 0)).to(tl.int32, bitcast=True) >> 23) & 0xFF, 15)
+    mult = ((268 - e) << 23).to(tl.float32, bitcast=True)
+    unit = ((e - 14) << 23).to(tl.float32, bitcast=True)
+    return mult, unit, tl.max(tl.max(bad, 0), 0)
+
+
 # sizes unspecialized: see kernels/__init__.py
 @triton.jit(do_not_specialize=["Hkv", "n_tblocks", "blocks_per_prog"])
 def _keys_fast(
@@ -363,6 +396,10 @@ def _keys_fast(
             p_sc = tl.load(SCALE + first + chans, mask=chans < n0, other=0.0)
         else:
             p_bm, p_off = _octet_meta(BITMAPS, OFFSETS, first, 1, n0, BLOCK_C)
+    # (After the first step's loads, so that both are in flight together.)
+    if BITS == 2:
+        mult, unit, odd = _keys_unit(q, SCALE, ZERO, (bk.to(tl.int64) * n_tblocks + tb0) * D,
+                                     tb_end - tb0, D, BLOCK_C)
     for tb in range(tb0, tb_end):
         tile0 = (bk.to(tl.int64) * n_tblocks + tb) * D
         n1 = tl.where(tb + 1 < tb_end, D, 0)
@@ -375,8 +412,16 @@ def _keys_fast(
             else:
                 c_bm, c_off, c_nw, c_F = _half_meta(BITMAPS, OFFSETS, ZERO, tile0, 1, D, BLOCK_C)
                 c_sc = tl.load(SCALE + tile0 + chans, mask=chans < D, other=0.0)
-            acc = _contract2(q * c_sc[None, :], c_bm, c_off, c_nw, c_F, PACKED, ZERO, LUT,
-                                 tile0, 1, D, BLOCK_C, HW, DOT_PRECISION, TRANS)
+            # q * scale on the program's fixed unit: no reduction (and no barrier) per step.
+            a = q * (c_sc * mult)[None, :]
+            hi = a.to(tl.float16)
+            lo = (a - hi.to(tl.float32)).to(tl.float16)
+            if odd == 0:
+                b2 = _half_decode(c_bm, c_off, c_nw, c_F, PACKED, LUT, BLOCK_C, HW)
+                acc = _dot2(hi, lo, b2, TRANS, DOT_PRECISION) * unit
+            else:
+                acc = _odd_half(q * c_sc[None, :], hi, lo, unit, c_bm, c_off, c_nw, c_F, PACKED,
+                                ZERO, LUT, tile0, 1, D, BLOCK_C, HW, DOT_PRECISION, TRANS)
         else:
             if PREFETCH:
                 c_bm, c_off = p_bm, p_off
