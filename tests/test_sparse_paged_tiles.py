@@ -8,6 +8,7 @@ import pytest
 import torch
 
 import kernels._checks
+import kernels.settings as ks
 from kernels import sparse_paged_decode as SP
 from references.magicpig import magicpig_decode_reference
 from references.paged import sparse_paged_decode_reference
@@ -42,6 +43,7 @@ def _run(q, kv, indptr, indices, ind, nnz, lsh_k, lsh_l, config, magicpig):
     kw = dict(K=lsh_k, L=lsh_l) if magicpig else {}
     plan = SP.sparse_kernel_plan(q, kv, indptr, indices, ind, nnz, out, lse, layout="HND",
                                  scale=q.shape[-1] ** -0.5, num_splits=3, config=dict(config), **kw)
+    assert plan.meta["LOOKUP"] == (ks.current().kernel_path == "fast")
     kernels._checks.run_plan(plan)
     return out, lse
 
@@ -51,9 +53,11 @@ def _slot_configs(D):
 
 
 @interpreted
-@pytest.mark.parametrize("D", [256, 48])  # 48: a D tail (BLOCK_D 64)
-@pytest.mark.parametrize("magicpig", [True, False])
-def test_slot_tiles_match_the_reference(D, magicpig):
+@pytest.mark.parametrize("magicpig, D, path", [  # 48: a D tail (BLOCK_D 64)
+    (True, 256, "fast"), (True, 48, "portable"), (False, 256, "portable"), (False, 48, "fast")])
+def test_slot_tiles_match_the_reference(magicpig, D, path):
+    """``fast``: the CUDA path's in-kernel page lookup (``LOOKUP``) and merge in the last split
+    program; ``portable``: host row ids and the merge kernel."""
     q, kv, indptr, indices, ind, nnz, lsh_k, lsh_l = _inputs(D)
     args = (q, kv, indptr, indices, ind, nnz)
     if magicpig:
@@ -67,7 +71,8 @@ def test_slot_tiles_match_the_reference(D, magicpig):
     if not magicpig:  # the loop's shapes: with and without the gathers ahead
         configs = [next(c for c in configs if c["PREFETCH"] == p) for p in (True, False)]
     for cfg in configs:
-        out, lse = _run(q, kv, indptr, indices, ind, nnz, lsh_k, lsh_l, cfg, magicpig)
+        with ks.using(kernel_path=path):
+            out, lse = _run(q, kv, indptr, indices, ind, nnz, lsh_k, lsh_l, cfg, magicpig)
         torch.testing.assert_close(out.double(), o_ref.to(torch.float64), atol=2e-3, rtol=2e-3,
                                    msg=lambda m: f"{cfg}: {m}")
         torch.testing.assert_close(lse.double(), lse_ref.to(torch.float64), atol=1e-4, rtol=1e-5,
