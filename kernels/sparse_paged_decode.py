@@ -339,7 +339,9 @@ def sparse_paged_candidates(D: int, dtype: torch.dtype, magicpig: bool = False,
     in the loop, and the tuned 1-warp tile 255 registers with 304 bytes of spills a thread; the
     first slot tile takes 119 registers, no spills, ~160 instructions a key (95 and ~160 without
     PREFETCH; 156 and ~111 with chunks of 64 and 16 rows). Then the plain tiles (their TARGET
-    halved), which the shipped tables may still name.
+    halved), which the shipped tables may still name. The plain kernel's list ends with the slot
+    tiles (sm_90, bench shape: 8 rows and chunks of 128 over 4 warps, 77 instructions a key
+    without PREFETCH against 83 for its tuned tile).
     A tile holds at most 16 KB of input: the unified buffer on Ascend is 192 KB
     (fp16 D=256: 32 rows; fp32 D=128 with 64 rows overflows it).
     """
@@ -356,19 +358,18 @@ def sparse_paged_candidates(D: int, dtype: torch.dtype, magicpig: bool = False,
     # The default tile with the other D chunk widths (more lanes on keys, or the whole row).
     widths = {min(block_d, w) for w in (32, 64, 128)} | {block_d}
     tiles += [dict(tiles[0], D_CHUNK=c) for c in sorted(widths - {chunk})]
-    if not magicpig:
-        return tiles
     vec = max(1, 16 // dtype.itemsize)
     slot = []
     for width, warps, target, least, prefetch in _SLOT_TILES:
         width = min(block_d, width)
         keys = warps * 32 * vec // width  # one key a thread
         cfg = dict(BLOCK_N=min(cap, max(2, next_pow2(keys))), BLOCK_D=block_d, D_CHUNK=width,
-                   num_warps=warps, num_stages=2, TARGET=target, MIN_SPLIT=least,
-                   SLOT_SOFTMAX=True, PREFETCH=prefetch)
+                   num_warps=warps, num_stages=2, TARGET=target if magicpig else 2 * target,
+                   MIN_SPLIT=least, SLOT_SOFTMAX=True, PREFETCH=prefetch)
         if cfg not in slot:  # narrow rows make some of them the same
             slot.append(cfg)
-    return slot + tiles
+    # The plain kernel may take the slot tiles too (twice the programs, as its own tiles have).
+    return slot + tiles if magicpig else tiles + slot
 
 
 def _ascend_tile(block_d: int, dtype: torch.dtype, magicpig: bool) -> dict:

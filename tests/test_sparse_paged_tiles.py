@@ -1,6 +1,6 @@
 """Every GPU tile config of MagicPIG's kernel (``sparse_paged_candidates(..., magicpig=True)``:
-per-slot softmax, gathers in flight ahead, chunked rows), and the plain kernel under the same
-loop options, run in the interpreter on lists that end inside a tile, split, and are empty,
+per-slot softmax, gathers in flight ahead, chunked rows), and the plain kernel's tiles with the
+same loop options, run in the interpreter on lists that end inside a tile, split, and are empty,
 against the float64 references."""
 from __future__ import annotations
 
@@ -48,8 +48,9 @@ def _run(q, kv, indptr, indices, ind, nnz, lsh_k, lsh_l, config, magicpig):
     return out, lse
 
 
-def _slot_configs(D):
-    return [c for c in SP.sparse_paged_candidates(D, torch.float16, True) if c.get("SLOT_SOFTMAX")]
+def _slot_configs(D, magicpig):
+    return [c for c in SP.sparse_paged_candidates(D, torch.float16, magicpig)
+            if c.get("SLOT_SOFTMAX")]
 
 
 @interpreted
@@ -66,9 +67,10 @@ def test_slot_tiles_match_the_reference(magicpig, D, path):
     else:
         o_ref, lse_ref = sparse_paged_decode_reference(*args, layout="HND", scale=D ** -0.5,
                                                        compute_dtype=torch.float64)
-    configs = _slot_configs(D)
-    assert configs and configs == SP.sparse_paged_candidates(D, torch.float16, True)[:len(configs)]
-    if not magicpig:  # the loop's shapes: with and without the gathers ahead
+    configs = _slot_configs(D, magicpig)
+    if magicpig:  # MagicPIG's list starts with them (its default among them)
+        assert configs == SP.sparse_paged_candidates(D, torch.float16, True)[:len(configs)]
+    else:  # the loop's shapes: with and without the gathers ahead
         configs = [next(c for c in configs if c["PREFETCH"] == p) for p in (True, False)]
     for cfg in configs:
         with ks.using(kernel_path=path):
