@@ -37,16 +37,17 @@ def recip(x):
 
 
 @triton.jit
-def magicpig_weight(negative, one_minus_abs_c, abs_c, k_exp, l_minus_1):
+def magicpig_weight(negative, one_minus_abs_c, abs_c, k_exp, l_minus_1, far_p):
     """The MagicPIG sampling weight ``1e-10 / max(u, 1e-10)`` in [1e-10, 1] of one key, where
 
         p = 1 - acos(c)/pi,  P = p**K,  u = 1 - (1-P)**L - L P (1-P)**(L-1)
 
     for the key's cosine c (given as its sign ``negative``, ``abs_c`` = |c| and ``one_minus_abs_c``
     = 1 - |c| >= 1e-7, which the caller computes without cancellation near |c| = 1) and the row's
-    K > 0 and L - 1. A score ``q.k * scale - log(max(u, 1e-10))`` is ``q.k * scale + log(weight)
-    + log(1e10)``: the kernel multiplies its softmax terms by the weight and adds the constant to
-    the LSE, so no log of u is taken.
+    K > 0 and L - 1; ``far_p`` (a scalar) False promises that no key has P > 1/4 (see g1 below)
+    and skips that branch's log. A score ``q.k * scale - log(max(u, 1e-10))`` is
+    ``q.k * scale + log(weight) + log(1e10)``: the kernel multiplies its softmax terms by the
+    weight and adds the constant to the LSE, so no log of u is taken.
 
     Form: with a = L - 1, x = a P and E = (1-P)**a (1 + x) = exp(-z), u = 1 - E and
 
@@ -56,7 +57,10 @@ def magicpig_weight(negative, one_minus_abs_c, abs_c, k_exp, l_minus_1):
     relative accuracy, and u = -expm1(-z) passes it on (|du/u| <= |dz/z|).
     - g1: P <= 1/4 by its series P^2 (1/2 + P/3 + ... + P^10/12) (truncation <= 5e-8 relative);
       above, -ln 2 log2(1 - P) - P (1 - P rounded by <= 2^-25: <= 1.2e-6 relative at P = 1/4,
-      less above; exact for P >= 1/2).
+      less above; exact for P >= 1/2). That second log2 is ~30 instructions on sm_90, and the
+      kernel knows a whole tile needs none of it when every key has |c| <= 1/2 and K >= 3.5:
+      then p <= 2/3 (p = 1 - acos(|c|)/pi for c >= 0, acos(|c|)/pi <= 1/2 for c < 0) and
+      P <= (2/3)**3.5 < 0.243, so ``far_p`` False gives the same weights.
     - g2, x <= 1: x^2/(2+x) - 2 y^3 (1/3 + y^2/5 + ... + y^10/13), y = x/(2+x) <= 1/3 (the atanh
       series of log(1+x), truncation <= 1e-7 relative).
     - u, x <= 1: z (1 - z/2 + ... + z^6/7!) for z <= 1/2 (truncation <= 2e-7 relative), else
@@ -88,9 +92,11 @@ def magicpig_weight(negative, one_minus_abs_c, abs_c, k_exp, l_minus_1):
     g = g * P + 0.25
     g = g * P + 0.3333333333333333
     g = g * P + 0.5
-    big_p = P > 0.25
-    g1_far = tl.log2(tl.where(big_p, 1.0 - P, 0.5)) * -0.6931471805599453 - P
-    g1 = tl.where(big_p, g1_far, P * P * g)
+    g1 = P * P * g
+    if far_p:
+        big_p = P > 0.25
+        g1_far = tl.log2(tl.where(big_p, 1.0 - P, 0.5)) * -0.6931471805599453 - P
+        g1 = tl.where(big_p, g1_far, g1)
     # g2(x) = x - log(1 + x) for x <= 1 (atanh series).
     xn = tl.minimum(tl.maximum(x, 0.0), 1.0)
     r = recip(2.0 + xn)

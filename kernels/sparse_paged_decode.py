@@ -15,6 +15,15 @@ arithmetic (``j < end``). ``MAGICPIG`` (constexpr) adds the LSH collision-probab
 norms are computed over the same tile, which MagicPIG lays out as [D chunks, BLOCK_N, D_CHUNK]
 (``d_chunk``) so that fewer lanes repeat each key's weight.
 
+Two loop options (constexpr, from the config; MagicPIG's GPU tiles and the interpreter use both,
+the plain kernel's tiles and the npu path neither). ``SLOT_SOFTMAX``: each of the tile's BLOCK_N
+key slots keeps its own running max, sum and [D] accumulator, combined once after the loop, so
+the loop has no reduction over keys (no shuffles or shared-memory round trips a tile, and one
+exp2 a key for the rescale instead of one a tile); its accumulator has the tile's shape, which
+costs no registers where a thread holds one key (``_SLOT_TILES``). ``PREFETCH``: before tile n's
+math, the K/V rows of tile n + 1, the page ids of n + 2 and the positions of n + 3 are requested
+(each from the step before, requested one iteration earlier), so three tiles are in flight.
+
 Long lists are split; each split writes a normalised partial output and its LSE and
 ``_split.merge_plan`` combines them. nnz == 0: o = 0, lse = -inf.
 """
@@ -44,6 +53,46 @@ MIN_SPLIT_LEN = 256
 
 
 @triton.jit
+def _list_slots(row_ptr, n, end, offs_n):
+    """The list entries of the tile of slots [n, n + BLOCK_N) before ``end`` (0 past it): logical
+    positions (``LOOKUP``) or row ids, and which slots are valid."""
+    j = n + offs_n
+    ok = j < end
+    return tl.load(row_ptr + j, mask=ok, other=0), ok
+
+
+@triton.jit
+def _page_of(t, ok, PAGE_INDICES, page_lo, LOOKUP: tl.constexpr, PAGE_SIZE: tl.constexpr):
+    """(page id, slot in the page) of each entry; without ``LOOKUP`` (row ids) the row id and 0."""
+    if LOOKUP:
+        # CUDA fast path: ROWS holds logical positions; the page lookup happens here, which
+        # saves the host pre-pass (~10 small launches). Ascend rejects the vector `t // P`.
+        page = tl.load(PAGE_INDICES + page_lo + t // PAGE_SIZE, mask=ok, other=0)
+        slot = t % PAGE_SIZE
+    else:
+        page = t
+        slot = t * 0
+    return page, slot
+
+
+@triton.jit
+def _gather_kv(k_base, page, slot, ok, offs_d, d_ok, stride_kv, row_unit, stride_page,
+               stride_slot, LOOKUP: tl.constexpr):
+    """K and V rows of the tile (storage dtype): whole-row gathers [chunks, BLOCK_N, D_CHUNK]
+    from a window of row ids (int64 offsets)."""
+    if LOOKUP:
+        row = page.to(tl.int64) * stride_page + slot.to(tl.int64) * stride_slot
+    else:
+        row = page.to(tl.int64) * row_unit
+    kv_mask = ok[None, :, None] & d_ok[:, None, :]
+    kv_off = row[None, :, None] + offs_d[:, None, :]
+    # Both gathers issued before the math (H200: ~20% faster than loading V after the scores).
+    k = tl.load(k_base + kv_off, mask=kv_mask, other=0.0)
+    v = tl.load(k_base + stride_kv + kv_off, mask=kv_mask, other=0.0)
+    return k, v
+
+
+@triton.jit
 def _sparse_paged_tile(
     Q, KV, ROWS, NNZ, KP, LP, O, LSE, PAGE_INDPTR, PAGE_INDICES, OUT, LSE_OUT, COUNTER,
     stride_qb, stride_qh,
@@ -58,11 +107,16 @@ def _sparse_paged_tile(
     MAGICPIG: tl.constexpr, RETURN_LSE: tl.constexpr, LOOKUP: tl.constexpr,
     FUSED_MERGE: tl.constexpr, RETURN_LSE_OUT: tl.constexpr,
     PAGE_SIZE: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, D_CHUNK: tl.constexpr,
-    BLOCK_SPLITS: tl.constexpr, SPLIT_CHUNK: tl.constexpr,
+    BLOCK_SPLITS: tl.constexpr, SPLIT_CHUNK: tl.constexpr, SLOT_SOFTMAX: tl.constexpr,
+    PREFETCH: tl.constexpr,
 ):
     """One split of one row's token list: pid is batch * Hq + head. (Reading the next tile's
     positions and page ids while this tile's rows are in flight was tried on the H100: it held
-    more registers than it saved latency, 104 us against 96 at the bench cache, kept 2%.)"""
+    more registers than it saved latency, 104 us against 96 at the bench cache, kept 2%.)
+    ``PREFETCH`` reads ahead all three steps of that chain instead (the module docstring): the
+    next tile's K/V rows, in their storage dtype, the page ids of the one after and the positions
+    of the third are all issued before this tile's math. No dependent load then waits inside an
+    iteration, for one more K/V tile of registers (fp16 D = 256, 8 rows over 4 warps: +24)."""
     b = (pid // Hq).to(tl.int64)
     h = (pid % Hq).to(tl.int64)
     hk = h // G
@@ -76,73 +130,109 @@ def _sparse_paged_tile(
     q = tl.load(Q + b * stride_qb + h * stride_qh + offs_d, mask=d_ok, other=0.0).to(tl.float32)
     if MAGICPIG:
         q_norm = tl.sqrt(tl.sum(tl.sum(q * q, 1), 0))
-        q_hat = q * (1.0 / tl.maximum(q_norm, 1e-30))
+        q_inv = 1.0 / tl.maximum(q_norm, 1e-30)
         k_exp = tl.load(KP + b * stride_kpb + h * stride_kph)
         l_minus_1 = tl.load(LP + b * stride_lpb + h * stride_lph) - 1.0
     start = split * SPLIT_LEN
     row_ptr = ROWS + b * stride_rb + h * stride_rh
     if LOOKUP:
         page_lo = tl.load(PAGE_INDPTR + b)
+    else:
+        page_lo = 0
     nnz = tl.load(NNZ + b * stride_nb + h * stride_nh)
     end = tl.minimum(start + SPLIT_LEN, nnz)
     k_base = KV + hk * stride_head
 
     # Scores in base 2 (qk_scale has log2(e) folded in). The running max is replaced by 0 while it
     # is still -inf, so a fully masked tile or an empty split never produces NaN.
-    m_i = tl.max(tl.full([BLOCK_N], float("-inf"), dtype=tl.float32), 0)  # 0-d fp32 -inf
-    l_i = tl.sum(tl.zeros([BLOCK_N], dtype=tl.float32), 0)  # 0-d fp32 0
-    acc = tl.zeros([BLOCK_D // D_CHUNK, D_CHUNK], dtype=tl.float32)
+    if SLOT_SOFTMAX:
+        m_i = tl.full([BLOCK_N], float("-inf"), dtype=tl.float32)
+        l_i = tl.zeros([BLOCK_N], dtype=tl.float32)
+        acc = tl.zeros([BLOCK_D // D_CHUNK, BLOCK_N, D_CHUNK], dtype=tl.float32)
+    else:
+        m_i = tl.max(tl.full([BLOCK_N], float("-inf"), dtype=tl.float32), 0)  # 0-d fp32 -inf
+        l_i = tl.sum(tl.zeros([BLOCK_N], dtype=tl.float32), 0)  # 0-d fp32 0
+        acc = tl.zeros([BLOCK_D // D_CHUNK, D_CHUNK], dtype=tl.float32)
+    if PREFETCH:
+        # Loop entry: K/V rows of the first tile, page ids of the second, positions of the third.
+        t0, ok = _list_slots(row_ptr, start, end, offs_n)
+        page0, slot0 = _page_of(t0, ok, PAGE_INDICES, page_lo, LOOKUP, PAGE_SIZE)
+        k_raw, v_raw = _gather_kv(k_base, page0, slot0, ok, offs_d, d_ok, stride_kv, row_unit,
+                                  stride_page, stride_slot, LOOKUP)
+        t1, ok1 = _list_slots(row_ptr, start + BLOCK_N, end, offs_n)
+        page1, slot1 = _page_of(t1, ok1, PAGE_INDICES, page_lo, LOOKUP, PAGE_SIZE)
+        t2, ok2 = _list_slots(row_ptr, start + 2 * BLOCK_N, end, offs_n)
     for n in range(start, end, BLOCK_N):
-        j = n + offs_n
-        ok = j < end
-        # Contiguous window of row ids, then whole-row gathers [BLOCK_N, BLOCK_D] (int64 offsets).
-        if LOOKUP:
-            # CUDA fast path: ROWS holds logical positions; the page lookup happens here, which
-            # saves the host pre-pass (~10 small launches). Ascend rejects the vector `t // P`.
-            t = tl.load(row_ptr + j, mask=ok, other=0)
-            page = tl.load(PAGE_INDICES + page_lo + t // PAGE_SIZE, mask=ok, other=0).to(tl.int64)
-            row = page * stride_page + (t % PAGE_SIZE).to(tl.int64) * stride_slot
+        if PREFETCH:
+            t3, ok3 = _list_slots(row_ptr, n + 3 * BLOCK_N, end, offs_n)
+            page2, slot2 = _page_of(t2, ok2, PAGE_INDICES, page_lo, LOOKUP, PAGE_SIZE)
+            k_next, v_next = _gather_kv(k_base, page1, slot1, ok1, offs_d, d_ok, stride_kv,
+                                        row_unit, stride_page, stride_slot, LOOKUP)
         else:
-            row = tl.load(row_ptr + j, mask=ok, other=0).to(tl.int64) * row_unit
-        kv_mask = ok[None, :, None] & d_ok[:, None, :]
-        kv_off = row[None, :, None] + offs_d[:, None, :]
-        # Both gathers issued before the math (H200: ~20% faster than loading V after the scores).
-        k = tl.load(k_base + kv_off, mask=kv_mask, other=0.0).to(tl.float32)
-        v = tl.load(k_base + stride_kv + kv_off, mask=kv_mask, other=0.0).to(tl.float32)
-        qk = tl.sum(tl.sum(k * q[:, None, :], 2), 0)
+            t, ok = _list_slots(row_ptr, n, end, offs_n)
+            page, slot = _page_of(t, ok, PAGE_INDICES, page_lo, LOOKUP, PAGE_SIZE)
+            k_raw, v_raw = _gather_kv(k_base, page, slot, ok, offs_d, d_ok, stride_kv, row_unit,
+                                      stride_page, stride_slot, LOOKUP)
+        k = k_raw.to(tl.float32)
+        v = v_raw.to(tl.float32)
+        # Over the chunks first (in-thread adds), then across the lanes on D: one shuffle tree a
+        # key instead of one a chunk.
+        qk = tl.sum(tl.sum(k * q[:, None, :], 0), 1)
         s = qk * qk_scale
         if MAGICPIG:
             # score = q.k * scale - log(max(u, 1e-10)) is s + log(weight) + log(1e10) (base 2 here):
             # the weight multiplies the softmax terms below and log2(1e10) joins the LSE, so the
             # running max stays the plain score's (_math.magicpig_weight).
             # c = clamp(q.k / (|q||k| + 1e-8), -1 + 1e-7, 1 - 1e-7), as 1 - |c| >= 1e-7 and |c|.
-            k_norm = tl.sqrt(tl.sum(tl.sum(k * k, 2), 0))
+            k_norm = tl.sqrt(tl.sum(tl.sum(k * k, 0), 1))
             nn = q_norm * k_norm
             inv = recip(nn + 1e-8)
             abs_c = tl.minimum(tl.abs(qk) * inv, 1.0)
             one_minus_abs = 1.0 - abs_c
-            if tl.max(abs_c, 0) > 0.5:
+            near_one = tl.max(abs_c, 0) > 0.5
+            if near_one:
                 # Near |c| = 1 the difference 1 - |c| cancels; with q^, k^ the unit vectors and
                 # sg = sign(q.k): (1 - |c|)(|q||k| + eps) = |q||k| |q^ - sg k^|^2 / 2 + eps, a sum
-                # of squares. Below |c| = 1/2 the plain difference has the same relative accuracy
+                # of squares, here as |k| |q - sg |q| k^|^2 / (2 |q|) (no unit query held in
+                # registers). Below |c| = 1/2 the plain difference has the same relative accuracy
                 # (its absolute error, ~1e-7, is at most twice that relative to 1 - |c|), so the
                 # extra pass over the tile runs only for tiles holding such a key.
-                w = tl.where(qk < 0, -1.0, 1.0) / tl.maximum(k_norm, 1e-30)
-                diff = q_hat[:, None, :] - k * w[None, :, None]
-                exact = (nn * (tl.sum(tl.sum(diff * diff, 2), 0) * 0.5) + 1e-8) * inv
+                w = tl.where(qk < 0, -q_norm, q_norm) / tl.maximum(k_norm, 1e-30)
+                diff = q[:, None, :] - k * w[None, :, None]
+                sq = tl.sum(tl.sum(diff * diff, 0), 1)
+                exact = (k_norm * q_inv * (sq * 0.5) + 1e-8) * inv
                 one_minus_abs = tl.where(abs_c > 0.5, exact, one_minus_abs)
+            # A tile with every |c| <= 1/2 has no P > 1/4 when K >= 3.5 (_math.magicpig_weight).
             weight = magicpig_weight(qk < 0, tl.maximum(one_minus_abs, 1e-7), abs_c, k_exp,
-                                     l_minus_1)
+                                     l_minus_1, near_one | (k_exp < 3.5))
         s = tl.where(ok, s, float("-inf"))
-        m_new = tl.maximum(m_i, tl.max(s, 0))
+        if SLOT_SOFTMAX:
+            m_new = tl.maximum(m_i, s)
+        else:
+            m_new = tl.maximum(m_i, tl.max(s, 0))
         m_use = tl.where(m_new == float("-inf"), 0.0, m_new)
         alpha = tl.exp2(m_i - m_use)
         pr = tl.exp2(s - m_use)
         if MAGICPIG:
             pr = pr * weight
-        l_i = l_i * alpha + tl.sum(pr, 0)
-        acc = acc * alpha + tl.sum(pr[None, :, None] * v, 1)
+        if SLOT_SOFTMAX:
+            l_i = l_i * alpha + pr
+            acc = acc * alpha[None, :, None] + pr[None, :, None] * v
+        else:
+            l_i = l_i * alpha + tl.sum(pr, 0)
+            acc = acc * alpha + tl.sum(pr[None, :, None] * v, 1)
         m_i = m_new
+        if PREFETCH:
+            k_raw, v_raw, ok = k_next, v_next, ok1
+            page1, slot1, ok1 = page2, slot2, ok2
+            t2, ok2 = t3, ok3
+
+    if SLOT_SOFTMAX:
+        m_all = tl.max(m_i, 0)
+        slot_scale = tl.exp2(m_i - tl.where(m_all == float("-inf"), 0.0, m_all))
+        l_i = tl.sum(l_i * slot_scale, 0)
+        acc = tl.sum(acc * slot_scale[None, :, None], 1)
+        m_i = m_all
 
     nonempty = l_i > 0
     o = acc / tl.where(nonempty, l_i, 1.0)
@@ -182,6 +272,7 @@ def _sparse_paged_fwd(
     FUSED_MERGE: tl.constexpr, RETURN_LSE_OUT: tl.constexpr,
     PAGE_SIZE: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, D_CHUNK: tl.constexpr,
     BLOCK_SPLITS: tl.constexpr, SPLIT_CHUNK: tl.constexpr, PERSISTENT: tl.constexpr,
+    SLOT_SOFTMAX: tl.constexpr, PREFETCH: tl.constexpr,
 ):
     if PERSISTENT:  # kernels/_grid.py: rows are the fast index, so every row's first split goes first
         for work in range(tl.program_id(0), n_work, n_programs):
@@ -196,7 +287,8 @@ def _sparse_paged_fwd(
                                work // n_bh,
                                MAGICPIG, RETURN_LSE, LOOKUP, FUSED_MERGE, RETURN_LSE_OUT,
                                PAGE_SIZE,
-                           BLOCK_N, BLOCK_D, D_CHUNK, BLOCK_SPLITS, SPLIT_CHUNK)
+                           BLOCK_N, BLOCK_D, D_CHUNK, BLOCK_SPLITS, SPLIT_CHUNK, SLOT_SOFTMAX,
+                               PREFETCH)
     else:
         _sparse_paged_tile(Q, KV, ROWS, NNZ, KP, LP, O, LSE, PAGE_INDPTR, PAGE_INDICES,
                            OUT, LSE_OUT, COUNTER,
@@ -209,7 +301,8 @@ def _sparse_paged_fwd(
                            tl.program_id(1),
                            MAGICPIG, RETURN_LSE, LOOKUP, FUSED_MERGE, RETURN_LSE_OUT,
                                PAGE_SIZE,
-                           BLOCK_N, BLOCK_D, D_CHUNK, BLOCK_SPLITS, SPLIT_CHUNK)
+                           BLOCK_N, BLOCK_D, D_CHUNK, BLOCK_SPLITS, SPLIT_CHUNK, SLOT_SOFTMAX,
+                               PREFETCH)
 
 
 #: (BLOCK_N, num_warps, num_stages, target programs, least slots a split or 0 for MIN_SPLIT_LEN)
@@ -220,6 +313,17 @@ _TILES = [(16, 2, 2, 4096, 64), (64, 4, 2, 1024, 0), (64, 4, 3, 1024, 0), (32, 4
           (16, 2, 2, 8192, 32), (16, 1, 2, 8192, 32), (16, 2, 2, 16384, 16), (16, 1, 2, 16384, 16)]
 
 
+#: MagicPIG's GPU tiles, listed before _TILES (the first is its default), all with SLOT_SOFTMAX:
+#: (D_CHUNK, num_warps, target programs, least slots a split, PREFETCH). BLOCK_N puts one key on
+#: each thread: a thread loads 16 bytes of a row, so D_CHUNK / (16 / itemsize) lanes share a key
+#: and the warps' other lanes hold other keys (fp16 D = 256: 8 rows with chunks of 128 and 4
+#: warps); a thread then evaluates one key's weight per tile and holds no key axis of the
+#: accumulator that it would reduce over.
+_SLOT_TILES = [(128, 4, 2048, 64, True), (64, 4, 2048, 64, True), (64, 4, 2048, 64, False),
+               (128, 4, 2048, 64, False), (128, 4, 1024, 64, True), (128, 4, 4096, 32, True),
+               (128, 2, 4096, 32, True), (64, 2, 4096, 32, True), (128, 8, 1024, 64, True)]
+
+
 def sparse_paged_candidates(D: int, dtype: torch.dtype, magicpig: bool = False,
                             ascend: bool = False, cores: int = NPU_VECTOR_CORES) -> list[dict]:
     """GPU launch configs the tuner may choose from; the first is the default. ``ascend``: the
@@ -227,9 +331,17 @@ def sparse_paged_candidates(D: int, dtype: torch.dtype, magicpig: bool = False,
 
     The loop is a chain of dependent loads (row ids, page ids, then K/V rows), so it wants many
     small programs in flight more than big tiles: the default is 16-row tiles, 2 warps, splits of
-    >= 64 slots over about 4096 programs (half that for the heavier MagicPIG math). H100, the
-    bench cache (D=256) kept 2%: 85.6 us, against 96.5 with 32-row tiles over 672 programs and
-    138 with 4 warps. The default tile also comes with the other D chunk widths (``d_chunk``).
+    >= 64 slots over about 4096 programs. H100, the bench cache (D=256) kept 2%: 85.6 us, against
+    96.5 with 32-row tiles over 672 programs and 138 with 4 warps. The default tile also comes
+    with the other D chunk widths (``d_chunk``). MagicPIG lists its own tiles first
+    (``_SLOT_TILES``, about 2048 programs): compiled for sm_90 at the bench shape, its earlier
+    default (16 rows, chunks of 64, 2 warps) took 230 registers and 179 SASS instructions a key
+    in the loop, and the tuned 1-warp tile 255 registers with 304 bytes of spills a thread; the
+    first slot tile takes 119 registers, no spills, ~160 instructions a key (95 and ~160 without
+    PREFETCH; 156 and ~111 with chunks of 64 and 16 rows). Then the plain tiles (their TARGET
+    halved), which the shipped tables may still name. The plain kernel's list ends with the slot
+    tiles (sm_90, bench shape: 8 rows and chunks of 128 over 4 warps, 77 instructions a key
+    without PREFETCH against 83 for its tuned tile).
     A tile holds at most 16 KB of input: the unified buffer on Ascend is 192 KB
     (fp16 D=256: 32 rows; fp32 D=128 with 64 rows overflows it).
     """
@@ -245,7 +357,19 @@ def sparse_paged_candidates(D: int, dtype: torch.dtype, magicpig: bool = False,
              for block_n, warps, stages, target, least in _TILES]
     # The default tile with the other D chunk widths (more lanes on keys, or the whole row).
     widths = {min(block_d, w) for w in (32, 64, 128)} | {block_d}
-    return tiles + [dict(tiles[0], D_CHUNK=c) for c in sorted(widths - {chunk})]
+    tiles += [dict(tiles[0], D_CHUNK=c) for c in sorted(widths - {chunk})]
+    vec = max(1, 16 // dtype.itemsize)
+    slot = []
+    for width, warps, target, least, prefetch in _SLOT_TILES:
+        width = min(block_d, width)
+        keys = warps * 32 * vec // width  # one key a thread
+        cfg = dict(BLOCK_N=min(cap, max(2, next_pow2(keys))), BLOCK_D=block_d, D_CHUNK=width,
+                   num_warps=warps, num_stages=2, TARGET=target if magicpig else 2 * target,
+                   MIN_SPLIT=least, SLOT_SOFTMAX=True, PREFETCH=prefetch)
+        if cfg not in slot:  # narrow rows make some of them the same
+            slot.append(cfg)
+    # The plain kernel may take the slot tiles too (twice the programs, as its own tiles have).
+    return slot + tiles if magicpig else tiles + slot
 
 
 def _ascend_tile(block_d: int, dtype: torch.dtype, magicpig: bool) -> dict:
@@ -272,7 +396,8 @@ def d_chunk(block_d: int, magicpig: bool, ascend: bool, interpret: bool = False)
     latency-bound gather loop: the tuner's candidates carry widths 32, 64, 128 and the whole row.
     32 in the interpreter, so that CPU runs cover several chunks at D = 64. The plain kernel (its
     loop is 810 instructions with the whole row, 762 with chunks of 64: the tuner's candidates
-    have both) and the Ascend path keep the whole row."""
+    have both) and the Ascend path keep the whole row. (These figures are of the loop before
+    ``SLOT_SOFTMAX``; MagicPIG's slot tiles name their own widths, ``_SLOT_TILES``.)"""
     if not magicpig or ascend:
         return block_d
     return min(block_d, 32 if interpret else 64)
@@ -306,8 +431,10 @@ def sparse_paged_config(B: int, Hq: int, L_max: int, D: int, dtype: torch.dtype,
     if interpret:
         block_n = min(128, max(16, next_pow2(L_max)))
         block_d = max(16, next_pow2(D))
+        # MagicPIG runs its GPU default's loop (per-slot softmax, gathers in flight ahead).
         cfg = dict(BLOCK_N=block_n, BLOCK_D=block_d, num_warps=4, num_stages=1,
-                   D_CHUNK=d_chunk(block_d, magicpig, ascend, interpret=True))
+                   D_CHUNK=d_chunk(block_d, magicpig, ascend, interpret=True),
+                   SLOT_SOFTMAX=magicpig and not ascend, PREFETCH=magicpig and not ascend)
         return _with_split(cfg, L_max, cdiv(L_max, 512) if num_splits is None else num_splits)
     return list_split(sparse_paged_candidates(D, dtype, magicpig, ascend, cores)[0], B, Hq, L_max,
                       num_splits)
@@ -387,6 +514,8 @@ def sparse_kernel_plan(q: torch.Tensor, kv_cache: torch.Tensor, kv_page_indptr: 
                 RETURN_LSE_OUT=fused and return_lse, PAGE_SIZE=page_size,
                 BLOCK_SPLITS=merge["BLOCK_SPLITS"], SPLIT_CHUNK=merge["SPLIT_CHUNK"],
                 PERSISTENT=g.persistent, **cfg)
+    meta.setdefault("SLOT_SOFTMAX", False)
+    meta.setdefault("PREFETCH", False)
     plan = LaunchPlan(kernel=_sparse_paged_fwd, grid=g.grid,
                       args=args + (B * Hq, g.n_work, g.n_programs), meta=meta, tuning=tuning,
                       workspace=scratch_of(out, o_dst, l_dst) + (((counter, True),) if fused else ()))

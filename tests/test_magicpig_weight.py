@@ -15,13 +15,13 @@ U_FLOOR = 1e-10
 
 
 @triton.jit
-def _weights(C, ONE_MINUS_ABS, K, L, W, N, BLOCK: tl.constexpr):
+def _weights(C, ONE_MINUS_ABS, K, L, W, N, BLOCK: tl.constexpr, FAR_P: tl.constexpr = True):
     offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
     ok = offs < N
     c = tl.load(C + offs, mask=ok, other=0.0)
     oma = tl.load(ONE_MINUS_ABS + offs, mask=ok, other=1.0)
     w = magicpig_weight(c < 0, tl.maximum(oma, 1e-7), tl.abs(c), tl.load(K + offs, mask=ok, other=1.0),
-                        tl.load(L + offs, mask=ok, other=1.0) - 1.0)
+                        tl.load(L + offs, mask=ok, other=1.0) - 1.0, FAR_P)
     tl.store(W + offs, w, mask=ok)
 
 
@@ -63,3 +63,18 @@ def test_weight_matches_a_float64_u_within_its_bound(K, L, bound):
     err = (math.log(U_FLOOR) - torch.log(w.double()) - _log_u(COS, K, L)).abs()
     worst = int(err.argmax())
     assert err[worst] <= bound, f"|d log u| {float(err[worst]):.3g} at c = {float(COS[worst]):.9f}"
+
+
+@pytest.mark.parametrize("K, L", [(3.5, 150), (10, 150), (3.5, 1.01), (20, 2), (6, 1e4)])
+def test_skipping_the_far_p_branch_changes_no_weight_where_the_kernel_skips_it(K, L):
+    """The kernel passes far_p False for a tile whose keys all have |c| <= 1/2 when K >= 3.5:
+    there P <= (2/3)**3.5 < 1/4, so that branch would have changed nothing."""
+    c = torch.linspace(-0.5, 0.5, 20001, dtype=torch.float64)
+    n = c.numel()
+    out = {}
+    for far in (True, False):
+        w = torch.empty(n)
+        _weights[(triton.cdiv(n, 1024),)](c.float(), (1 - c.abs()).float(), torch.full((n,), float(K)),
+                                          torch.full((n,), float(L)), w, n, BLOCK=1024, FAR_P=far)
+        out[far] = w
+    assert torch.equal(out[True], out[False])
