@@ -354,15 +354,16 @@ def mustafar_values_plan(p: torch.Tensor, vc: Compressed, out: torch.Tensor, *,
 
 # --- CUDA fast path (kernels/mustafar_fast.py) ---------------------------------------------------
 
-#: The fast path's config; ``scripts/mustafar_variants.py`` times alternatives. TRANS: 0 the
-#: decoded tiles are the dot's second operand, 1 its first, 2 the first with the result kept
-#: transposed (``mustafar_fast._dot2``); PREFETCH: a step loads the next step's metadata before
-#: it decodes; maxnreg: a register cap (more programs per SM); gmin: heads a dot pads to (see
-#: ``_gmin``); programs_per_sm: programs to aim for per SM. FAST_BY: the H100 figures' best per
-#: (op, bits) (scripts/mustafar_variants.py, November 2026).
+#: The fast path's config. TRANS: 0 the decoded tiles are the dot's second operand, 1 its first,
+#: 2 the first with the result kept transposed (``mustafar_fast._dot2``); PREFETCH: a step loads
+#: the next step's metadata before it decodes; maxnreg: a register cap (more programs per SM);
+#: gmin: heads a dot pads to (see ``_gmin``); programs_per_sm: programs to aim for per SM.
+#: FAST_BY: the H100 figures' best per (op, bits) (November 2026); 2-bit keys re-measured on an
+#: H200 after the per-program split bound (docs/hardware-log.md): heads padded to 16 under the
+#: 128-register cap 41.2 us, to 8 57.3, uncapped 43.2 / 50.5, the kernel before 45.9.
 FAST = dict(TRANS=2, PREFETCH=True, gmin=16, keys_warps=4, values_warps=4, values_block_s=128,
             programs_per_sm=8, num_stages=1, maxnreg=None)
-FAST_BY = {("keys", 2): dict(maxnreg=128, gmin=8), ("values", 2): dict(maxnreg=128),
+FAST_BY = {("keys", 2): dict(maxnreg=128), ("values", 2): dict(maxnreg=128),
            ("keys", 16): dict(programs_per_sm=4), ("values", 16): dict(gmin=8)}
 
 

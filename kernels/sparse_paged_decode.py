@@ -319,9 +319,9 @@ _TILES = [(16, 2, 2, 4096, 64), (64, 4, 2, 1024, 0), (64, 4, 3, 1024, 0), (32, 4
 #: and the warps' other lanes hold other keys (fp16 D = 256: 8 rows with chunks of 128 and 4
 #: warps); a thread then evaluates one key's weight per tile and holds no key axis of the
 #: accumulator that it would reduce over.
-_SLOT_TILES = [(128, 4, 2048, 64, True), (64, 4, 2048, 64, True), (64, 4, 2048, 64, False),
-               (128, 4, 2048, 64, False), (128, 4, 1024, 64, True), (128, 4, 4096, 32, True),
-               (128, 2, 4096, 32, True), (64, 2, 4096, 32, True), (128, 8, 1024, 64, True)]
+_SLOT_TILES = [(128, 2, 4096, 32, True), (128, 4, 2048, 64, True), (64, 4, 2048, 64, True),
+               (64, 4, 2048, 64, False), (128, 4, 2048, 64, False), (128, 4, 1024, 64, True),
+               (128, 4, 4096, 32, True), (64, 2, 4096, 32, True), (128, 8, 1024, 64, True)]
 
 
 def sparse_paged_candidates(D: int, dtype: torch.dtype, magicpig: bool = False,
@@ -337,8 +337,10 @@ def sparse_paged_candidates(D: int, dtype: torch.dtype, magicpig: bool = False,
     (``_SLOT_TILES``, about 2048 programs): compiled for sm_90 at the bench shape, its earlier
     default (16 rows, chunks of 64, 2 warps) took 230 registers and 179 SASS instructions a key
     in the loop, and the tuned 1-warp tile 255 registers with 304 bytes of spills a thread; the
-    first slot tile takes 119 registers, no spills, ~160 instructions a key (95 and ~160 without
-    PREFETCH; 156 and ~111 with chunks of 64 and 16 rows). Then the plain tiles (their TARGET
+    slot tiles take 95-200 registers and no spills. Measured on an H200 at the bench case (graph
+    replay; sparse paged decode's tuned tile 82.7 us): the first slot tile (chunks of 128 over 2
+    warps, 4 rows, about 4096 programs, PREFETCH) 83.9 us, 8 rows over 4 warps 84.8-94.0, the
+    tuned 1-warp tile 195.2 (docs/hardware-log.md). Then the plain tiles (their TARGET
     halved), which the shipped tables may still name. The plain kernel's list ends with the slot
     tiles (sm_90, bench shape: 8 rows and chunks of 128 over 4 warps, 77 instructions a key
     without PREFETCH against 83 for its tuned tile).

@@ -92,8 +92,8 @@ def test_npu_plan_is_persistent_over_the_vector_cores(monkeypatch, name, B, Hq, 
 def test_gpu_plan_keeps_the_plain_grid(name):
     """CPU tensors outside compile-only: not Ascend; the plain (rows, splits) grid of the GPU's
     default (sparse_decode's portable kernel: 256 programs, splits of >= 256 slots, 64 rows;
-    sparse paged and MagicPIG: 4096 and 2048 programs, splits of >= 64 slots, 16 rows and, with
-    MagicPIG's one key a thread at D = 128, 8)."""
+    sparse paged: 4096 programs, splits of >= 64 slots, 16 rows; MagicPIG: 4096 programs,
+    splits of >= 32 slots, one key a thread over 2 warps at D = 128: 4 rows)."""
     B, Hq, L_max = 1, 8, 4096
     with ks.using(host_compile=True), kernels._checks.capture_launches() as plans:
         kernels._checks._ASCEND, saved = False, kernels._checks._ASCEND
@@ -103,7 +103,7 @@ def test_gpu_plan_keeps_the_plain_grid(name):
             kernels._checks._ASCEND = saved
     plan = plans[0]
     target, least, rows = {"sparse_decode": (256, 256, 64), "sparse_paged_decode": (4096, 64, 16),
-                           "magicpig_decode": (2048, 64, 8)}[name]
+                           "magicpig_decode": (4096, 32, 4)}[name]
     splits = min(-(-target // (B * Hq)), L_max // least)
     assert plan.grid == (B * Hq, splits) and plan.meta["PERSISTENT"] is False
     assert plan.args[-3:] == (B * Hq, B * Hq * splits, B * Hq * splits)
