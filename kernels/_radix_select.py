@@ -220,6 +220,89 @@ def _radix_gather(LOGITS, SEQ, WS, OUT, stride_lb, stride_wb, stride_ob, N, topk
         clear_row(ws_row, WORDS, CLEAR_BLOCK)
 
 
+@triton.jit
+def pick_digit(counts, need, BINS: tl.constexpr):
+    """(the digit of the k-th largest key, how many keys with that digit are still to take, how
+    many keys have it) from one program's counts of the matching keys' digits; 1 <= ``need`` <=
+    the counts' sum on entry. The fast path's own suffix sums by ``tl.cumsum``."""
+    bins = tl.arange(0, BINS)
+    at_or_above = tl.sum(counts, 0) - tl.cumsum(counts, 0) + counts
+    d = tl.max(tl.where(at_or_above >= need, bins, -1), 0)
+    above = tl.sum(tl.where(bins > d, counts, 0), 0)
+    return d, need - above, tl.sum(tl.where(bins == d, counts, 0), 0)
+
+
+@triton.jit(do_not_specialize=["N", "topk"])
+def _radix_select_rows(LOGITS, SEQ, WS, OUT, stride_lb, stride_wb, stride_ob, N, topk,
+                       COUNT_TOP: tl.constexpr, BLOCK: tl.constexpr, DIGIT_BITS: tl.constexpr,
+                       RADIX: tl.constexpr, RADIX_BITS: tl.constexpr):
+    """The whole selection of row b in program b (the CUDA fast path for rows one SM reads fast):
+    the top byte's counts from the producer's histogram in WS (COUNT_TOP: counted here, WS
+    untouched), the remaining 24 bits DIGIT_BITS at a time, each a loop over the row counting in
+    registers (no atomics: the program sees every key of its row), then the gather with running
+    slots. A digit whose keys are all taken ends the passes early: the gather then compares the
+    keys' top bits (an arithmetic shift keeps the signed order). Clears WS's top-byte histogram."""
+    b = tl.program_id(0).to(tl.int64)
+    seq_len = tl.maximum(tl.minimum(tl.load(SEQ + b), N), 0)
+    n = tl.minimum(seq_len, topk)
+    row = LOGITS + b * stride_lb
+    out = OUT + b * stride_ob
+    offs = tl.arange(0, BLOCK)
+    for s in range(n, topk, BLOCK):
+        tl.store(out + s + offs, tl.full([BLOCK], -1, tl.int32), mask=s + offs < topk)
+    top_bins = tl.arange(0, RADIX)
+    if n > 0:
+        if COUNT_TOP:
+            counts = tl.zeros([RADIX], dtype=tl.int32)
+            for start in range(0, seq_len, BLOCK):
+                j = start + offs
+                ok = j < seq_len
+                key = order_key(tl.load(row + j, mask=ok, other=0.0))
+                d = tl.where(ok, key_digit(key, 0, RADIX_BITS), RADIX)
+                counts += tl.histogram(d, RADIX, mask=d < RADIX)
+        else:
+            counts = tl.load(WS + b * stride_wb + top_bins)
+        d, need, bucket = pick_digit(counts, n, RADIX)
+        prefix = d - RADIX // 2          # the signed top byte: key >> 24 of the keys in the bucket
+        shift = n * 0 + (32 - RADIX_BITS)
+        DBINS: tl.constexpr = 1 << DIGIT_BITS
+        for p in tl.static_range((32 - RADIX_BITS) // DIGIT_BITS):
+            if need < bucket:
+                shift -= DIGIT_BITS
+                c = tl.zeros([DBINS], dtype=tl.int32)
+                for start in range(0, seq_len, BLOCK):
+                    j = start + offs
+                    ok = j < seq_len
+                    key = order_key(tl.load(row + j, mask=ok, other=0.0))
+                    match = ok & ((key >> (shift + DIGIT_BITS)) == prefix)
+                    dd = tl.where(match, (key >> shift) & (DBINS - 1), DBINS)
+                    c += tl.histogram(dd, DBINS, mask=dd < DBINS)
+                d, need, bucket = pick_digit(c, need, DBINS)
+                prefix = (prefix << DIGIT_BITS) | d
+        # Keys whose top bits exceed the prefix: all taken, slots [0, above); then the first
+        # ``need`` of those equal to it. One scan ranks both (16 bits each: BLOCK < 2**16).
+        above = n - need
+        base_gt = n * 0
+        base_eq = n * 0
+        for start in range(0, seq_len, BLOCK):
+            j = start + offs
+            ok = j < seq_len
+            hi = order_key(tl.load(row + j, mask=ok, other=0.0)) >> shift
+            gt = (ok & (hi > prefix)).to(tl.int32)
+            eq = (ok & (hi == prefix)).to(tl.int32)
+            both = gt | (eq << 16)
+            rank = tl.cumsum(both, 0) - both
+            tl.store(out + base_gt + (rank & 0xFFFF), j, mask=gt > 0)
+            slot = base_eq + (rank >> 16)
+            tl.store(out + above + slot, j, mask=(eq > 0) & (slot < need))
+            total = tl.sum(both, 0)
+            base_gt += total & 0xFFFF
+            base_eq += total >> 16
+    if not COUNT_TOP:
+        # Every read of these words fed the reductions above, which all threads have passed.
+        tl.store(WS + b * stride_wb + top_bins, tl.zeros([RADIX], dtype=tl.int32))
+
+
 def select_config(t: torch.Tensor) -> dict:
     """Tile of the pass and gather launches for tensors like ``t``: ``tl.histogram`` on the CUDA
     fast path (``use_fast_path``; the interpreter runs it too under kernel_path "fast"), the
@@ -233,7 +316,21 @@ def select_config(t: torch.Tensor) -> dict:
         block = 64          # one-hot on a GPU: [64, 256] a step
     # The gather's ranks: tl.cumsum on the fast path, a [BLOCK, BLOCK] masked sum elsewhere.
     gather = 1024 if histogram else (256 if is_interpret() else 32 if on_ascend(t) else 64)
-    return dict(BLOCK=block, GATHER_BLOCK=gather, HISTOGRAM=histogram, HBINS=RADIX)
+    # One program a row (fast path): 16 warps, 4096 keys a step, 6-bit digits after the top byte
+    # (a 64-bin tl.histogram costs a third of a 256-bin one per key, for one pass more).
+    return dict(BLOCK=block, GATHER_BLOCK=gather, HISTOGRAM=histogram, HBINS=RADIX,
+                ROW_BLOCK=4096, ROW_WARPS=16, DIGIT_BITS=6)
+
+
+#: Longest row (logits capacity N) the fast path selects in one program a row; longer rows take
+#: the chain of passes spread over many programs a row (one program's digit counting bounds it).
+ROW_PROGRAM_MAX_N = 32768
+
+
+def one_program_a_row(N: int, cfg: dict) -> bool:
+    """Whether the selection of rows of N logits is one launch of one program a row: on the fast
+    path (``tl.histogram``, ``tl.cumsum``) for rows up to ``ROW_PROGRAM_MAX_N``."""
+    return bool(cfg["HISTOGRAM"]) and N <= ROW_PROGRAM_MAX_N
 
 
 def workspace(B: int, device) -> torch.Tensor:
@@ -244,8 +341,15 @@ def workspace(B: int, device) -> torch.Tensor:
 def select_plans(logits: torch.Tensor, seq_lens: torch.Tensor, topk: int, out: torch.Tensor, ws: torch.Tensor,
                  grid: tuple, cfg: dict, first_pass: int = 1) -> tuple[LaunchPlan, LaunchPlan]:
     """(first, last) of the chained launches of passes ``first_pass``..3 and the gather; a
-    producer that counted pass 0 itself starts at 1."""
+    producer that counted pass 0 itself starts at 1. Where ``one_program_a_row`` says so, both
+    are the one launch of ``_radix_select_rows`` (grid (B,)) instead."""
     N = logits.shape[1]
+    if one_program_a_row(N, cfg):
+        plan = LaunchPlan(kernel=_radix_select_rows, grid=(logits.shape[0],),
+                          args=(logits, seq_lens, ws, out, logits.stride(0), ws.stride(0), out.stride(0), N, topk),
+                          meta=dict(COUNT_TOP=first_pass == 0, BLOCK=cfg["ROW_BLOCK"], DIGIT_BITS=cfg["DIGIT_BITS"],
+                                    RADIX=RADIX, RADIX_BITS=RADIX_BITS, num_warps=cfg["ROW_WARPS"]))
+        return plan, plan
     radix = dict(RADIX=RADIX, RADIX_BITS=RADIX_BITS, HBINS=cfg["HBINS"], HISTOGRAM=cfg["HISTOGRAM"])
     plans = [LaunchPlan(kernel=_radix_count, grid=grid,
                         args=(logits, seq_lens, ws, logits.stride(0), ws.stride(0), N, topk),
