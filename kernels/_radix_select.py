@@ -42,6 +42,10 @@ PASSES = 32 // RADIX_BITS
 #: the threshold, equal to it), padded to keep rows 128-byte aligned.
 WS_COUNTERS = PASSES * RADIX
 WS_ROW = PASSES * RADIX + 32
+#: One program a row (``_radix_select_rows``): scratch words after the chain's, for the keys
+#: still in question once they are this few.
+ROW_SCRATCH = 4096
+WS_WORDS = WS_ROW + ROW_SCRATCH
 #: The gather's done tickets (fast path), after the two counters.
 WS_DONE = WS_COUNTERS + 2
 #: Words a program clears per step.
@@ -232,20 +236,47 @@ def pick_digit(counts, need, BINS: tl.constexpr):
     return d, need - above, tl.sum(tl.where(bins == d, counts, 0), 0)
 
 
+@triton.jit
+def count_digit(SRC, length, shift, prefix, KEYS: tl.constexpr, BLOCK: tl.constexpr, DIGIT_BITS: tl.constexpr):
+    """Counts of the digit at bit ``shift`` among the keys of SRC[:length] whose bits above it
+    are ``prefix`` (signed, as ``key >> (shift + DIGIT_BITS)`` reads them): SRC holds the
+    row's fp32 logits, or (KEYS) int32 keys."""
+    BINS: tl.constexpr = 1 << DIGIT_BITS
+    offs = tl.arange(0, BLOCK)
+    c = tl.zeros([BINS], dtype=tl.int32)
+    for start in range(0, length, BLOCK):
+        j = start + offs
+        ok = j < length
+        if KEYS:
+            key = tl.load(SRC + j, mask=ok, other=0)
+        else:
+            key = order_key(tl.load(SRC + j, mask=ok, other=0.0))
+        match = ok & ((key >> (shift + DIGIT_BITS)) == prefix)
+        d = tl.where(match, (key >> shift) & (BINS - 1), BINS)
+        c += tl.histogram(d, BINS, mask=d < BINS)
+    return c
+
+
 @triton.jit(do_not_specialize=["N", "topk"])
 def _radix_select_rows(LOGITS, SEQ, WS, OUT, stride_lb, stride_wb, stride_ob, N, topk,
                        COUNT_TOP: tl.constexpr, BLOCK: tl.constexpr, DIGIT_BITS: tl.constexpr,
-                       RADIX: tl.constexpr, RADIX_BITS: tl.constexpr):
+                       SCRATCH: tl.constexpr, CAP: tl.constexpr, RADIX: tl.constexpr, RADIX_BITS: tl.constexpr):
     """The whole selection of row b in program b (the CUDA fast path for rows one SM reads fast):
-    the top byte's counts from the producer's histogram in WS (COUNT_TOP: counted here, WS
-    untouched), the remaining 24 bits DIGIT_BITS at a time, each a loop over the row counting in
-    registers (no atomics: the program sees every key of its row), then the gather with running
-    slots. A digit whose keys are all taken ends the passes early: the gather then compares the
-    keys' top bits (an arithmetic shift keeps the signed order). Clears WS's top-byte histogram."""
+    the top byte's counts from the producer's histogram in WS (COUNT_TOP: counted here), the
+    remaining 24 bits DIGIT_BITS at a time, counted in registers (no atomics: the program sees
+    every key of its row), then the gather with running slots.
+
+    Counting is what a pass costs, so once the keys still in question (those sharing the digits
+    found) are at most CAP, one cheap pass copies them to the row's scratch words (WS + SCRATCH)
+    and the later passes count those alone. A digit whose keys are all taken ends the passes
+    early: the gather compares the keys' top bits (an arithmetic shift keeps the signed order).
+    WS is left zero: the top byte's histogram and the scratch words are cleared."""
     b = tl.program_id(0).to(tl.int64)
     seq_len = tl.maximum(tl.minimum(tl.load(SEQ + b), N), 0)
     n = tl.minimum(seq_len, topk)
     row = LOGITS + b * stride_lb
+    ws = WS + b * stride_wb
+    scratch = ws + SCRATCH
     out = OUT + b * stride_ob
     offs = tl.arange(0, BLOCK)
     for s in range(n, topk, BLOCK):
@@ -261,23 +292,28 @@ def _radix_select_rows(LOGITS, SEQ, WS, OUT, stride_lb, stride_wb, stride_ob, N,
                 d = tl.where(ok, key_digit(key, 0, RADIX_BITS), RADIX)
                 counts += tl.histogram(d, RADIX, mask=d < RADIX)
         else:
-            counts = tl.load(WS + b * stride_wb + top_bins)
+            counts = tl.load(ws + top_bins)
         d, need, bucket = pick_digit(counts, n, RADIX)
         prefix = d - RADIX // 2          # the signed top byte: key >> 24 of the keys in the bucket
         shift = n * 0 + (32 - RADIX_BITS)
-        DBINS: tl.constexpr = 1 << DIGIT_BITS
+        kept = n * 0                     # keys in the scratch words (0: the passes read the row)
         for p in tl.static_range((32 - RADIX_BITS) // DIGIT_BITS):
             if need < bucket:
+                if (kept == 0) & (bucket <= CAP):
+                    for start in range(0, seq_len, BLOCK):
+                        j = start + offs
+                        key = order_key(tl.load(row + j, mask=j < seq_len, other=0.0))
+                        m = ((j < seq_len) & ((key >> shift) == prefix)).to(tl.int32)
+                        slot = kept + tl.cumsum(m, 0) - m
+                        tl.store(scratch + slot, key, mask=(m > 0) & (slot < CAP))   # (bucket <= CAP)
+                        kept += tl.sum(m, 0)
+                    tl.debug_barrier()       # the copies visible to every thread of the program
                 shift -= DIGIT_BITS
-                c = tl.zeros([DBINS], dtype=tl.int32)
-                for start in range(0, seq_len, BLOCK):
-                    j = start + offs
-                    ok = j < seq_len
-                    key = order_key(tl.load(row + j, mask=ok, other=0.0))
-                    match = ok & ((key >> (shift + DIGIT_BITS)) == prefix)
-                    dd = tl.where(match, (key >> shift) & (DBINS - 1), DBINS)
-                    c += tl.histogram(dd, DBINS, mask=dd < DBINS)
-                d, need, bucket = pick_digit(c, need, DBINS)
+                if kept > 0:
+                    c = count_digit(scratch, kept, shift, prefix, True, BLOCK, DIGIT_BITS)
+                else:
+                    c = count_digit(row, seq_len, shift, prefix, False, BLOCK, DIGIT_BITS)
+                d, need, bucket = pick_digit(c, need, 1 << DIGIT_BITS)
                 prefix = (prefix << DIGIT_BITS) | d
         # Keys whose top bits exceed the prefix: all taken, slots [0, above); then the first
         # ``need`` of those equal to it. One scan ranks both (16 bits each: BLOCK < 2**16).
@@ -298,9 +334,12 @@ def _radix_select_rows(LOGITS, SEQ, WS, OUT, stride_lb, stride_wb, stride_ob, N,
             total = tl.sum(both, 0)
             base_gt += total & 0xFFFF
             base_eq += total >> 16
+        tl.debug_barrier()                   # every read of the scratch words done
+        for s in range(0, kept, BLOCK):
+            tl.store(scratch + s + offs, tl.zeros([BLOCK], dtype=tl.int32), mask=s + offs < kept)
     if not COUNT_TOP:
         # Every read of these words fed the reductions above, which all threads have passed.
-        tl.store(WS + b * stride_wb + top_bins, tl.zeros([RADIX], dtype=tl.int32))
+        tl.store(ws + top_bins, tl.zeros([RADIX], dtype=tl.int32))
 
 
 def select_config(t: torch.Tensor) -> dict:
@@ -319,7 +358,7 @@ def select_config(t: torch.Tensor) -> dict:
     # One program a row (fast path): 16 warps, 4096 keys a step, 6-bit digits after the top byte
     # (a 64-bin tl.histogram costs a third of a 256-bin one per key, for one pass more).
     return dict(BLOCK=block, GATHER_BLOCK=gather, HISTOGRAM=histogram, HBINS=RADIX,
-                ROW_BLOCK=4096, ROW_WARPS=16, DIGIT_BITS=6)
+                ROW_BLOCK=4096, ROW_WARPS=16, DIGIT_BITS=6, ROW_CAP=ROW_SCRATCH)
 
 
 #: Longest row (logits capacity N) the fast path selects in one program a row; longer rows take
@@ -335,7 +374,7 @@ def one_program_a_row(N: int, cfg: dict) -> bool:
 
 def workspace(B: int, device) -> torch.Tensor:
     """The zeroed histograms and counters of B rows (the launches leave them zero)."""
-    return torch.zeros((B, WS_ROW), dtype=torch.int32, device=device)
+    return torch.zeros((B, WS_WORDS), dtype=torch.int32, device=device)
 
 
 def select_plans(logits: torch.Tensor, seq_lens: torch.Tensor, topk: int, out: torch.Tensor, ws: torch.Tensor,
@@ -348,6 +387,7 @@ def select_plans(logits: torch.Tensor, seq_lens: torch.Tensor, topk: int, out: t
         plan = LaunchPlan(kernel=_radix_select_rows, grid=(logits.shape[0],),
                           args=(logits, seq_lens, ws, out, logits.stride(0), ws.stride(0), out.stride(0), N, topk),
                           meta=dict(COUNT_TOP=first_pass == 0, BLOCK=cfg["ROW_BLOCK"], DIGIT_BITS=cfg["DIGIT_BITS"],
+                                    SCRATCH=WS_ROW, CAP=min(cfg["ROW_CAP"], ROW_SCRATCH),
                                     RADIX=RADIX, RADIX_BITS=RADIX_BITS, num_warps=cfg["ROW_WARPS"]))
         return plan, plan
     radix = dict(RADIX=RADIX, RADIX_BITS=RADIX_BITS, HBINS=cfg["HBINS"], HISTOGRAM=cfg["HISTOGRAM"])

@@ -16,14 +16,19 @@ from kernels._radix_select import radix_topk
 #: "portable": the one-hot count, one gather program a row; "fast": the CUDA fast path as its
 #: planner picks it for these rows (one program a row: ``_radix_select_rows``); "fast_chain": the
 #: fast path's chain of passes spread over programs a row (``tl.histogram``, atomic tickets,
-#: ``tl.cumsum``), which longer rows take. The interpreter runs all three.
-PATHS = ("portable", "fast", "fast_chain")
+#: ``tl.cumsum``), which longer rows take; "fast_cap64": one program a row that copies the keys
+#: still in question to its scratch words only once they are at most 64 (after a later pass, or
+#: never), where "fast" copies them after the top byte. The interpreter runs all four.
+PATHS = ("portable", "fast", "fast_chain", "fast_cap64")
 
 
 @contextlib.contextmanager
 def _path(path, monkeypatch):
     if path == "fast_chain":
         monkeypatch.setattr(rs, "ROW_PROGRAM_MAX_N", 0)
+    if path == "fast_cap64":
+        config = rs.select_config
+        monkeypatch.setattr(rs, "select_config", lambda t: {**config(t), "ROW_CAP": 64})
     with ks.using(kernel_path="portable" if path == "portable" else "fast"):
         yield
 
@@ -88,7 +93,7 @@ def _rows(kind, B, N, gen, split=0):
 @pytest.mark.parametrize("kind, topk, path", [(k, 37, "portable") for k in ("randn", "ties", "equal", "close", "zeros",
                                                                            "negative", "wide", "nan")]
                          + [("randn", 1, "portable"), ("ties", 300, "portable"), ("close", 300, "portable")]
-                         + [(k, t, p) for p in ("fast", "fast_chain")
+                         + [(k, t, p) for p in ("fast", "fast_chain", "fast_cap64")
                             for k, t in (("randn", 37), ("ties", 300), ("close", 37), ("zeros", 37), ("nan", 37))]
                          + [(k, t, "fast") for k, t in (("randn", 1), ("equal", 37), ("close", 300), ("negative", 37),
                                                         ("wide", 37), ("exact0", 37), ("exact1", 300))])
@@ -123,7 +128,7 @@ def test_the_fast_path_selects_short_rows_in_one_launch(monkeypatch):
     assert _plans("portable", 100, monkeypatch) == ["_radix_count"] * 4 + ["_radix_gather"]
 
 
-@pytest.mark.parametrize("path", ["fast", "fast_chain"])
+@pytest.mark.parametrize("path", ["fast", "fast_chain", "fast_cap64"])
 def test_radix_topk_reads_rows_through_their_stride(path, monkeypatch):
     gen = torch.Generator().manual_seed(1)
     wide = torch.randn((3, 700), generator=gen)
@@ -165,12 +170,12 @@ def _top_byte_counts(logits, seq_lens):
     return torch.stack([torch.bincount(d[m], minlength=256) for d, m in zip(digit, live)]).to(torch.int32)
 
 
-@pytest.mark.parametrize("path", ["fast", "fast_chain"])
+@pytest.mark.parametrize("path", ["fast", "fast_chain", "fast_cap64"])
 def test_the_selection_after_a_producer_that_counted_the_top_byte(path, monkeypatch):
     """The indexer's chain: the logits' producer leaves pass 0's histogram in the workspace and the
     selection starts at pass 1; call after call on one workspace, which it leaves zero."""
     from kernels._checks import launch
-    from kernels._radix_select import select_config, select_plans, workspace
+    from kernels._radix_select import select_plans, workspace
 
     gen = torch.Generator().manual_seed(9)
     lengths = [1000, 0, 37, 2100]
@@ -181,7 +186,7 @@ def test_the_selection_after_a_producer_that_counted_the_top_byte(path, monkeypa
             logits = _rows(kind, len(lengths), 2100, gen, split=topk)
             ws[:, :256] = _top_byte_counts(logits, seq_lens)
             out = torch.full((len(lengths), topk), 12345, dtype=torch.int32)
-            first, _ = select_plans(logits, seq_lens, topk, out, ws, (len(lengths), 3), select_config(logits),
+            first, _ = select_plans(logits, seq_lens, topk, out, ws, (len(lengths), 3), rs.select_config(logits),
                                     first_pass=1)
             launch(first)
             _check(logits, seq_lens, topk, out)
