@@ -16,19 +16,20 @@ from kernels._radix_select import radix_topk
 #: "portable": the one-hot count, one gather program a row; "fast": the CUDA fast path as its
 #: planner picks it for these rows (one program a row: ``_radix_select_rows``); "fast_chain": the
 #: fast path's chain of passes spread over programs a row (``tl.histogram``, atomic tickets,
-#: ``tl.cumsum``), which longer rows take; "fast_cap64": one program a row that copies the keys
-#: still in question to its scratch words only once they are at most 64 (after a later pass, or
-#: never), where "fast" copies them after the top byte. The interpreter runs all four.
-PATHS = ("portable", "fast", "fast_chain", "fast_cap64")
+#: ``tl.cumsum``), which longer rows take; "fast_small": one program a row in 256-key steps (the
+#: running counts across steps) that copies the keys still in question to its scratch words only
+#: once they are at most 64 (after a later pass, or never), where "fast" copies them after the
+#: top byte. The interpreter runs all four.
+PATHS = ("portable", "fast", "fast_chain", "fast_small")
 
 
 @contextlib.contextmanager
 def _path(path, monkeypatch):
     if path == "fast_chain":
         monkeypatch.setattr(rs, "ROW_PROGRAM_MAX_N", 0)
-    if path == "fast_cap64":
+    if path == "fast_small":
         config = rs.select_config
-        monkeypatch.setattr(rs, "select_config", lambda t: {**config(t), "ROW_CAP": 64})
+        monkeypatch.setattr(rs, "select_config", lambda t: {**config(t), "ROW_CAP": 64, "ROW_BLOCK": 256})
     with ks.using(kernel_path="portable" if path == "portable" else "fast"):
         yield
 
@@ -73,6 +74,8 @@ def _rows(kind, B, N, gen, split=0):
         x = -x.abs() - 1.0
     elif kind == "wide":
         x = x * torch.pow(2.0, torch.randint(-60, 60, (B, N), generator=gen).float())
+    elif kind == "uniform":   # one top byte for all: the first digit below it splits them
+        x = 1.0 + torch.rand((B, N), generator=gen)
     elif kind == "nan":       # NaN, +-inf and finite values; NaN ranks above +inf
         pick = torch.randint(0, 8, (B, N), generator=gen)
         x = torch.where(pick == 0, float("nan"), torch.where(pick == 1, float("inf"),
@@ -93,7 +96,7 @@ def _rows(kind, B, N, gen, split=0):
 @pytest.mark.parametrize("kind, topk, path", [(k, 37, "portable") for k in ("randn", "ties", "equal", "close", "zeros",
                                                                            "negative", "wide", "nan")]
                          + [("randn", 1, "portable"), ("ties", 300, "portable"), ("close", 300, "portable")]
-                         + [(k, t, p) for p in ("fast", "fast_chain", "fast_cap64")
+                         + [(k, t, p) for p in ("fast", "fast_chain", "fast_small")
                             for k, t in (("randn", 37), ("ties", 300), ("close", 37), ("zeros", 37), ("nan", 37))]
                          + [(k, t, "fast") for k, t in (("randn", 1), ("equal", 37), ("close", 300), ("negative", 37),
                                                         ("wide", 37), ("exact0", 37), ("exact1", 300))])
@@ -121,6 +124,22 @@ def test_radix_topk_clamps_seq_len_to_the_row(path, monkeypatch):
     _check(logits, seq_lens, 50, out)
 
 
+@pytest.mark.parametrize("kind", ["randn", "ties", "uniform", "close", "equal"])
+def test_one_program_a_row_over_rows_of_several_steps(kind, monkeypatch):
+    """Rows longer than a step and than the scratch words, as the planner gives one program a
+    row: the keys in question copied after the top byte (randn, ties), after the next digit
+    (uniform), or never (close, equal: too many share every digit but the last)."""
+    gen = torch.Generator().manual_seed(11)
+    lengths = [9000, 4097, 8192, 4095]
+    logits = _rows(kind, len(lengths), 9000, gen)
+    seq_lens = torch.tensor(lengths, dtype=torch.int32)
+    out = torch.full((len(lengths), 2048), 12345, dtype=torch.int32)
+    assert _plans("fast", 9000, monkeypatch) == ["_radix_select_rows"]
+    with _path("fast", monkeypatch):
+        radix_topk(logits, seq_lens, 2048, out)
+    _check(logits, seq_lens, 2048, out)
+
+
 def test_the_fast_path_selects_short_rows_in_one_launch(monkeypatch):
     """The planner's rule: one program a row up to ROW_PROGRAM_MAX_N logits, the chain past it."""
     assert _plans("fast", rs.ROW_PROGRAM_MAX_N, monkeypatch) == ["_radix_select_rows"]
@@ -128,7 +147,7 @@ def test_the_fast_path_selects_short_rows_in_one_launch(monkeypatch):
     assert _plans("portable", 100, monkeypatch) == ["_radix_count"] * 4 + ["_radix_gather"]
 
 
-@pytest.mark.parametrize("path", ["fast", "fast_chain", "fast_cap64"])
+@pytest.mark.parametrize("path", ["fast", "fast_chain", "fast_small"])
 def test_radix_topk_reads_rows_through_their_stride(path, monkeypatch):
     gen = torch.Generator().manual_seed(1)
     wide = torch.randn((3, 700), generator=gen)
@@ -170,7 +189,7 @@ def _top_byte_counts(logits, seq_lens):
     return torch.stack([torch.bincount(d[m], minlength=256) for d, m in zip(digit, live)]).to(torch.int32)
 
 
-@pytest.mark.parametrize("path", ["fast", "fast_chain", "fast_cap64"])
+@pytest.mark.parametrize("path", ["fast", "fast_chain", "fast_small"])
 def test_the_selection_after_a_producer_that_counted_the_top_byte(path, monkeypatch):
     """The indexer's chain: the logits' producer leaves pass 0's histogram in the workspace and the
     selection starts at pass 1; call after call on one workspace, which it leaves zero."""
