@@ -47,9 +47,9 @@ PASSES = 32 // RADIX_BITS
 WS_COUNTERS = PASSES * RADIX
 WS_ROW = PASSES * RADIX + 32
 #: One program a row (``_radix_select_rows``): scratch words after the chain's, for the keys
-#: still in question once they are this few.
+#: still in question once they are this few, and their positions.
 ROW_SCRATCH = 4096
-WS_WORDS = WS_ROW + ROW_SCRATCH
+WS_WORDS = WS_ROW + 2 * ROW_SCRATCH
 #: The gather's done tickets (fast path), after the two counters.
 WS_DONE = WS_COUNTERS + 2
 #: Words a program clears per step.
@@ -261,6 +261,38 @@ def count_digit(SRC, length, shift, prefix, KEYS: tl.constexpr, BLOCK: tl.conste
     return c
 
 
+@triton.jit
+def gather_keys(SRC, POS, length, shift, prefix, out, gt_at, eq_at, need, KEYS: tl.constexpr, BLOCK: tl.constexpr):
+    """Of the keys at SRC[:length] (fp32 logits at positions 0..; or, KEYS, int32 keys with their
+    positions at POS), writes the positions of those whose top bits (key >> shift) exceed
+    ``prefix`` to out[gt_at:] and of the first ``need`` equal to it to out[eq_at:], in scan
+    order. One scan ranks both (16 bits each: BLOCK < 2**16)."""
+    offs = tl.arange(0, BLOCK)
+    base_gt = length * 0
+    base_eq = length * 0
+    for start in range(0, length, BLOCK):
+        j = start + offs
+        ok = j < length
+        if KEYS:
+            key = tl.load(SRC + j, mask=ok, other=0)
+            pos = tl.load(POS + j, mask=ok, other=0)
+        else:
+            key = order_key(tl.load(SRC + j, mask=ok, other=0.0))
+            pos = j
+        hi = key >> shift
+        gt = (ok & (hi > prefix)).to(tl.int32)
+        eq = (ok & (hi == prefix)).to(tl.int32)
+        both = gt | (eq << 16)
+        rank = tl.cumsum(both, 0) - both
+        tl.store(out + gt_at + base_gt + (rank & 0xFFFF), pos, mask=gt > 0)
+        slot = base_eq + (rank >> 16)
+        tl.store(out + eq_at + slot, pos, mask=(eq > 0) & (slot < need))
+        total = tl.sum(both, 0)
+        base_gt += total & 0xFFFF
+        base_eq += total >> 16
+    return base_gt
+
+
 @triton.jit(do_not_specialize=["N", "topk"])
 def _radix_select_rows(LOGITS, SEQ, WS, OUT, stride_lb, stride_wb, stride_ob, N, topk,
                        COUNT_TOP: tl.constexpr, BLOCK: tl.constexpr, DIGIT_BITS: tl.constexpr,
@@ -270,17 +302,20 @@ def _radix_select_rows(LOGITS, SEQ, WS, OUT, stride_lb, stride_wb, stride_ob, N,
     remaining 24 bits DIGIT_BITS at a time, counted in registers (no atomics: the program sees
     every key of its row), then the gather with running slots.
 
-    Counting is what a pass costs, so once the keys still in question (those sharing the digits
-    found) are at most CAP, one cheap pass copies them to the row's scratch words (WS + SCRATCH)
-    and the later passes count those alone. A digit whose keys are all taken ends the passes
-    early: the gather compares the keys' top bits (an arithmetic shift keeps the signed order).
-    WS is left zero: the top byte's histogram and the scratch words are cleared."""
+    A pass over the row costs its counting and scans, so once the keys still in question (those
+    sharing the digits found) are at most CAP, one pass writes the positions of the keys above
+    them to OUT and copies them, with their positions, to the row's scratch words (CAP keys at
+    WS + SCRATCH, then CAP positions); the later passes and the gather read those alone. A digit
+    whose keys are all taken ends the passes early: the gather compares the keys' top bits (an
+    arithmetic shift keeps the signed order). WS is left zero: the top byte's histogram and the
+    scratch words are cleared."""
     b = tl.program_id(0).to(tl.int64)
     seq_len = tl.maximum(tl.minimum(tl.load(SEQ + b), N), 0)
     n = tl.minimum(seq_len, topk)
     row = LOGITS + b * stride_lb
     ws = WS + b * stride_wb
-    scratch = ws + SCRATCH
+    keys = ws + SCRATCH
+    positions = keys + CAP
     out = OUT + b * stride_ob
     offs = tl.arange(0, BLOCK)
     for s in range(n, topk, BLOCK):
@@ -301,46 +336,46 @@ def _radix_select_rows(LOGITS, SEQ, WS, OUT, stride_lb, stride_wb, stride_ob, N,
         prefix = d - RADIX // 2          # the signed top byte: key >> 24 of the keys in the bucket
         shift = n * 0 + (32 - RADIX_BITS)
         kept = n * 0                     # keys in the scratch words (0: the passes read the row)
+        taken = n * 0                    # positions the copying pass wrote to OUT
         for p in tl.static_range((32 - RADIX_BITS) // DIGIT_BITS):
             if need < bucket:
                 if (kept == 0) & (bucket <= CAP):
                     for start in range(0, seq_len, BLOCK):
                         j = start + offs
-                        key = order_key(tl.load(row + j, mask=j < seq_len, other=0.0))
-                        m = ((j < seq_len) & ((key >> shift) == prefix)).to(tl.int32)
-                        slot = kept + tl.cumsum(m, 0) - m
-                        tl.store(scratch + slot, key, mask=(m > 0) & (slot < CAP))   # (bucket <= CAP)
-                        kept += tl.sum(m, 0)
+                        ok = j < seq_len
+                        hi = order_key(tl.load(row + j, mask=ok, other=0.0))
+                        gt = (ok & ((hi >> shift) > prefix)).to(tl.int32)
+                        eq = (ok & ((hi >> shift) == prefix)).to(tl.int32)
+                        both = gt | (eq << 16)
+                        rank = tl.cumsum(both, 0) - both
+                        tl.store(out + taken + (rank & 0xFFFF), j, mask=gt > 0)
+                        slot = kept + (rank >> 16)
+                        copy = (eq > 0) & (slot < CAP)    # (at most CAP: the caller's count)
+                        tl.store(keys + slot, hi, mask=copy)
+                        tl.store(positions + slot, j, mask=copy)
+                        total = tl.sum(both, 0)
+                        taken += total & 0xFFFF
+                        kept += total >> 16
+                    kept = tl.minimum(kept, CAP)   # (the same: a bound for the reads below)
                     tl.debug_barrier()       # the copies visible to every thread of the program
                 shift -= DIGIT_BITS
                 if kept > 0:
-                    c = count_digit(scratch, kept, shift, prefix, True, BLOCK, DIGIT_BITS)
+                    c = count_digit(keys, kept, shift, prefix, True, BLOCK, DIGIT_BITS)
                 else:
                     c = count_digit(row, seq_len, shift, prefix, False, BLOCK, DIGIT_BITS)
                 d, need, bucket = pick_digit(c, need, 1 << DIGIT_BITS)
                 prefix = (prefix << DIGIT_BITS) | d
-        # Keys whose top bits exceed the prefix: all taken, slots [0, above); then the first
-        # ``need`` of those equal to it. One scan ranks both (16 bits each: BLOCK < 2**16).
-        above = n - need
-        base_gt = n * 0
-        base_eq = n * 0
-        for start in range(0, seq_len, BLOCK):
-            j = start + offs
-            ok = j < seq_len
-            hi = order_key(tl.load(row + j, mask=ok, other=0.0)) >> shift
-            gt = (ok & (hi > prefix)).to(tl.int32)
-            eq = (ok & (hi == prefix)).to(tl.int32)
-            both = gt | (eq << 16)
-            rank = tl.cumsum(both, 0) - both
-            tl.store(out + base_gt + (rank & 0xFFFF), j, mask=gt > 0)
-            slot = base_eq + (rank >> 16)
-            tl.store(out + above + slot, j, mask=(eq > 0) & (slot < need))
-            total = tl.sum(both, 0)
-            base_gt += total & 0xFFFF
-            base_eq += total >> 16
+        # The keys above the prefix fill slots [0, n - need) (``taken`` of them already there),
+        # the first ``need`` of those equal to it the rest.
+        if kept > 0:
+            gather_keys(keys, positions, kept, shift, prefix, out, taken, n - need, need, True, BLOCK)
+        else:
+            gather_keys(row, row, seq_len, shift, prefix, out, taken, n - need, need, False, BLOCK)
         tl.debug_barrier()                   # every read of the scratch words done
         for s in range(0, kept, BLOCK):
-            tl.store(scratch + s + offs, tl.zeros([BLOCK], dtype=tl.int32), mask=s + offs < kept)
+            zero = tl.zeros([BLOCK], dtype=tl.int32)
+            tl.store(keys + s + offs, zero, mask=s + offs < kept)
+            tl.store(positions + s + offs, zero, mask=s + offs < kept)
     if not COUNT_TOP:
         # Every read of these words fed the reductions above, which all threads have passed.
         tl.store(ws + top_bins, tl.zeros([RADIX], dtype=tl.int32))
