@@ -25,10 +25,12 @@ within a tile by ``tl.cumsum``. For rows up to ``ROW_PROGRAM_MAX_N`` logits it r
 chain by one launch, ``_radix_select_rows``: one program a row runs every pass and the gather
 itself (the chain's cost was four dependent launches and the bytes re-derived in each program,
 not the reads), counting in registers with no atomics, 6-bit digits after the top byte, and
-the keys still in question copied to the row's scratch words once they fit. The portable path (Ascend; the interpreter unless kernel_path is
-"fast") counts with a one-hot compare and sum and gathers with one program a row, ranking by a
-masked sum: triton-ascend is not known to lower ``tl.histogram``, and 3.2.0 does not lower a
-scalar atomic whose old value is used.
+the keys still in question copied to the row's scratch words once they fit.
+
+The portable path (Ascend; the interpreter unless kernel_path is "fast") counts with a one-hot
+compare and sum and gathers with one program a row, ranking by a masked sum: triton-ascend is
+not known to lower ``tl.histogram``, and 3.2.0 does not lower a scalar atomic whose old value
+is used.
 """
 from __future__ import annotations
 
