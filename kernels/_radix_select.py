@@ -453,8 +453,9 @@ def radix_topk(logits: torch.Tensor, seq_lens: torch.Tensor, topk: int, out: tor
                programs_per_row: int = 4, ws: torch.Tensor | None = None) -> torch.Tensor:
     """The top ``topk`` of ``logits[b, :seq_lens[b]]`` (fp32 [B, N], row stride any, unit column
     stride) as positions into ``out`` [B, topk] int32, -1 past min(topk, seq_len): all four
-    passes and the gather here. For inputs the caller has checked. ``ws``: a zeroed
-    ``workspace(B, device)`` to use (it is zero again afterwards), else a fresh one."""
+    passes and the gather here. For inputs the caller has checked. ``programs_per_row``: the
+    chain's (rows ``one_program_a_row`` takes have one). ``ws``: a zeroed ``workspace(B,
+    device)`` to use (it is zero again afterwards), else a fresh one."""
     B, N = logits.shape
     cfg = select_config(logits)
     grid = (B, max(1, min(programs_per_row, cdiv(N, cfg["BLOCK"]))))
