@@ -427,6 +427,7 @@ def select_plans(logits: torch.Tensor, seq_lens: torch.Tensor, topk: int, out: t
     are the one launch of ``_radix_select_rows`` (grid (B,)) instead."""
     N = logits.shape[1]
     if one_program_a_row(N, cfg):
+        assert cfg["ROW_BLOCK"] < 1 << 16, "a step's two ranks share one int32 scan, 16 bits each"
         plan = LaunchPlan(kernel=_radix_select_rows, grid=(logits.shape[0],),
                           args=(logits, seq_lens, ws, out, logits.stride(0), ws.stride(0), out.stride(0), N, topk),
                           meta=dict(COUNT_TOP=first_pass == 0, BLOCK=cfg["ROW_BLOCK"], DIGIT_BITS=cfg["DIGIT_BITS"],
