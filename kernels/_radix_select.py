@@ -21,10 +21,16 @@ for every call, with no memset per call.
 
 The CUDA fast path (``use_fast_path``) counts a tile's bytes with ``tl.histogram`` and spreads
 the gather over many programs a row, which take their output slots by atomic tickets and rank
-within a tile by ``tl.cumsum``. The portable path (Ascend; the interpreter unless kernel_path is
-"fast") counts with a one-hot compare and sum and gathers with one program a row, ranking by a
-masked sum: triton-ascend is not known to lower ``tl.histogram``, and 3.2.0 does not lower a
-scalar atomic whose old value is used.
+within a tile by ``tl.cumsum``. For rows up to ``ROW_PROGRAM_MAX_N`` logits it replaces that
+chain by one launch, ``_radix_select_rows``: one program a row runs every pass and the gather
+itself (the chain's cost was four dependent launches and the bytes re-derived in each program,
+not the reads), counting in registers with no atomics, 6-bit digits after the top byte, and
+the keys still in question copied to the row's scratch words once they fit.
+
+The portable path (Ascend; the interpreter unless kernel_path is "fast") counts with a one-hot
+compare and sum and gathers with one program a row, ranking by a masked sum: triton-ascend is
+not known to lower ``tl.histogram``, and 3.2.0 does not lower a scalar atomic whose old value
+is used.
 """
 from __future__ import annotations
 
@@ -42,6 +48,10 @@ PASSES = 32 // RADIX_BITS
 #: the threshold, equal to it), padded to keep rows 128-byte aligned.
 WS_COUNTERS = PASSES * RADIX
 WS_ROW = PASSES * RADIX + 32
+#: One program a row (``_radix_select_rows``): scratch words after the chain's, for the keys
+#: still in question once they are this few, and their positions.
+ROW_SCRATCH = 4096
+WS_WORDS = WS_ROW + 2 * ROW_SCRATCH
 #: The gather's done tickets (fast path), after the two counters.
 WS_DONE = WS_COUNTERS + 2
 #: Words a program clears per step.
@@ -220,6 +230,159 @@ def _radix_gather(LOGITS, SEQ, WS, OUT, stride_lb, stride_wb, stride_ob, N, topk
         clear_row(ws_row, WORDS, CLEAR_BLOCK)
 
 
+@triton.jit
+def pick_digit(counts, need, BINS: tl.constexpr):
+    """(the digit of the k-th largest key, how many keys with that digit are still to take, how
+    many keys have it) from one program's counts of the matching keys' digits; 1 <= ``need`` <=
+    the counts' sum on entry. The fast path's own suffix sums by ``tl.cumsum``."""
+    bins = tl.arange(0, BINS)
+    at_or_above = tl.sum(counts, 0) - tl.cumsum(counts, 0) + counts
+    d = tl.max(tl.where(at_or_above >= need, bins, -1), 0)
+    above = tl.sum(tl.where(bins > d, counts, 0), 0)
+    return d, need - above, tl.sum(tl.where(bins == d, counts, 0), 0)
+
+
+@triton.jit
+def count_digit(SRC, length, shift, prefix, KEYS: tl.constexpr, BLOCK: tl.constexpr, DIGIT_BITS: tl.constexpr):
+    """Counts of the digit at bit ``shift`` among the keys of SRC[:length] whose bits above it
+    are ``prefix`` (signed, as ``key >> (shift + DIGIT_BITS)`` reads them): SRC holds the
+    row's fp32 logits, or (KEYS) int32 keys."""
+    BINS: tl.constexpr = 1 << DIGIT_BITS
+    offs = tl.arange(0, BLOCK)
+    c = tl.zeros([BINS], dtype=tl.int32)
+    for start in range(0, length, BLOCK):
+        j = start + offs
+        ok = j < length
+        if KEYS:
+            key = tl.load(SRC + j, mask=ok, other=0)
+        else:
+            key = order_key(tl.load(SRC + j, mask=ok, other=0.0))
+        match = ok & ((key >> (shift + DIGIT_BITS)) == prefix)
+        d = tl.where(match, (key >> shift) & (BINS - 1), BINS)
+        c += tl.histogram(d, BINS, mask=d < BINS)
+    return c
+
+
+@triton.jit
+def gather_keys(SRC, POS, length, shift, prefix, out, gt_at, eq_at, need, KEYS: tl.constexpr, BLOCK: tl.constexpr):
+    """Of the keys at SRC[:length] (fp32 logits at positions 0..; or, KEYS, int32 keys with their
+    positions at POS), writes the positions of those whose top bits (key >> shift) exceed
+    ``prefix`` to out[gt_at:] and of the first ``need`` equal to it to out[eq_at:], in scan
+    order. One scan ranks both (16 bits each: BLOCK < 2**16)."""
+    offs = tl.arange(0, BLOCK)
+    base_gt = length * 0
+    base_eq = length * 0
+    for start in range(0, length, BLOCK):
+        j = start + offs
+        ok = j < length
+        if KEYS:
+            key = tl.load(SRC + j, mask=ok, other=0)
+            pos = tl.load(POS + j, mask=ok, other=0)
+        else:
+            key = order_key(tl.load(SRC + j, mask=ok, other=0.0))
+            pos = j
+        hi = key >> shift
+        gt = (ok & (hi > prefix)).to(tl.int32)
+        eq = (ok & (hi == prefix)).to(tl.int32)
+        both = gt | (eq << 16)
+        rank = tl.cumsum(both, 0) - both
+        tl.store(out + gt_at + base_gt + (rank & 0xFFFF), pos, mask=gt > 0)
+        slot = base_eq + (rank >> 16)
+        tl.store(out + eq_at + slot, pos, mask=(eq > 0) & (slot < need))
+        total = tl.sum(both, 0)
+        base_gt += total & 0xFFFF
+        base_eq += total >> 16
+    return base_gt
+
+
+@triton.jit(do_not_specialize=["N", "topk"])
+def _radix_select_rows(LOGITS, SEQ, WS, OUT, stride_lb, stride_wb, stride_ob, N, topk,
+                       COUNT_TOP: tl.constexpr, BLOCK: tl.constexpr, DIGIT_BITS: tl.constexpr,
+                       SCRATCH: tl.constexpr, CAP: tl.constexpr, RADIX: tl.constexpr, RADIX_BITS: tl.constexpr):
+    """The whole selection of row b in program b (the CUDA fast path for rows one SM reads fast):
+    the top byte's counts from the producer's histogram in WS (COUNT_TOP: counted here), the
+    remaining 24 bits DIGIT_BITS at a time, counted in registers (no atomics: the program sees
+    every key of its row), then the gather with running slots.
+
+    A pass over the row costs its counting and scans, so once the keys still in question (those
+    sharing the digits found) are at most CAP, one pass writes the positions of the keys above
+    them to OUT and copies them, with their positions, to the row's scratch words (CAP keys at
+    WS + SCRATCH, then CAP positions); the later passes and the gather read those alone. A digit
+    whose keys are all taken ends the passes early: the gather compares the keys' top bits (an
+    arithmetic shift keeps the signed order). WS is left zero: the top byte's histogram and the
+    scratch words are cleared."""
+    b = tl.program_id(0).to(tl.int64)
+    seq_len = tl.maximum(tl.minimum(tl.load(SEQ + b), N), 0)
+    n = tl.minimum(seq_len, topk)
+    row = LOGITS + b * stride_lb
+    ws = WS + b * stride_wb
+    keys = ws + SCRATCH
+    positions = keys + CAP
+    out = OUT + b * stride_ob
+    offs = tl.arange(0, BLOCK)
+    for s in range(n, topk, BLOCK):
+        tl.store(out + s + offs, tl.full([BLOCK], -1, tl.int32), mask=s + offs < topk)
+    top_bins = tl.arange(0, RADIX)
+    if n > 0:
+        if COUNT_TOP:
+            counts = tl.zeros([RADIX], dtype=tl.int32)
+            for start in range(0, seq_len, BLOCK):
+                j = start + offs
+                ok = j < seq_len
+                key = order_key(tl.load(row + j, mask=ok, other=0.0))
+                d = tl.where(ok, key_digit(key, 0, RADIX_BITS), RADIX)
+                counts += tl.histogram(d, RADIX, mask=d < RADIX)
+        else:
+            counts = tl.load(ws + top_bins)
+        d, need, bucket = pick_digit(counts, n, RADIX)
+        prefix = d - RADIX // 2          # the signed top byte: key >> 24 of the keys in the bucket
+        shift = n * 0 + (32 - RADIX_BITS)
+        kept = n * 0                     # keys in the scratch words (0: the passes read the row)
+        taken = n * 0                    # positions the copying pass wrote to OUT
+        for p in tl.static_range((32 - RADIX_BITS) // DIGIT_BITS):
+            if need < bucket:
+                if (kept == 0) & (bucket <= CAP):
+                    for start in range(0, seq_len, BLOCK):
+                        j = start + offs
+                        ok = j < seq_len
+                        hi = order_key(tl.load(row + j, mask=ok, other=0.0))
+                        gt = (ok & ((hi >> shift) > prefix)).to(tl.int32)
+                        eq = (ok & ((hi >> shift) == prefix)).to(tl.int32)
+                        both = gt | (eq << 16)
+                        rank = tl.cumsum(both, 0) - both
+                        tl.store(out + taken + (rank & 0xFFFF), j, mask=gt > 0)
+                        slot = kept + (rank >> 16)
+                        copy = (eq > 0) & (slot < CAP)    # (at most CAP: the caller's count)
+                        tl.store(keys + slot, hi, mask=copy)
+                        tl.store(positions + slot, j, mask=copy)
+                        total = tl.sum(both, 0)
+                        taken += total & 0xFFFF
+                        kept += total >> 16
+                    kept = tl.minimum(kept, CAP)   # (the same: a bound for the reads below)
+                    tl.debug_barrier()       # the copies visible to every thread of the program
+                shift -= DIGIT_BITS
+                if kept > 0:
+                    c = count_digit(keys, kept, shift, prefix, True, BLOCK, DIGIT_BITS)
+                else:
+                    c = count_digit(row, seq_len, shift, prefix, False, BLOCK, DIGIT_BITS)
+                d, need, bucket = pick_digit(c, need, 1 << DIGIT_BITS)
+                prefix = (prefix << DIGIT_BITS) | d
+        # The keys above the prefix fill slots [0, n - need) (``taken`` of them already there),
+        # the first ``need`` of those equal to it the rest.
+        if kept > 0:
+            gather_keys(keys, positions, kept, shift, prefix, out, taken, n - need, need, True, BLOCK)
+        else:
+            gather_keys(row, row, seq_len, shift, prefix, out, taken, n - need, need, False, BLOCK)
+        tl.debug_barrier()                   # every read of the scratch words done
+        for s in range(0, kept, BLOCK):
+            zero = tl.zeros([BLOCK], dtype=tl.int32)
+            tl.store(keys + s + offs, zero, mask=s + offs < kept)
+            tl.store(positions + s + offs, zero, mask=s + offs < kept)
+    if not COUNT_TOP:
+        # Every read of these words fed the reductions above, which all threads have passed.
+        tl.store(ws + top_bins, tl.zeros([RADIX], dtype=tl.int32))
+
+
 def select_config(t: torch.Tensor) -> dict:
     """Tile of the pass and gather launches for tensors like ``t``: ``tl.histogram`` on the CUDA
     fast path (``use_fast_path``; the interpreter runs it too under kernel_path "fast"), the
@@ -233,19 +396,44 @@ def select_config(t: torch.Tensor) -> dict:
         block = 64          # one-hot on a GPU: [64, 256] a step
     # The gather's ranks: tl.cumsum on the fast path, a [BLOCK, BLOCK] masked sum elsewhere.
     gather = 1024 if histogram else (256 if is_interpret() else 32 if on_ascend(t) else 64)
-    return dict(BLOCK=block, GATHER_BLOCK=gather, HISTOGRAM=histogram, HBINS=RADIX)
+    # One program a row (fast path): 16 warps, 4096 keys a step, 6-bit digits after the top byte
+    # (Triton 3.6 counts by ballots, one per bin bit, then a popcount per bin a thread owns: on
+    # sm_90 a 64-bin step of 4096 keys is 429 instructions a thread against 707 for 256 bins:
+    # four passes of 6 bits cost less than three of 8).
+    return dict(BLOCK=block, GATHER_BLOCK=gather, HISTOGRAM=histogram, HBINS=RADIX,
+                ROW_BLOCK=4096, ROW_WARPS=16, DIGIT_BITS=6, ROW_CAP=ROW_SCRATCH)
+
+
+#: Longest row (logits capacity N) the fast path selects in one program a row; longer rows take
+#: the chain of passes spread over many programs a row (one program's digit counting bounds it).
+ROW_PROGRAM_MAX_N = 32768
+
+
+def one_program_a_row(N: int, cfg: dict) -> bool:
+    """Whether the selection of rows of N logits is one launch of one program a row: on the fast
+    path (``tl.histogram``, ``tl.cumsum``) for rows up to ``ROW_PROGRAM_MAX_N``."""
+    return bool(cfg["HISTOGRAM"]) and N <= ROW_PROGRAM_MAX_N
 
 
 def workspace(B: int, device) -> torch.Tensor:
-    """The zeroed histograms and counters of B rows (the launches leave them zero)."""
-    return torch.zeros((B, WS_ROW), dtype=torch.int32, device=device)
+    """The zeroed histograms, counters and scratch words of B rows (the launches leave them zero)."""
+    return torch.zeros((B, WS_WORDS), dtype=torch.int32, device=device)
 
 
 def select_plans(logits: torch.Tensor, seq_lens: torch.Tensor, topk: int, out: torch.Tensor, ws: torch.Tensor,
                  grid: tuple, cfg: dict, first_pass: int = 1) -> tuple[LaunchPlan, LaunchPlan]:
     """(first, last) of the chained launches of passes ``first_pass``..3 and the gather; a
-    producer that counted pass 0 itself starts at 1."""
+    producer that counted pass 0 itself starts at 1. Where ``one_program_a_row`` says so, both
+    are the one launch of ``_radix_select_rows`` (grid (B,)) instead."""
     N = logits.shape[1]
+    if one_program_a_row(N, cfg):
+        assert cfg["ROW_BLOCK"] < 1 << 16, "a step's two ranks share one int32 scan, 16 bits each"
+        plan = LaunchPlan(kernel=_radix_select_rows, grid=(logits.shape[0],),
+                          args=(logits, seq_lens, ws, out, logits.stride(0), ws.stride(0), out.stride(0), N, topk),
+                          meta=dict(COUNT_TOP=first_pass == 0, BLOCK=cfg["ROW_BLOCK"], DIGIT_BITS=cfg["DIGIT_BITS"],
+                                    SCRATCH=WS_ROW, CAP=min(cfg["ROW_CAP"], ROW_SCRATCH),
+                                    RADIX=RADIX, RADIX_BITS=RADIX_BITS, num_warps=cfg["ROW_WARPS"]))
+        return plan, plan
     radix = dict(RADIX=RADIX, RADIX_BITS=RADIX_BITS, HBINS=cfg["HBINS"], HISTOGRAM=cfg["HISTOGRAM"])
     plans = [LaunchPlan(kernel=_radix_count, grid=grid,
                         args=(logits, seq_lens, ws, logits.stride(0), ws.stride(0), N, topk),
@@ -266,8 +454,9 @@ def radix_topk(logits: torch.Tensor, seq_lens: torch.Tensor, topk: int, out: tor
                programs_per_row: int = 4, ws: torch.Tensor | None = None) -> torch.Tensor:
     """The top ``topk`` of ``logits[b, :seq_lens[b]]`` (fp32 [B, N], row stride any, unit column
     stride) as positions into ``out`` [B, topk] int32, -1 past min(topk, seq_len): all four
-    passes and the gather here. For inputs the caller has checked. ``ws``: a zeroed
-    ``workspace(B, device)`` to use (it is zero again afterwards), else a fresh one."""
+    passes and the gather here. For inputs the caller has checked. ``programs_per_row``: the
+    chain's (rows ``one_program_a_row`` takes have one). ``ws``: a zeroed ``workspace(B,
+    device)`` to use (it is zero again afterwards), else a fresh one."""
     B, N = logits.shape
     cfg = select_config(logits)
     grid = (B, max(1, min(programs_per_row, cdiv(N, cfg["BLOCK"]))))

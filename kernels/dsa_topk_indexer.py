@@ -24,8 +24,9 @@ caller does not get back are workspace the call cache keeps (kernels/_callcache.
    scalarizes or rejects the in-kernel lookup, porting_notes.md#page_div_zero) and pass 0 is a
    launch of its own.
 2. ``kernels/_radix_select.py``: the remaining count passes over the row's logits, then the
-   gather of min(topk, seq_len) positions, -1 after them (five launches in all on the fast
-   path, six on the portable one).
+   gather of min(topk, seq_len) positions, -1 after them: on the fast path one launch of one
+   program a row for rows up to ``ROW_PROGRAM_MAX_N`` tokens (two launches in all), else a chain
+   of three passes and the gather over many programs a row (five); six on the portable path.
 
 The plain layout (fp8 [pages, P, Di] + fp32 scales [pages, P]) and FlashInfer's packed pages
 (uint8 [pages, P, 1, 132]: per page, its P rows of 128 fp8 values, then its P fp32 scales;
