@@ -405,8 +405,11 @@ def select_config(t: torch.Tensor) -> dict:
 
 
 #: Longest row (logits capacity N) the fast path selects in one program a row; longer rows take
-#: the chain of passes spread over many programs a row (one program's digit counting bounds it).
-ROW_PROGRAM_MAX_N = 32768
+#: the chain of passes spread over many programs a row (one program's digit counting and scans
+#: bound it). Measured on an H200, the whole indexer call at the bench shapes: one program a row
+#: 22.7 us at 8k tokens against 31.4 for the chain, 57.5 against 33.9 at 32k, 181 against 45 at
+#: 128k (docs/hardware-log.md); the two cross near 14k.
+ROW_PROGRAM_MAX_N = 12288
 
 
 def one_program_a_row(N: int, cfg: dict) -> bool:
