@@ -47,49 +47,44 @@ SCRIPT = textwrap.dedent("""
 # program, over all its 64-token blocks: programs that cover several blocks (programs_per_sm 0:
 # one program per KV head, the whole cache), against one block per program, on caches whose
 # blocks' scales differ by 10^5, with tiles whose zero is outside [0, 3], and with q of zeros.
-MULTI_BLOCK = textwrap.dedent("""
-    import os, sys
-    os.environ["TRITON_INTERPRET"] = "1"
+@pytest.mark.skipif(os.environ.get("TRITON_INTERPRET") != "1", reason="needs the Triton interpreter")
+@pytest.mark.parametrize("mode", ["scales", "odd", "zero q"])
+def test_mustafar_fast_keys_programs_over_several_blocks(mode):
     import torch
+
     import kernels.settings as ks
     from kernels import mustafar as M
     from kernels._checks import launch
     from kernels.mustafar_format import compress, decompress
+
     torch.manual_seed(1)
-    for B, Hq, Hkv, S, D, s, mode in ((1, 4, 1, 320, 128, 0.7, "scales"), (2, 6, 2, 320, 64, 0.5, "odd"),
-                                      (1, 4, 1, 320, 128, 0.7, "zero q")):
-        k = torch.randn(B, Hkv, S, D, dtype=torch.float16)
-        if mode == "scales":
-            k[:, :, 256:] *= 300  # the last block: the fifth of a program's bound
-            k[:, :, 64:128] *= 1e-3
-        if mode == "odd":
-            k[:, :, 64:128, :5] = k[:, :, 64:128, :5].abs() + 4  # kept values all positive
-            k[:, :, 192:256, 7] = 2.0                              # a flat tile
-        kc = compress(k, s, kind="key", bits=2)
-        assert (mode == "odd") == bool(((kc.zero < 0) | (kc.zero > 3)).any())
-        q = torch.randn(B, Hq, D, dtype=torch.float16) * (mode != "zero q")
-        G = Hq // Hkv
-        ref = (q.double().view(B, Hkv, G, D) @ decompress(kc).double().transpose(-1, -2)).reshape(B, Hq, S)
-        for pps in (0, 8):
-            out = torch.full((B, Hq, S), float("nan"))
-            with ks.using(kernel_path="fast"):
-                plan = M.mustafar_keys_fast_plan(q, kc, out, dict(programs_per_sm=pps))
-                launch(plan)
-            assert (plan.args[-1] >= S // 64) == (pps == 0), plan.args[-1]  # blocks per program
-            err = (out.double() - ref).abs()
-            # fp32 products and sums, hi + lo keeping ~22 bits: far inside fp16's 2^-11.
-            assert err.max().item() <= 2.0**-20 * max(1.0, ref.abs().max().item()), (mode, pps, err.max())
-            small = slice(64, 128)  # the block of 10^-3 keys, in a program with one of 300
-            assert (err[..., small].max().item()
-                    <= 2.0**-16 * max(2.0**-10, ref[..., small].abs().max().item())), (mode, pps)
-    print("ok")
-""")
-
-
-def test_mustafar_fast_keys_programs_over_several_blocks():
-    env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    res = run_python(["-c", MULTI_BLOCK], cwd=ROOT, env=env, timeout=900)
-    assert res.returncode == 0 and res.stdout.strip().endswith("ok"), res.stderr[-3000:]
+    B, Hq, Hkv, S, D, s = (2, 6, 2, 320, 64, 0.5) if mode == "odd" else (1, 4, 1, 320, 128, 0.7)
+    k = torch.randn(B, Hkv, S, D, dtype=torch.float16)
+    if mode == "scales":
+        k[:, :, 256:] *= 300  # the last block: the fifth of a program's bound
+        k[:, :, 64:128] *= 1e-3
+    if mode == "odd":
+        k[:, :, 64:128, :5] = k[:, :, 64:128, :5].abs() + 4  # kept values all positive
+        k[:, :, 192:256, 7] = 2.0                              # a flat tile
+    kc = compress(k, s, kind="key", bits=2)
+    assert (mode == "odd") == bool(((kc.zero < 0) | (kc.zero > 3)).any())
+    q = torch.randn(B, Hq, D, dtype=torch.float16) * (mode != "zero q")
+    G = Hq // Hkv
+    ref = (q.double().view(B, Hkv, G, D) @ decompress(kc).double().transpose(-1, -2)).reshape(B, Hq, S)
+    # programs_per_sm 0: one program per KV head over every block; 8: one block a program (the
+    # scales case only: the bound over one block is the kernel before this one's).
+    for pps in (0, 8) if mode == "scales" else (0,):
+        out = torch.full((B, Hq, S), float("nan"))
+        with ks.using(kernel_path="fast"):
+            plan = M.mustafar_keys_fast_plan(q, kc, out, dict(programs_per_sm=pps))
+            launch(plan)
+        assert (plan.args[-1] >= S // 64) == (pps == 0), plan.args[-1]  # blocks per program
+        err = (out.double() - ref).abs()
+        # fp32 products and sums, hi + lo keeping ~22 bits: far inside fp16's 2^-11.
+        assert err.max().item() <= 2.0**-20 * max(1.0, ref.abs().max().item()), (mode, pps, err.max())
+        small = slice(64, 128)  # the block of 10^-3 keys, in a program with one of 300
+        assert (err[..., small].max().item()
+                <= 2.0**-16 * max(2.0**-10, ref[..., small].abs().max().item())), (mode, pps)
 
 
 @pytest.mark.parametrize("path", ["ascend", "fast"])
