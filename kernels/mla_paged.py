@@ -43,7 +43,7 @@ from ._checks import (DOT_INPUT_PRECISION, FLOAT_DTYPES, LaunchPlan, cdiv, check
                       check_int_range, check_launchable, check_nonempty, check_out_lse, check_out_lse_aliases,
                       check_scale, check_tensor, is_interpret, is_live, launch, next_pow2, on_ascend,
                       use_fast_path)
-from ._fp8 import BITS, NOT_FP8, fp8_mode, kernel_view
+from ._fp8 import BITS, NOT_FP8, f16_row_scale, fp8_mode, kernel_view
 from ._grid import npu_cores, npu_splits, plan_grid
 from ._paged import check_index_values, check_page_table
 from ._softmax import online_softmax_fold, softmax_finish
@@ -117,18 +117,15 @@ def _e4m3_cvt(words):
 
 @triton.jit
 def _fp16_queries(qn, qp):
-    """bf16 queries as fp16 for the fp8-cache dots: each head's rows times a power of two that
-    puts its largest magnitude in [2^14, 2^15) (exact: bf16's 8 mantissa bits fit fp16's 11;
-    only elements below 2^-38 of the head's largest round). Returns (qn, qp, pow2 [BLOCK_H]),
-    the factor the head's scores are multiplied by to undo it. Why fp16: e4m3 -> fp16 is one
-    conversion per two elements in hardware, e4m3 -> bf16 goes through fp32 (four)."""
+    """bf16 queries as fp16 for the fp8-cache dots, each head scaled by one power of two over both
+    of its parts (``f16_row_scale``: exact). Returns (qn, qp, pow2 [BLOCK_H]), the factor the
+    head's scores are multiplied by to undo it."""
     amax = tl.maximum(tl.max(tl.abs(qn.to(tl.float32)), axis=1), tl.max(tl.abs(qp.to(tl.float32)), axis=1))
-    shift = tl.minimum(tl.maximum(((amax.to(tl.int32, bitcast=True) >> 23) & 255) - 141, -100), 100)
+    down, up = f16_row_scale(amax)
     # fp32 products (exact: a power of two): the interpreter's bf16 arithmetic is not to be trusted.
-    down = ((127 - shift) << 23).to(tl.float32, bitcast=True)
     qn16 = (qn.to(tl.float32) * down[:, None]).to(tl.float16)
     qp16 = (qp.to(tl.float32) * down[:, None]).to(tl.float16)
-    return qn16, qp16, ((127 + shift) << 23).to(tl.float32, bitcast=True)
+    return qn16, qp16, up
 
 
 @triton.jit

@@ -51,7 +51,8 @@ def _prefill_fast(parts):
 
 def _flat(parts):
     from .paged_decode import flat_candidates
-    # An fp8 cache's key ends in "fp8" (one part more).
+    if parts[7:] not in ([], ["fp8"]):
+        raise ValueError(f"paged_decode_flat: key part {parts[7]!r} must be 'fp8'")
     return flat_candidates(int(parts[3]), _dtype(parts[5]), kv_fp8=parts[7:] == ["fp8"])
 
 
@@ -62,24 +63,25 @@ def _sparse(magicpig):
     return candidates
 
 
-#: kernel name in a table -> (key length, candidates from the key's parts)
-KERNELS: dict[str, tuple[int, Callable]] = {
-    "decode": (6, _decode),
-    "prefill": (4, _prefill),
-    "prefill_fast": (4, _prefill_fast),
-    "paged_decode_flat": (7, _flat),
-    "sparse_paged_decode": (6, _sparse(False)),
-    "magicpig_decode": (6, _sparse(True)),
+#: kernel name in a table -> (key lengths, candidates from the key's parts)
+KERNELS: dict[str, tuple[tuple[int, ...], Callable]] = {
+    "decode": ((6,), _decode),
+    "prefill": ((4,), _prefill),
+    "prefill_fast": ((4,), _prefill_fast),
+    "paged_decode_flat": ((7, 8), _flat),  # 8: an fp8 cache's key, "fp8" last
+    "sparse_paged_decode": ((6,), _sparse(False)),
+    "magicpig_decode": ((6,), _sparse(True)),
 }
 
 
 def candidates_for(kernel: str, key: str) -> list[dict]:
     if kernel not in KERNELS:
         raise ValueError(f"unknown kernel {kernel!r} (known: {', '.join(KERNELS)})")
-    size, fn = KERNELS[kernel]
+    sizes, fn = KERNELS[kernel]
     parts = key.split("/")
-    if len(parts) != size and not (kernel == "paged_decode_flat" and parts[size:] == ["fp8"]):
-        raise ValueError(f"{kernel}: key {key!r} has {len(parts)} parts, expected {size}")
+    if len(parts) not in sizes:
+        raise ValueError(f"{kernel}: key {key!r} has {len(parts)} parts, expected "
+                         f"{' or '.join(map(str, sizes))}")
     return fn(parts)
 
 
