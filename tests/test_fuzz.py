@@ -60,6 +60,34 @@ def test_the_project_kernels_accept_every_draw(name, drawn):
             family.call(impl, case, inputs, outputs)
 
 
+def _all_empty(value) -> bool:
+    return isinstance(value, (list, tuple)) and len(value) > 0 and all(x == 0 for x in value)
+
+
+@pytest.mark.parametrize("name", FUZZED)
+def test_every_value_distribution_and_view_builds_where_the_draw_is_empty(name):
+    """Draws whose sequences (or queries, or contexts) are all empty are rare (a few in a
+    thousand): each value distribution and view the family draws meets one here, on the CPU,
+    and the project's kernel accepts what it builds."""
+    family = registry.family(name)
+    draws = fuzz_cases(family, 0, 4000)
+    empty = [c for c in draws if any(_all_empty(v) for v in c.params.values())]
+    if not empty:
+        pytest.skip("the family draws no empty input")
+    classes = {(key, c.params.get(key, default)) for c in draws for key, default in (("vals", RANDN), ("view", CONTIG))}
+    met = {}
+    for c in empty:
+        for key, default in (("vals", RANDN), ("view", CONTIG)):
+            met.setdefault((key, c.params.get(key, default)), c)
+    assert set(met) == classes, f"no empty draw meets {sorted(classes - set(met))}"
+    impl = family.default_impl()[1]
+    for case in {c.id: c for c in met.values()}.values():
+        inputs = family.make_inputs(case, case.generator())
+        outputs = {n: torch.empty(shape, dtype=dt) for n, (shape, dt) in family.output_specs(case, inputs).items()}
+        with kernels._checks.capture_launches():
+            family.call(impl, case, inputs, outputs)
+
+
 def test_families_without_a_generator_draw_nothing():
     assert fuzz_cases(registry.family("probes"), 0, 3) == []
 

@@ -16,6 +16,9 @@ SCRIPT = textwrap.dedent("""
     import os, sys
     os.environ["TRITON_INTERPRET"] = "1"
     import torch
+    from attnsuite import interpreted
+    interpreted.skip_repeated_patching()  # as a suite run interprets kernels
+    interpreted.speed_up()
     import kernels.settings as ks
     from kernels import mustafar as M
     from kernels.mustafar_format import compress, decompress

@@ -108,6 +108,9 @@ def test_fast_path_plans_keep_the_plain_grid():
 
 SCRIPT = r"""
 import torch
+from attnsuite import interpreted
+interpreted.skip_repeated_patching()  # as a suite run interprets kernels
+interpreted.speed_up()
 import kernels.settings as ks
 from kernels.decode import decode
 from kernels.paged_decode import paged_decode

@@ -18,49 +18,41 @@ ONE = "cases/decode.py::decode[fp16-B2-Hq8-Hkv2-S17-D64-lse]"
 PLANTED = "decode=tests.planted:"
 
 
-def test_a_dead_worker_is_recorded_as_crash_naming_the_implementation_the_environment_and_the_time_and_the_run_goes_on(
-        run_suite):
-    # No test path on the command line: the worker that replaces a crashed one must still find
-    # the suite's options once --records-dir names a directory that exists (options.py,
-    # joined_option_values).
-    run = run_suite("-n", "1", "-k", "decode and S17 and fp16 and Hq8 and not paged and not sparse and not magicpig",
-                    "--impl", PLANTED + "decode_crashes")
-    assert run.records, run.output[-2000:]
-    assert {r["outcome"] for r in run.records} == {"crash"}
-    assert len(run.records) == len({r["case_id"] for r in run.records}) >= 2  # went on past the first
-    assert all(r["params"].get("S") == 17 for r in run.records)
-    assert run.report.exists()
-    for rec in run.records:
-        assert rec["impl"] == "tests.planted:decode_crashes"
-        assert rec["env"]["torch"] and rec["env"]["triton"] and rec["elapsed_s"] is not None and rec["elapsed_s"] >= 0
-        assert "--impl decode=tests.planted:decode_crashes" in rec["repro"] and "--case-timeout" in rec["repro"]
-    # The repro command, run as it stands (under xdist so the crash is a record, not a dead run),
-    # gives the same outcome.
-    rec = run.by_case()[ONE.split("::", 1)[1]]
-    cmd = rec["repro"].removeprefix("pytest ").replace("'", "").split()
-    again = run_suite(*cmd, "-n", "1")
-    assert [r["outcome"] for r in again.records] == ["crash"]
-
-
-def test_an_implementation_that_aborts_on_every_call_is_recorded_case_by_case_and_the_rest_as_not_run(run_suite):
-    # Budget 2 under two workers: three crashes, the third over the budget; four interpreter
-    # starts (each imports torch and the kernels) where budget 3 cost five.
-    run = run_suite(DECODE, "-n", "2", "-k", "fp16", "--max-worker-restart", "2", "--impl", PLANTED + "decode_aborts")
+def test_dead_workers_are_recorded_as_crashes_until_the_restart_budget_then_the_rest_as_not_run(run_suite):
+    # An implementation that aborts on every call (as a failed assertion in a driver does), one
+    # worker, restart budget 1: two crashes, then the rest not run. No test path on the command
+    # line: the worker that replaces a crashed one must still find the suite's options once
+    # --records-dir names a directory that exists (options.py, joined_option_values).
+    run = run_suite("-n", "1", "--max-worker-restart", "1",
+                    "-k", "decode and S17 and fp16 and not paged and not sparse and not magicpig",
+                    "--impl", PLANTED + "decode_aborts")
     outcomes = [r["outcome"] for r in run.records]
-    assert set(outcomes) == {"crash", "not_run"} and outcomes.count("crash") >= 3, run.output[-3000:]
+    assert set(outcomes) == {"crash", "not_run"} and outcomes.count("crash") >= 2, run.output[-3000:]
+    assert len(run.records) == len({r["case_id"] for r in run.records})
+    assert all(r["params"].get("S") == 17 for r in run.records)
     (status,) = read_run_status([run.report.parent / "records"])
     assert status["collected"] == len(run.records) and status["not_run"] == outcomes.count("not_run")
-    assert "restart budget (2)" in status["not_run_reason"]
+    assert "restart budget (1)" in status["not_run_reason"]
     assert all("restart budget" in r["message"] for r in run.records if r["outcome"] == "not_run")
     crashes = [r for r in run.records if r["outcome"] == "crash"]
-    assert all("Fatal Python error: Aborted" in r["message"] and "decode_aborts" in r["message"]
-               for r in crashes)  # the dead worker's fault dump, not the terminal, holds the stack
+    for rec in crashes:
+        assert rec["impl"] == "tests.planted:decode_aborts"
+        assert rec["env"]["torch"] and rec["env"]["triton"] and rec["elapsed_s"] is not None and rec["elapsed_s"] >= 0
+        assert "--impl decode=tests.planted:decode_aborts" in rec["repro"] and "--case-timeout" in rec["repro"]
+        # The dead worker's fault dump, not the terminal, holds the stack.
+        assert "Fatal Python error: Aborted" in rec["message"] and "decode_aborts" in rec["message"]
     assert run.report.exists()
+    # A crash's repro command, run as it stands (under xdist so the crash is a record, not a dead
+    # run; no restart after it), gives the same outcome.
+    cmd = crashes[0]["repro"].removeprefix("pytest ").replace("'", "").split()
+    again = run_suite(*cmd, "-n", "1", "--max-worker-restart", "0")
+    assert [r["outcome"] for r in again.records] == ["crash"], again.output[-3000:]
 
 
 def test_a_case_stuck_in_native_code_is_ended_by_the_watchdog_and_the_run_goes_on(run_suite):
-    run = run_suite(DECODE, "-n", "1", "-k", "S17 and fp16 and Hkv2", "--case-timeout", "1",
-                    "--impl", PLANTED + "decode_hangs_in_native_code", timeout=300)
+    # Restart budget 1: no worker is started after the second (and last) case's.
+    run = run_suite(DECODE, "-n", "1", "--max-worker-restart", "1", "-k", "S17 and fp16 and Hkv2",
+                    "--case-timeout", "1", "--impl", PLANTED + "decode_hangs_in_native_code", timeout=300)
     assert len(run.records) >= 2, run.output[-2000:]
     assert {r["outcome"] for r in run.records} == {"timeout"}
     assert all("watchdog" in r["message"] and r["impl"] == "tests.planted:decode_hangs_in_native_code"
@@ -124,7 +116,7 @@ def _interrupted_run(tmp_path, sig, *, delivery, xdist_args=()):
 
 @pytest.mark.parametrize("sig,name,delivery,xdist_args", [
     (signal.SIGINT, "SIGINT", "group", ()),
-    (signal.SIGTERM, "SIGTERM", "timeout", ("-n", "2"))], ids=["SIGINT-ctrl-c", "SIGTERM-timeout-xdist"])
+    (signal.SIGTERM, "SIGTERM", "timeout", ("-n", "1"))], ids=["SIGINT-ctrl-c", "SIGTERM-timeout-xdist"])
 def test_a_run_that_ends_early_stops_quietly_and_still_writes_its_report_with_a_banner(tmp_path, sig, name,
                                                                                          delivery, xdist_args):
     out, records, report = _interrupted_run(tmp_path, sig, delivery=delivery, xdist_args=xdist_args)

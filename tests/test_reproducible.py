@@ -78,10 +78,11 @@ def test_a_case_alone_and_after_others_computes_the_same_bits(case_id):
 
 
 def test_a_case_alone_and_inside_a_run_records_the_same_numbers(run_suite):
-    """Through the suite itself: the target inside a two-worker run of several cases, then alone
+    """Through the suite itself: the target inside an xdist run of several cases, then alone
     (its repro command), record the same errors, bit for bit."""
     # --profile full: the second target is a full-profile case (its list splits in the interpreter).
-    run = run_suite("--device", "cpu", "--profile", "full", "-n", "2",
+    # One worker: every target runs after others in the same process.
+    run = run_suite("--device", "cpu", "--profile", "full", "-n", "1",
                     *[f"cases/{c.split('[')[0]}.py::{c}" for c in BEFORE + TARGETS])
     assert run.returncode == 0, run.output[-3000:]
     inside = run.by_case()
