@@ -35,8 +35,7 @@ def _install() -> bool:
     cls = _interpreted_class()
     if cls is None or "run" not in vars(cls):
         return False
-    skip_repeated_patching()
-    speed_up()
+    as_in_a_run()
     if _original is None:
         _original = vars(cls)["run"]
 
@@ -77,6 +76,13 @@ def _interpreter_function(name: str):
         return None
     original = getattr(interpreter, name, None)
     return None if original is None else (tl, interpreter, original)
+
+
+def as_in_a_run() -> None:
+    """The interpreter as a suite run has it (the helper-patching skip and the speed-ups), for a
+    script that interprets kernels outside a run."""
+    skip_repeated_patching()
+    speed_up()
 
 
 def speed_up() -> None:

@@ -60,6 +60,10 @@ def test_the_project_kernels_accept_every_draw(name, drawn):
             family.call(impl, case, inputs, outputs)
 
 
+#: The draw's classes every all-empty draw is checked against, with their defaults.
+CLASS_KEYS = (("vals", RANDN), ("view", CONTIG))
+
+
 def _all_empty(value) -> bool:
     return isinstance(value, (list, tuple)) and len(value) > 0 and all(x == 0 for x in value)
 
@@ -74,10 +78,10 @@ def test_every_value_distribution_and_view_builds_where_the_draw_is_empty(name):
     empty = [c for c in draws if any(_all_empty(v) for v in c.params.values())]
     if not empty:
         pytest.skip("the family draws no empty input")
-    classes = {(key, c.params.get(key, default)) for c in draws for key, default in (("vals", RANDN), ("view", CONTIG))}
+    classes = {(key, c.params.get(key, default)) for c in draws for key, default in CLASS_KEYS}
     met = {}
     for c in empty:
-        for key, default in (("vals", RANDN), ("view", CONTIG)):
+        for key, default in CLASS_KEYS:
             met.setdefault((key, c.params.get(key, default)), c)
     assert set(met) == classes, f"no empty draw meets {sorted(classes - set(met))}"
     impl = family.default_impl()[1]

@@ -17,8 +17,7 @@ SCRIPT = textwrap.dedent("""
     os.environ["TRITON_INTERPRET"] = "1"
     import torch
     from attnsuite import interpreted
-    interpreted.skip_repeated_patching()  # as a suite run interprets kernels
-    interpreted.speed_up()
+    interpreted.as_in_a_run()
     import kernels.settings as ks
     from kernels import mustafar as M
     from kernels.mustafar_format import compress, decompress

@@ -109,8 +109,7 @@ def test_fast_path_plans_keep_the_plain_grid():
 SCRIPT = r"""
 import torch
 from attnsuite import interpreted
-interpreted.skip_repeated_patching()  # as a suite run interprets kernels
-interpreted.speed_up()
+interpreted.as_in_a_run()
 import kernels.settings as ks
 from kernels.decode import decode
 from kernels.paged_decode import paged_decode

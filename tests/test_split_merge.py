@@ -11,8 +11,7 @@ from tests.processes import run_python
 SCRIPT = r"""
 import torch
 from attnsuite import interpreted
-interpreted.skip_repeated_patching()  # as a suite run interprets kernels
-interpreted.speed_up()
+interpreted.as_in_a_run()
 from kernels.decode import decode
 from kernels.sparse_decode import sparse_decode
 from kernels.sparse_paged_decode import sparse_paged_decode
